@@ -1,0 +1,1 @@
+"""Sans-IO wire formats: SSE framing, ids, usage and error shapes of the two OpenAI APIs."""

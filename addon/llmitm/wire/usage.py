@@ -1,0 +1,64 @@
+"""Token usage in both APIs' shapes, converted exactly (cached and reasoning tokens kept).
+
+Unknown usage is ``None``, never a partial object: Codex rejects a ``usage`` that lacks any of
+the three totals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _detail(usage: dict[str, Any], details_key: str, key: str) -> int:
+    details = usage.get(details_key)
+    if isinstance(details, dict):
+        return _int(details.get(key)) or 0
+    return 0
+
+
+def chat_usage_to_responses(usage: Any) -> dict[str, Any] | None:
+    """``CompletionUsage`` → ``ResponseUsage``; ``None`` when the totals are not all there."""
+    if not isinstance(usage, dict):
+        return None
+    prompt = _int(usage.get("prompt_tokens"))
+    completion = _int(usage.get("completion_tokens"))
+    if prompt is None or completion is None:
+        return None
+    total = _int(usage.get("total_tokens"))
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {
+            "cached_tokens": _detail(usage, "prompt_tokens_details", "cached_tokens")
+        },
+        "output_tokens": completion,
+        "output_tokens_details": {
+            "reasoning_tokens": _detail(usage, "completion_tokens_details", "reasoning_tokens")
+        },
+        "total_tokens": total if total is not None else prompt + completion,
+    }
+
+
+def responses_usage_to_chat(usage: Any) -> dict[str, Any] | None:
+    """``ResponseUsage`` → ``CompletionUsage``; ``None`` when the totals are not all there."""
+    if not isinstance(usage, dict):
+        return None
+    input_tokens = _int(usage.get("input_tokens"))
+    output_tokens = _int(usage.get("output_tokens"))
+    if input_tokens is None or output_tokens is None:
+        return None
+    total = _int(usage.get("total_tokens"))
+    return {
+        "prompt_tokens": input_tokens,
+        "completion_tokens": output_tokens,
+        "total_tokens": total if total is not None else input_tokens + output_tokens,
+        "prompt_tokens_details": {
+            "cached_tokens": _detail(usage, "input_tokens_details", "cached_tokens")
+        },
+        "completion_tokens_details": {
+            "reasoning_tokens": _detail(usage, "output_tokens_details", "reasoning_tokens")
+        },
+    }
