@@ -70,3 +70,13 @@ class TranslationContext:
     """Chat function name → the Responses tool it stands for (custom and namespaced tools)."""
     response_id: str | None = None
     """Id for the synthesized Response (store emulation assigns it); minted when ``None``."""
+
+
+@dataclass(slots=True)
+class MappedRequest:
+    """A request translated for the upstream, and what its response translation will need."""
+
+    body: dict[str, Any]
+    context: TranslationContext
+    warnings: list[str] = field(default_factory=list)
+    """Human-readable notes on what was dropped or approximated (the proxy logs them)."""
