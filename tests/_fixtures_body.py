@@ -13,12 +13,11 @@ from typing import Any
 
 import orjson
 import pytest
+from llmitm.translate.context import ReasoningMode, TranslateOptions, TranslationContext
+from llmitm.wire.ids import CountingIds, fixed_clock
 from openai import BaseModel as SdkModel
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
-
-from llmitm.translate.context import ReasoningMode, TranslateOptions, TranslationContext
-from llmitm.wire.ids import CountingIds, fixed_clock
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 NOW = 1_800_000_000.0
