@@ -24,7 +24,11 @@ _CONTEXT_HINTS = re.compile(
     r"context[ _-]?(length|size|window)|maximum context|too many tokens|exceed_context_size",
     re.IGNORECASE,
 )
-_CONTENT_FILTER_HINTS = {"content_filter", "ResponsibleAIPolicyViolation", "content_policy_violation"}
+_CONTENT_FILTER_HINTS = {
+    "content_filter",
+    "ResponsibleAIPolicyViolation",
+    "content_policy_violation",
+}
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",

@@ -1,0 +1,296 @@
+"""Responses stream → spec-conformant Responses stream (same API in and out).
+
+Third-party Responses servers stream something close to OpenAI's events but not close
+enough for strict consumers: llama.cpp sends no ``sequence_number`` or ``output_index``, a
+minimal Response object in ``response.created``, text deltas without ``logprobs`` and usage
+without ``output_tokens_details``. The normaliser fills what is missing from what it has seen
+(item ids → positions, open content parts), renumbers events from 0, completes the Response
+object, guarantees exactly one terminal event, and turns an early end into ``response.failed``
+— so openai-python's ``responses.stream()`` and Codex accept the result. Upstream ids are kept:
+with a native Responses endpoint its ids are the truth.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmitm.translate.context import TranslationContext
+from llmitm.wire.errors import (
+    ApiError,
+    normalise_error,
+    response_object_error,
+    responses_error_event,
+)
+from llmitm.wire.objects import response_object
+from llmitm.wire.usage import chat_usage_to_responses, responses_usage_to_chat
+
+Event = dict[str, Any]
+
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_LIFECYCLE = frozenset({"response.created", "response.in_progress", "response.queued"})
+_ITEM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "message": {"role": "assistant", "content": []},
+    "function_call": {"arguments": ""},
+    "reasoning": {"summary": []},
+}
+
+
+class _Item:
+    __slots__ = ("content_index", "name", "output_index")
+
+    def __init__(self, output_index: int, name: str | None) -> None:
+        self.output_index = output_index
+        self.content_index = -1
+        self.name = name
+
+
+class ResponsesNormaliser:
+    """Make one upstream Responses event stream conformant."""
+
+    def __init__(self, context: TranslationContext | None = None) -> None:
+        self.context = context or TranslationContext()
+        self._seq = 0
+        self._response: dict[str, Any] | None = None
+        self._items: dict[str, _Item] = {}
+        self._last_item_id: str | None = None
+        self._done_items: list[dict[str, Any]] = []
+        self._pending_error: ApiError | None = None
+        self.finished = False
+        self.error: ApiError | None = None
+
+    def feed(self, event: dict[str, Any]) -> list[Event]:
+        if self.finished:
+            return []
+        event_type = event.get("type")
+        if not isinstance(event_type, str):
+            return []
+        out: list[Event] = []
+        if self._response is None:
+            self._start(event.get("response") if event_type in _LIFECYCLE else None, out)
+            if event_type == "response.created":
+                return out
+        if event_type == "response.output_text.delta":
+            # The hot path: fill only what the event lacks.
+            item = self._item_for(event)
+            if "output_index" not in event and item is not None:
+                event["output_index"] = item.output_index
+            if "content_index" not in event:
+                event["content_index"] = max(item.content_index, 0) if item else 0
+            if not isinstance(event.get("logprobs"), list):
+                event["logprobs"] = []
+        elif event_type in _LIFECYCLE:
+            self._merge_response(event.get("response"))
+            event["response"] = dict(self._response)  # type: ignore[arg-type]
+        elif event_type == "response.output_item.added":
+            self._item_added(event)
+        elif event_type in _TERMINAL:
+            self._terminal(event, out)
+            return out
+        elif event_type == "error":
+            error = normalise_error(event.get("error") or event, 500)
+            self._pending_error = error
+            out.append(responses_error_event(error, self._next_seq()))
+            return out
+        else:
+            self._fill_indexes(event_type, event)
+        event["sequence_number"] = self._next_seq()
+        out.append(event)
+        return out
+
+    def close(self) -> list[Event]:
+        """The upstream ended; without a terminal event the client gets ``response.failed``."""
+        if self.finished:
+            return []
+        out: list[Event] = []
+        if self._response is None:
+            self._start(None, out)
+        error = self._pending_error or ApiError(
+            message="The upstream Responses stream ended before a terminal event.",
+            type="server_error",
+            code="server_error",
+            status=502,
+        )
+        self._failed(error, out)
+        return out
+
+    def fail(self, error: ApiError) -> list[Event]:
+        if self.finished:
+            return []
+        out: list[Event] = []
+        if self._response is None:
+            self._start(None, out)
+        out.append(responses_error_event(error, self._next_seq()))
+        self._failed(error, out)
+        return out
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        seq = self._seq
+        self._seq = seq + 1
+        return seq
+
+    def _start(self, upstream: Any, out: list[Event]) -> None:
+        options = self.context.options
+        upstream = upstream if isinstance(upstream, dict) else {}
+        response_id = upstream.get("id")
+        created_at = upstream.get("created_at")
+        model = upstream.get("model") or self.context.model or ""
+        self._response = response_object(
+            response_id=response_id if isinstance(response_id, str) else options.ids("resp"),
+            created_at=created_at if isinstance(created_at, int) else int(options.clock()),
+            model=model,
+            echo=self.context.echo,
+        )
+        self._merge_response(upstream)
+        out.append(
+            {
+                "type": "response.created",
+                "sequence_number": self._next_seq(),
+                "response": dict(self._response),
+            }
+        )
+
+    def _merge_response(self, upstream: Any) -> None:
+        """Keep what the upstream said; fill the rest from the skeleton."""
+        if not isinstance(upstream, dict) or self._response is None:
+            return
+        for key, value in upstream.items():
+            if value is not None or key not in self._response:
+                self._response[key] = value
+        self._response["output"] = []
+        self._response["usage"] = None
+
+    # -- items ------------------------------------------------------------------------------
+
+    def _item_added(self, event: Event) -> None:
+        item = event.get("item")
+        if not isinstance(item, dict):
+            item = event["item"] = {}
+        item_type = item.get("type") or "message"
+        item["type"] = item_type
+        if not item.get("id"):
+            item["id"] = self.context.options.ids(_ID_PREFIX.get(item_type, "item"))
+        for key, value in _ITEM_DEFAULTS.get(item_type, {}).items():
+            item.setdefault(key, value)
+        if item_type != "reasoning":
+            item.setdefault("status", "in_progress")
+        output_index = len(self._items)
+        event["output_index"] = output_index
+        self._items[item["id"]] = _Item(output_index, item.get("name"))
+        self._last_item_id = item["id"]
+
+    def _item_for(self, event: Event) -> _Item | None:
+        item_id = event.get("item_id")
+        if not isinstance(item_id, str):
+            item_id = self._last_item_id
+            if item_id is None:
+                return None
+            event["item_id"] = item_id
+        return self._items.get(item_id)
+
+    def _fill_indexes(self, event_type: str, event: Event) -> None:
+        if event_type == "response.output_item.done":
+            self._item_done(event)
+            return
+        item = self._item_for(event)
+        if item is None:
+            return
+        if "output_index" not in event:
+            event["output_index"] = item.output_index
+        if event_type == "response.content_part.added":
+            if "content_index" not in event:
+                event["content_index"] = item.content_index + 1
+            item.content_index = event["content_index"]
+            _fill_part(event.get("part"))
+        elif event_type.startswith(("response.output_text.", "response.refusal.")) or (
+            event_type in ("response.content_part.done", "response.reasoning_text.delta")
+            or event_type == "response.reasoning_text.done"
+        ):
+            event.setdefault("content_index", max(item.content_index, 0))
+            if event_type == "response.output_text.done":
+                event.setdefault("logprobs", [])
+            if event_type == "response.content_part.done":
+                _fill_part(event.get("part"))
+        elif event_type.startswith("response.reasoning_summary_"):
+            event.setdefault("summary_index", 0)
+        elif (
+            event_type == "response.function_call_arguments.done"
+            and not event.get("name")
+            and item.name
+        ):
+            event["name"] = item.name
+
+    def _item_done(self, event: Event) -> None:
+        item = event.get("item")
+        if not isinstance(item, dict):
+            return
+        known = self._items.get(item.get("id"))  # type: ignore[arg-type]
+        if known is None:
+            # Done without added: register it so positions stay right.
+            self._item_added({"item": item})
+            known = self._items[item["id"]]
+        event["output_index"] = known.output_index
+        if item.get("type") == "message":
+            for part in item.get("content") or []:
+                _fill_part(part)
+        self._done_items.append(item)
+
+    # -- terminal ---------------------------------------------------------------------------
+
+    def _terminal(self, event: Event, out: list[Event]) -> None:
+        upstream = event.get("response")
+        self._merge_response(upstream)
+        response = dict(self._response)  # type: ignore[arg-type]
+        upstream = upstream if isinstance(upstream, dict) else {}
+        output = upstream.get("output")
+        response["output"] = output if isinstance(output, list) and output else self._done_items
+        response["usage"] = _full_usage(upstream.get("usage"))
+        status = event["type"].removeprefix("response.")
+        response["status"] = status
+        if status == "completed" and not response.get("completed_at"):
+            response["completed_at"] = int(self.context.options.clock())
+        if status == "failed":
+            self.error = normalise_error(response.get("error") or "The response failed.", 500)
+            if not isinstance(response.get("error"), dict):
+                response["error"] = response_object_error(self.error)
+        out.append(
+            {"type": event["type"], "sequence_number": self._next_seq(), "response": response}
+        )
+        self.finished = True
+
+    def _failed(self, error: ApiError, out: list[Event]) -> None:
+        self.error = error
+        response = dict(self._response)  # type: ignore[arg-type]
+        response["status"] = "failed"
+        response["error"] = response_object_error(error)
+        response["output"] = self._done_items
+        out.append(
+            {"type": "response.failed", "sequence_number": self._next_seq(), "response": response}
+        )
+        self.finished = True
+
+
+_ID_PREFIX = {"message": "msg", "function_call": "fc", "reasoning": "rs", "custom_tool_call": "ctc"}
+
+
+def _fill_part(part: Any) -> None:
+    if isinstance(part, dict) and part.get("type") == "output_text":
+        part.setdefault("annotations", [])
+        part.setdefault("logprobs", [])
+        part.setdefault("text", "")
+
+
+def _full_usage(usage: Any) -> dict[str, Any] | None:
+    """Usage with both details objects (the SDK and Codex expect them when usage is present)."""
+    if not isinstance(usage, dict):
+        return None
+    full = chat_usage_to_responses(responses_usage_to_chat(usage))
+    if full is None:
+        return None
+    # Keep provider extras (cache_write_tokens, …) the round trip does not know.
+    for key in ("input_tokens_details", "output_tokens_details"):
+        extra = usage.get(key)
+        if isinstance(extra, dict):
+            full[key] = {**extra, **full[key]}
+    return full

@@ -1,0 +1,140 @@
+"""Bytes in, bytes out: one upstream SSE stream through decoder, translator and encoder.
+
+This is what the proxy's stream callable, ``llmitm translate`` and the benchmarks drive. Feed
+it chunks split anywhere; each call returns the bytes ready for the client (possibly empty —
+the caller decides how to pass "nothing yet" to its transport). ``close()`` at the end of the
+upstream body always ends the client's stream properly: a terminal event in the client's
+protocol, never a silent clean end. A malformed upstream event ends the stream the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+
+from llmitm.translate.context import TranslationContext
+from llmitm.translate.normalise import ResponsesNormaliser
+from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
+from llmitm.translate.stream_to_responses import ChatToResponsesStream
+from llmitm.wire.errors import ApiError
+from llmitm.wire.sse import DONE_DATA, DONE_FRAME, SSEDecoder
+
+Direction = Literal["responses-to-chat", "chat-to-responses", "normalise-responses"]
+
+_dumps = orjson.dumps
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+
+
+def _malformed(data: bytes) -> ApiError:
+    preview = data[:80].decode("utf-8", "replace")
+    return ApiError(
+        message=f"The upstream sent a malformed stream event: {preview!r}",
+        type="server_error",
+        code="server_error",
+        status=502,
+    )
+
+
+class StreamPipeline:
+    """One stream's translation from upstream bytes to client bytes."""
+
+    def __init__(self, direction: Direction, context: TranslationContext | None = None) -> None:
+        self.direction = direction
+        self.context = context or TranslationContext()
+        self._decoder = SSEDecoder()
+        self.events_in = 0
+        if direction == "responses-to-chat":
+            self.translator: Any = ResponsesToChatStream(self.context)
+            self._encode = _encode_chat
+        elif direction == "chat-to-responses":
+            self.translator = ChatToResponsesStream(self.context)
+            self._encode = _encode_responses
+        elif direction == "normalise-responses":
+            self.translator = ResponsesNormaliser(self.context)
+            self._encode = _encode_responses
+        else:
+            raise ValueError(f"unknown direction {direction!r}")
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.translator.finished)
+
+    def start(self) -> bytes:
+        """Bytes to send before the upstream answers (Responses clients get
+        ``response.created`` at once when the client's model is known)."""
+        if self.direction == "chat-to-responses" and self.context.model:
+            return self._encode(self.translator.start())
+        return b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        translator = self.translator
+        frames: list[Any] = []
+        for _name, data in self._decoder.feed(chunk):
+            self.events_in += 1
+            if data == DONE_DATA:
+                if self.direction == "chat-to-responses":
+                    frames += translator.done()
+                continue
+            try:
+                obj = _loads(data)
+            except _JSONDecodeError:
+                frames += translator.fail(_malformed(data))
+                continue
+            if type(obj) is not dict:
+                frames += translator.fail(_malformed(data))
+                continue
+            frames += translator.feed(obj)
+        return self._encode(frames) if frames else b""
+
+    def close(self) -> bytes:
+        """The upstream body ended (or broke): flush and terminate the client's stream."""
+        out = self.feed_events_at_close()
+        return out + self._encode(self.translator.close())
+
+    def fail(self, error: ApiError) -> bytes:
+        """The upstream broke mid-stream: end the client's stream with ``error``."""
+        return self._encode(self.translator.fail(error))
+
+    def feed_events_at_close(self) -> bytes:
+        frames: list[Any] = []
+        for _name, data in self._decoder.close():
+            if data == DONE_DATA:
+                continue
+            try:
+                obj = _loads(data)
+            except _JSONDecodeError:
+                frames += self.translator.fail(_malformed(data))
+                continue
+            if type(obj) is dict:
+                frames += self.translator.feed(obj)
+        return self._encode(frames) if frames else b""
+
+
+def _encode_chat(frames: list[Any]) -> bytes:
+    parts = []
+    for frame in frames:
+        if frame is DONE:
+            parts.append(DONE_FRAME)
+        else:
+            parts.append(b"data: " + _dumps(frame) + b"\n\n")
+    return b"".join(parts)
+
+
+_EVENT_LINES: dict[str, bytes] = {}
+
+
+def _event_line(event_type: str) -> bytes:
+    line = _EVENT_LINES.get(event_type)
+    if line is None:
+        line = _EVENT_LINES[event_type] = b"event: " + event_type.encode() + b"\ndata: "
+    return line
+
+
+def _encode_responses(frames: list[Any]) -> bytes:
+    parts = []
+    for event in frames:
+        line = _EVENT_LINES.get(event["type"]) or _event_line(event["type"])
+        parts.append(line + _dumps(event) + b"\n\n")
+    return b"".join(parts)

@@ -1,0 +1,315 @@
+"""Responses stream events → Chat Completions chunks (a chat client over a Responses upstream).
+
+A state machine fed one parsed event at a time. It sends the role once, numbers tool calls
+0..k-1 in the order they start (independent of ``output_index``) with their ``id`` and
+``name`` in the first delta only — openai-python's accumulator concatenates every string it
+sees twice — renders reasoning as the configured :data:`ReasoningMode`, takes the finish
+reason from the terminal event, adds the usage chunk only when the client asked for it, and
+ends with ``[DONE]``. A failure (``response.failed``, ``error``, or an upstream that stops
+without a terminal event) becomes an error chunk, which openai-python raises as ``APIError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+
+from llmitm.translate.context import TranslationContext
+from llmitm.wire.errors import ApiError, chat_error_chunk, normalise_error
+from llmitm.wire.usage import responses_usage_to_chat
+
+DONE: Final = "[DONE]"
+"""Marker in the output list for the ``data: [DONE]`` frame."""
+
+Frame = dict[str, Any] | str
+
+THINK_OPEN: Final = "<think>\n"
+THINK_CLOSE: Final = "\n</think>\n\n"
+PART_SEPARATOR: Final = "\n\n"
+
+_INCOMPLETE_FINISH = {"max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+class _Call:
+    """A tool call being relayed: its chat index and whether its arguments were sent."""
+
+    __slots__ = ("custom", "index", "sent_arguments")
+
+    def __init__(self, index: int, custom: bool) -> None:
+        self.index = index
+        self.custom = custom
+        self.sent_arguments = False
+
+
+class ResponsesToChatStream:
+    """Translate one Responses event stream into chat completion chunks."""
+
+    def __init__(self, context: TranslationContext | None = None) -> None:
+        self.context = context or TranslationContext()
+        self._reasoning_mode = self.context.options.reasoning
+        self._include_usage = self.context.include_usage
+        self._chunk_id = ""
+        self._created = 0
+        self._model = self.context.model or ""
+        self._started = False
+        self.finished = False
+        self._calls: dict[str, _Call] = {}
+        self._call_count = 0
+        self._think_open = False
+        self._reasoning_started = False
+        self._summary_key: tuple[Any, Any] | None = None
+        self.error: ApiError | None = None
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    # -- public -------------------------------------------------------------------------
+
+    def feed(self, event: dict[str, Any]) -> list[Frame]:
+        """Translate one event; returns chunk dicts and possibly :data:`DONE`."""
+        if self.finished:
+            return []
+        event_type = event.get("type")
+        if event_type == "response.output_text.delta":
+            # The hot path: one text delta, one chunk.
+            out = [] if self._started else self._start(event.get("response"))
+            if self._think_open:
+                out.append(self._close_think())
+            out.append(self._chunk({"content": event.get("delta") or ""}))
+            return out
+        out = [] if self._started else self._start(event.get("response"))
+        handler = _HANDLERS.get(event_type)  # type: ignore[arg-type]
+        if handler is not None:
+            handler(self, event, out)
+        return out
+
+    def close(self) -> list[Frame]:
+        """The upstream ended; without a terminal event that is an error, never a clean end."""
+        if self.finished:
+            return []
+        out = [] if self._started else self._start(None)
+        error = ApiError(
+            message="The upstream Responses stream ended before a terminal event "
+            "(response.completed, response.incomplete or response.failed).",
+            type="server_error",
+            code="server_error",
+            status=502,
+        )
+        self._fail(error, out)
+        return out
+
+    def fail(self, error: ApiError) -> list[Frame]:
+        """End the stream with ``error`` (used by the proxy when the upstream breaks)."""
+        if self.finished:
+            return []
+        out = [] if self._started else self._start(None)
+        self._fail(error, out)
+        return out
+
+    # -- chunk building -----------------------------------------------------------------
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        chunk = {
+            "id": self._chunk_id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
+        }
+        if self._include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def _start(self, response: Any) -> list[Frame]:
+        """First event: fix id, created and model, and send the role chunk."""
+        self._started = True
+        response = response if isinstance(response, dict) else {}
+        response_id = response.get("id")
+        options = self.context.options
+        self._chunk_id = (
+            f"chatcmpl-{response_id}" if isinstance(response_id, str) else options.ids("chatcmpl")
+        )
+        created = response.get("created_at")
+        self._created = created if isinstance(created, int) else int(options.clock())
+        if not self._model:
+            model = response.get("model")
+            self._model = model if isinstance(model, str) else ""
+        return [self._chunk({"role": "assistant", "content": "", "refusal": None})]
+
+    # -- reasoning ----------------------------------------------------------------------
+
+    def _reasoning_delta(self, event: dict[str, Any], out: list[Frame]) -> None:
+        mode = self._reasoning_mode
+        if mode == "drop":
+            return
+        text = event.get("delta") or ""
+        key = (event.get("item_id"), event.get("summary_index", event.get("content_index")))
+        if self._reasoning_started and key != self._summary_key:
+            text = PART_SEPARATOR + text
+        self._summary_key = key
+        self._reasoning_started = True
+        if mode == "think-tags":
+            if not self._think_open:
+                self._think_open = True
+                text = THINK_OPEN + text.removeprefix(PART_SEPARATOR)
+            out.append(self._chunk({"content": text}))
+        else:
+            out.append(self._chunk({mode: text}))
+
+    def _close_think(self) -> dict[str, Any]:
+        self._think_open = False
+        return self._chunk({"content": THINK_CLOSE})
+
+    def _end_reasoning(self, out: list[Frame]) -> None:
+        if self._think_open:
+            out.append(self._close_think())
+
+    # -- items ----------------------------------------------------------------------------
+
+    def _item_added(self, event: dict[str, Any], out: list[Frame]) -> None:
+        item = event.get("item")
+        if not isinstance(item, dict):
+            return
+        if item.get("type") in ("function_call", "custom_tool_call"):
+            self._open_call(item, out)
+
+    def _open_call(self, item: dict[str, Any], out: list[Frame]) -> _Call:
+        self._end_reasoning(out)
+        call = _Call(self._call_count, item.get("type") == "custom_tool_call")
+        self._call_count += 1
+        self._calls[_item_key(item)] = call
+        name = item.get("name") or ""
+        if item.get("namespace"):
+            name = f"{item['namespace']}__{name}"
+        call_id = item.get("call_id") or item.get("id") or self.context.options.ids("call")
+        out.append(
+            self._chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": call.index,
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
+        return call
+
+    def _arguments(self, call: _Call, fragment: str) -> dict[str, Any]:
+        call.sent_arguments = True
+        return self._chunk(
+            {"tool_calls": [{"index": call.index, "function": {"arguments": fragment}}]}
+        )
+
+    def _arguments_delta(self, event: dict[str, Any], out: list[Frame]) -> None:
+        call = self._calls.get(_event_key(event))
+        delta = event.get("delta")
+        if call is None or not isinstance(delta, str) or not delta:
+            return
+        if call.custom:
+            # A chat client only knows function calls: a custom tool's raw input travels as
+            # the JSON arguments {"input": "..."}, streamed as escaped string fragments.
+            fragment = orjson.dumps(delta).decode()[1:-1]
+            delta = fragment if call.sent_arguments else '{"input":"' + fragment
+        out.append(self._arguments(call, delta))
+
+    def _item_done(self, event: dict[str, Any], out: list[Frame]) -> None:
+        item = event.get("item")
+        if not isinstance(item, dict) or item.get("type") not in (
+            "function_call",
+            "custom_tool_call",
+        ):
+            return
+        call = self._calls.get(_item_key(item))
+        if call is None:
+            # A provider that skipped output_item.added: send the whole call now.
+            call = self._open_call(item, out)
+        if call.custom:
+            if call.sent_arguments:
+                out.append(self._arguments(call, '"}'))
+            else:
+                tool_input = item.get("input") or ""
+                out.append(self._arguments(call, orjson.dumps({"input": tool_input}).decode()))
+        elif not call.sent_arguments:
+            arguments = item.get("arguments") or ""
+            if arguments:
+                out.append(self._arguments(call, arguments))
+
+    # -- terminal -----------------------------------------------------------------------
+
+    def _terminal(self, event: dict[str, Any], out: list[Frame]) -> None:
+        response = event.get("response")
+        response = response if isinstance(response, dict) else {}
+        self._end_reasoning(out)
+        if event.get("type") == "response.incomplete":
+            details = response.get("incomplete_details")
+            reason = details.get("reason") if isinstance(details, dict) else None
+            finish = _INCOMPLETE_FINISH.get(reason, "length")  # type: ignore[arg-type]
+        else:
+            finish = "tool_calls" if self._call_count else "stop"
+        self.finish_reason = finish
+        out.append(self._chunk({}, finish))
+        self.usage = responses_usage_to_chat(response.get("usage"))
+        if self._include_usage:
+            out.append(
+                {
+                    "id": self._chunk_id,
+                    "object": "chat.completion.chunk",
+                    "created": self._created,
+                    "model": self._model,
+                    "choices": [],
+                    "usage": self.usage,
+                }
+            )
+        out.append(DONE)
+        self.finished = True
+
+    def _failed(self, event: dict[str, Any], out: list[Frame]) -> None:
+        response = event.get("response")
+        error = response.get("error") if isinstance(response, dict) else None
+        self._fail(normalise_error(error or "The upstream response failed.", 500), out)
+
+    def _error_event(self, event: dict[str, Any], out: list[Frame]) -> None:
+        # The live API nests the error; the spec documents it flat. Read both.
+        payload = event.get("error") if isinstance(event.get("error"), dict) else event
+        self._fail(normalise_error(payload, 500), out)
+
+    def _fail(self, error: ApiError, out: list[Frame]) -> None:
+        self._end_reasoning(out)
+        self.error = error
+        out.append(chat_error_chunk(error))
+        out.append(DONE)
+        self.finished = True
+
+
+def _item_key(item: dict[str, Any]) -> str:
+    return str(item.get("id") or item.get("call_id"))
+
+
+def _event_key(event: dict[str, Any]) -> str:
+    return str(event.get("item_id"))
+
+
+def _refusal_delta(self: ResponsesToChatStream, event: dict[str, Any], out: list[Frame]) -> None:
+    self._end_reasoning(out)
+    out.append(self._chunk({"refusal": event.get("delta") or ""}))
+
+
+_HANDLERS = {
+    "response.reasoning_summary_text.delta": ResponsesToChatStream._reasoning_delta,
+    "response.reasoning_text.delta": ResponsesToChatStream._reasoning_delta,
+    "response.refusal.delta": _refusal_delta,
+    "response.output_item.added": ResponsesToChatStream._item_added,
+    "response.function_call_arguments.delta": ResponsesToChatStream._arguments_delta,
+    "response.custom_tool_call_input.delta": ResponsesToChatStream._arguments_delta,
+    "response.output_item.done": ResponsesToChatStream._item_done,
+    "response.completed": ResponsesToChatStream._terminal,
+    "response.incomplete": ResponsesToChatStream._terminal,
+    "response.failed": ResponsesToChatStream._failed,
+    "error": ResponsesToChatStream._error_event,
+}

@@ -1,0 +1,131 @@
+"""Server-sent events: an incremental decoder and the encoders for both APIs' frames.
+
+The decoder works on bytes, so a chunk boundary inside a UTF-8 character is harmless: data is
+only decoded when its JSON is parsed. It accepts LF, CRLF and CR line ends (also a CR at the
+end of one chunk and its LF at the start of the next), comments, multi-line ``data``, events
+without an ``event:`` line, and a missing final blank line (flushed by :meth:`SSEDecoder.close`).
+
+The common shapes — ``data: …`` alone and ``event: …`` + ``data: …`` — take a fast path: this
+runs once per chunk for every stream through the proxy.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+DONE_DATA = b"[DONE]"
+DONE_FRAME = b"data: [DONE]\n\n"
+
+
+class SSEEvent(NamedTuple):
+    """One dispatched event: its ``event:`` name (``None`` when absent) and its data bytes."""
+
+    event: str | None
+    data: bytes
+
+
+class SSEDecoder:
+    """Feed it chunks as they arrive; it returns the events completed so far."""
+
+    __slots__ = ("_buffer", "_pending_cr")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        # A CR that ended the previous chunk: if the next chunk starts with LF, that LF
+        # belongs to the same line end.
+        self._pending_cr = False
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if self._pending_cr:
+            self._pending_cr = False
+            if chunk.startswith(b"\n"):
+                chunk = chunk[1:]
+        if b"\r" in chunk:
+            if chunk.endswith(b"\r"):
+                self._pending_cr = True
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buffer = self._buffer + chunk if self._buffer else chunk
+        if b"\n\n" not in buffer:
+            self._buffer = buffer
+            return []
+        blocks = buffer.split(b"\n\n")
+        self._buffer = blocks.pop()
+        events: list[SSEEvent] = []
+        for block in blocks:
+            if block:
+                _parse_block(block, events)
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: dispatch an event left without its final blank line."""
+        block, self._buffer = self._buffer, b""
+        self._pending_cr = False
+        events: list[SSEEvent] = []
+        if block.strip(b"\n"):
+            _parse_block(block, events)
+        return events
+
+
+def _parse_block(block: bytes, events: list[SSEEvent]) -> None:
+    """Parse the lines between two blank lines (the fast paths cover nearly every event)."""
+    if block.startswith(b"data: "):
+        if b"\n" not in block:
+            events.append(SSEEvent(None, block[6:]))
+            return
+    elif block.startswith(b"event: "):
+        newline = block.find(b"\n")
+        if (
+            newline > 0
+            and block.startswith(b"data: ", newline + 1)
+            and block.find(b"\n", newline + 1) < 0
+        ):
+            events.append(SSEEvent(block[7:newline].decode(), block[newline + 7 :]))
+            return
+    _parse_lines(block, events)
+
+
+def _parse_lines(block: bytes, events: list[SSEEvent]) -> None:
+    """The general line-by-line algorithm of the WHATWG event-stream spec."""
+    name: str | None = None
+    data: list[bytes] = []
+    for line in block.split(b"\n"):
+        if not line:
+            # A stray blank line inside the block (three newlines in a row) dispatches too.
+            if data:
+                events.append(SSEEvent(name, b"\n".join(data)))
+            name, data = None, []
+            continue
+        if line.startswith(b":"):
+            continue
+        field, colon, value = line.partition(b":")
+        if colon and value.startswith(b" "):
+            value = value[1:]
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            name = value.decode("utf-8", "replace") or None
+        # "id" and "retry" carry nothing the translators need.
+    if data:
+        events.append(SSEEvent(name, b"\n".join(data)))
+
+
+def encode_event(name: str | None, data: bytes) -> bytes:
+    """One frame; multi-line data is split over several ``data:`` lines."""
+    if b"\n" in data or b"\r" in data:
+        lines = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        body = b"".join(b"data: " + line + b"\n" for line in lines)
+    else:
+        body = b"data: " + data + b"\n"
+    if name is None:
+        return body + b"\n"
+    return b"event: " + name.encode() + b"\n" + body + b"\n"
+
+
+def encode_data(data: bytes) -> bytes:
+    """A data-only frame (chat chunks), for data known to hold no line breaks (orjson output)."""
+    return b"data: " + data + b"\n\n"
+
+
+def encode_typed(event_type: str, data: bytes) -> bytes:
+    """A Responses frame whose ``event:`` repeats the JSON ``type`` (orjson output, one line)."""
+    return b"event: " + event_type.encode() + b"\ndata: " + data + b"\n\n"
