@@ -8,11 +8,14 @@ back into the item the Responses client declared.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any
 
 import orjson
 
 from llmitm.translate.context import ToolOrigin, TranslationContext
+from llmitm.translate.errors import TranslationError
 
 CUSTOM_INPUT_PARAMETER = "input"
 
@@ -75,3 +78,322 @@ def restore_call(
     if origin.namespace is not None:
         item["namespace"] = origin.namespace
     return item
+
+
+# --- Request side: declaring Responses tools to a chat upstream, and back. ---------------
+
+CHAT_NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+NAMESPACE_SEPARATOR = "__"
+_DIGEST_LENGTH = 8
+# Tool types a chat backend can declare; everything else is a hosted (server-run) tool.
+_DECLARABLE_TOOL_TYPES = frozenset({"function", "custom", "namespace"})
+_TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
+
+
+def chat_function_name(name: str, namespace: str | None = None) -> str:
+    """The chat function name for a Responses tool, stable across requests.
+
+    Chat names must match ``^[a-zA-Z0-9_-]{1,64}$``. Names that do not are sanitised and
+    shortened, with a hash of the original appended so that two long or exotic names never
+    collapse into one and the same tool gets the same name on every turn.
+    """
+    flat = f"{namespace}{NAMESPACE_SEPARATOR}{name}" if namespace else name
+    if CHAT_NAME_PATTERN.fullmatch(flat):
+        return flat
+    digest = hashlib.sha256(flat.encode()).hexdigest()[:_DIGEST_LENGTH]
+    safe = re.sub(r"[^a-zA-Z0-9_-]", "_", flat)[: 64 - _DIGEST_LENGTH - 1]
+    return f"{safe}_{digest}"
+
+
+def custom_tool_parameters(tool_format: Any) -> dict[str, Any]:
+    """The JSON schema of the chat function standing in for a Responses ``custom`` tool."""
+    description = "The raw input for this tool, as free text (not JSON)."
+    if isinstance(tool_format, dict) and tool_format.get("type") == "grammar":
+        grammar = tool_format.get("grammar")
+        # Older clients put syntax/definition next to type rather than under "grammar".
+        spec = grammar if isinstance(grammar, dict) else tool_format
+        syntax = spec.get("syntax", "lark")
+        definition = spec.get("definition", "")
+        description += f" It must match this {syntax} grammar:\n{definition}"
+    return {
+        "type": "object",
+        "properties": {CUSTOM_INPUT_PARAMETER: {"type": "string", "description": description}},
+        "required": [CUSTOM_INPUT_PARAMETER],
+        "additionalProperties": False,
+    }
+
+
+def custom_call_arguments(tool_input: Any) -> str:
+    """Chat ``arguments`` for a historical ``custom_tool_call``'s ``input``."""
+    text = tool_input if isinstance(tool_input, str) else ""
+    return orjson.dumps({CUSTOM_INPUT_PARAMETER: text}).decode()
+
+
+def _tool_name(tool: dict[str, Any], where: str) -> str:
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise TranslationError(
+            f"{where} has no name; give every function and custom tool a non-empty name.",
+            param=where,
+            code="missing_required_parameter",
+        )
+    return name
+
+
+class _ToolDeclarer:
+    """Builds the chat ``tools`` list and records which Responses tool each name stands for."""
+
+    def __init__(self, context: TranslationContext) -> None:
+        self.context = context
+        self.tools: list[dict[str, Any]] = []
+        self._seen: dict[str, str] = {}
+
+    def _declare(self, chat_name: str, origin: ToolOrigin, where: str) -> None:
+        if chat_name in self._seen:
+            raise TranslationError(
+                f"{where} and {self._seen[chat_name]} both become the chat function "
+                f"{chat_name!r}; rename one of them.",
+                param="tools",
+                code="invalid_value",
+            )
+        self._seen[chat_name] = where
+        # Plain functions whose name survives unchanged need no entry: origin_of defaults.
+        if origin != ToolOrigin("function", chat_name):
+            self.context.tools[chat_name] = origin
+
+    def function(self, tool: dict[str, Any], where: str, namespace: str | None) -> None:
+        name = _tool_name(tool, where)
+        chat_name = chat_function_name(name, namespace)
+        self._declare(chat_name, ToolOrigin("function", name, namespace=namespace), where)
+        function: dict[str, Any] = {"name": chat_name}
+        if tool.get("description") is not None:
+            function["description"] = tool["description"]
+        parameters = tool.get("parameters")
+        function["parameters"] = (
+            parameters if parameters is not None else {"type": "object", "properties": {}}
+        )
+        if tool.get("strict") is not None:
+            function["strict"] = tool["strict"]
+        self.tools.append({"type": "function", "function": function})
+
+    def custom(self, tool: dict[str, Any], where: str, namespace: str | None) -> None:
+        name = _tool_name(tool, where)
+        chat_name = chat_function_name(name, namespace)
+        self._declare(chat_name, ToolOrigin("custom", name, namespace=namespace), where)
+        function: dict[str, Any] = {"name": chat_name}
+        if tool.get("description") is not None:
+            function["description"] = tool["description"]
+        function["parameters"] = custom_tool_parameters(tool.get("format"))
+        self.tools.append({"type": "function", "function": function})
+
+
+def _hosted(kind: str, where: str, strict: bool, warnings: list[str]) -> None:
+    if strict:
+        raise TranslationError(
+            f"{where} is a hosted {kind!r} tool that a chat upstream cannot run; "
+            "remove it or turn off strict mode to have it dropped.",
+            param="tools",
+        )
+    warnings.append(f"dropped hosted tool {kind!r} ({where}): a chat upstream cannot run it")
+
+
+def responses_tools_to_chat(
+    tools: Any, context: TranslationContext, warnings: list[str]
+) -> list[dict[str, Any]]:
+    """Chat ``tools`` for a Responses request's ``tools``; hosted tools are dropped or refused.
+
+    Fills ``context.tools`` with the origin of every renamed, custom or namespaced function.
+    """
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise TranslationError("tools must be an array of tool objects.", param="tools")
+    declarer = _ToolDeclarer(context)
+    strict = context.options.strict
+    for index, tool in enumerate(tools):
+        where = f"tools[{index}]"
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or not isinstance(kind, str):
+            raise TranslationError(
+                f"{where} must be an object with a type; send each tool as an object.",
+                param="tools",
+            )
+        if kind == "function":
+            declarer.function(tool, where, None)
+        elif kind == "custom":
+            declarer.custom(tool, where, None)
+        elif kind == "namespace":
+            namespace = _tool_name(tool, where)
+            inner_tools = tool.get("tools")
+            if not isinstance(inner_tools, list):
+                raise TranslationError(
+                    f"{where}.tools must be an array; list the namespace's tools in it.",
+                    param="tools",
+                )
+            for inner_index, inner in enumerate(inner_tools):
+                inner_where = f"{where}.tools[{inner_index}]"
+                inner_kind = inner.get("type") if isinstance(inner, dict) else None
+                if inner_kind == "function":
+                    declarer.function(inner, inner_where, namespace)
+                elif inner_kind == "custom":
+                    declarer.custom(inner, inner_where, namespace)
+                else:
+                    _hosted(str(inner_kind), inner_where, strict, warnings)
+        else:
+            _hosted(kind, where, strict, warnings)
+    return declarer.tools
+
+
+def _chat_name_for(name: str, namespace: str | None, kind: str, context: TranslationContext) -> str:
+    """The chat name already declared for a Responses tool, or the one it would get."""
+    for chat_name, origin in context.tools.items():
+        if origin.kind == kind and origin.name == name and origin.namespace == namespace:
+            return chat_name
+    return chat_function_name(name, namespace)
+
+
+def _dropped_choice(kind: str, context: TranslationContext, warnings: list[str], why: str) -> str:
+    if context.options.strict:
+        raise TranslationError(
+            f"tool_choice {kind!r} cannot be carried to a chat upstream ({why}); "
+            "choose a function tool or turn off strict mode.",
+            param="tool_choice",
+        )
+    warnings.append(f"replaced tool_choice {kind!r} with 'auto': {why}")
+    return "auto"
+
+
+def responses_tool_choice_to_chat(
+    choice: Any, context: TranslationContext, warnings: list[str]
+) -> Any:
+    """Chat ``tool_choice`` for a Responses one (call after :func:`responses_tools_to_chat`)."""
+    if isinstance(choice, str):
+        if choice in _TOOL_CHOICE_MODES:
+            return choice
+        raise TranslationError(
+            f"tool_choice {choice!r} is not one of none, auto or required; send one of those "
+            "or a tool choice object.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if not isinstance(choice, dict) or not isinstance(kind, str):
+        raise TranslationError(
+            "tool_choice must be a string or an object with a type; send 'auto' or a "
+            "tool choice object.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if kind in ("function", "custom"):
+        name = _tool_name(choice, "tool_choice")
+        chat_name = _chat_name_for(name, choice.get("namespace"), kind, context)
+        return {"type": "function", "function": {"name": chat_name}}
+    if kind == "allowed_tools":
+        allowed: list[dict[str, Any]] = []
+        for index, tool in enumerate(choice.get("tools") or []):
+            tool_kind = tool.get("type") if isinstance(tool, dict) else None
+            if tool_kind in ("function", "custom"):
+                name = _tool_name(tool, f"tool_choice.tools[{index}]")
+                chat_name = _chat_name_for(name, tool.get("namespace"), tool_kind, context)
+                allowed.append({"type": "function", "function": {"name": chat_name}})
+            else:
+                warnings.append(
+                    f"dropped hosted tool {tool_kind!r} from tool_choice.allowed_tools: "
+                    "a chat upstream cannot run it"
+                )
+        if not allowed:
+            return _dropped_choice(kind, context, warnings, "no function tools are allowed")
+        return {
+            "type": "allowed_tools",
+            "allowed_tools": {"mode": choice.get("mode", "auto"), "tools": allowed},
+        }
+    return _dropped_choice(kind, context, warnings, "it names a hosted tool")
+
+
+def chat_tools_to_responses(tools: Any) -> list[dict[str, Any]]:
+    """Responses ``tools`` (flat) for chat ``tools`` (nested ``function``/``custom``)."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise TranslationError("tools must be an array of tool objects.", param="tools")
+    result: list[dict[str, Any]] = []
+    for index, tool in enumerate(tools):
+        where = f"tools[{index}]"
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        body = tool.get(kind) if isinstance(tool, dict) and isinstance(kind, str) else None
+        if kind not in ("function", "custom") or not isinstance(body, dict):
+            raise TranslationError(
+                f"{where} must be a function or custom tool with its definition under "
+                f"'function' or 'custom'; got type {kind!r}.",
+                param="tools",
+                code="invalid_value",
+            )
+        flat: dict[str, Any] = {"type": kind, "name": _tool_name(body, where)}
+        keys = (
+            ("description", "parameters", "strict")
+            if kind == "function"
+            else ("description", "format")
+        )
+        for key in keys:
+            if body.get(key) is not None:
+                flat[key] = body[key]
+        result.append(flat)
+    return result
+
+
+def web_search_tool(options: Any) -> dict[str, Any]:
+    """The Responses ``web_search`` tool for chat ``web_search_options``."""
+    tool: dict[str, Any] = {"type": "web_search"}
+    if not isinstance(options, dict):
+        return tool
+    if options.get("search_context_size") is not None:
+        tool["search_context_size"] = options["search_context_size"]
+    location = options.get("user_location")
+    if isinstance(location, dict):
+        # Chat nests the fields under "approximate"; Responses has them flat.
+        approximate = location.get("approximate")
+        fields = approximate if isinstance(approximate, dict) else {}
+        flat = {"type": location.get("type", "approximate")}
+        flat.update({key: value for key, value in fields.items() if value is not None})
+        tool["user_location"] = flat
+    return tool
+
+
+def chat_tool_choice_to_responses(choice: Any) -> Any:
+    """Responses ``tool_choice`` for a chat one."""
+    if isinstance(choice, str):
+        if choice in _TOOL_CHOICE_MODES:
+            return choice
+        raise TranslationError(
+            f"tool_choice {choice!r} is not one of none, auto or required; send one of those "
+            "or a tool choice object.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if isinstance(choice, dict) and kind in ("function", "custom"):
+        named = choice.get(kind)
+        if isinstance(named, dict):
+            return {"type": kind, "name": _tool_name(named, "tool_choice")}
+    if isinstance(choice, dict) and kind == "allowed_tools":
+        allowed = choice.get("allowed_tools")
+        if isinstance(allowed, dict):
+            tools = []
+            for index, tool in enumerate(allowed.get("tools") or []):
+                tool_kind = tool.get("type") if isinstance(tool, dict) else None
+                named = tool.get(tool_kind) if isinstance(tool_kind, str) else None
+                if tool_kind not in ("function", "custom") or not isinstance(named, dict):
+                    raise TranslationError(
+                        f"tool_choice.allowed_tools.tools[{index}] must name a function or "
+                        "custom tool.",
+                        param="tool_choice",
+                        code="invalid_value",
+                    )
+                where = f"tool_choice.allowed_tools.tools[{index}]"
+                tools.append({"type": tool_kind, "name": _tool_name(named, where)})
+            return {"type": "allowed_tools", "mode": allowed.get("mode", "auto"), "tools": tools}
+    raise TranslationError(
+        "tool_choice must be none, auto, required, or a function, custom or allowed_tools choice.",
+        param="tool_choice",
+        code="invalid_value",
+    )
