@@ -1,0 +1,480 @@
+"""Responses request → Chat Completions request: a Responses client in front of a chat upstream.
+
+Owns the request half of that direction: ``instructions`` and ``input`` items (after the
+already-resolved ``history``) become chat ``messages``, Responses tools are declared as chat
+functions (via :mod:`llmitm.translate.tools`), and sampling/format fields are renamed. The
+returned context tells the response translators the client's model, the request fields the
+synthesized Response echoes and which chat function stands for which Responses tool.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import orjson
+
+from llmitm.translate.content_parts import (
+    BLOCK_SEPARATOR,
+    STREAM_SEPARATOR,
+    TEXT_PART_TYPES,
+    is_text_part,
+    join_text,
+    part_text,
+    responses_part_to_chat,
+)
+from llmitm.translate.context import MappedRequest, TranslateOptions, TranslationContext
+from llmitm.translate.errors import TranslationError
+from llmitm.translate.tools import (
+    chat_function_name,
+    custom_call_arguments,
+    responses_tool_choice_to_chat,
+    responses_tools_to_chat,
+)
+from llmitm.wire.objects import ECHOED_REQUEST_FIELDS
+
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+_MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
+_SAME_NAME_FIELDS = (
+    "temperature",
+    "top_p",
+    "user",
+    "service_tier",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "safety_identifier",
+)
+# Read here under another name, or handled by the proxy (store emulation, background,
+# include), or meaningless to a chat upstream. Forwarding store/metadata to OpenAI chat would
+# even change behaviour (stored chat completions), so they stop here silently.
+_CONSUMED_FIELDS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "text",
+        "reasoning",
+        "max_output_tokens",
+        "top_logprobs",
+        "stream",
+        "stream_options",
+        "metadata",
+        "store",
+        "background",
+        "include",
+        "truncation",
+        "max_tool_calls",
+        "client_metadata",
+        "previous_response_id",
+        "conversation",
+        *_SAME_NAME_FIELDS,
+    }
+)
+
+
+def responses_request_to_chat(
+    body: dict[str, Any],
+    options: TranslateOptions,
+    *,
+    history: list[dict[str, Any]] | None = None,
+) -> MappedRequest:
+    """Translate a Responses request body into a Chat Completions request body.
+
+    ``history`` holds the items of the ancestor responses, already resolved by the store
+    (Responses item shape); without it a request continuing a stored conversation is refused.
+    """
+    if not isinstance(body, dict):
+        raise TranslationError(
+            "The request body must be a JSON object; send the Responses request as an object.",
+            code=None,
+        )
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise TranslationError(
+            "model is required; send the model name as a string.",
+            param="model",
+            code="missing_required_parameter",
+        )
+    _require_history(body, history)
+
+    context = TranslationContext(options=options, model=model)
+    context.echo = {key: body[key] for key in ECHOED_REQUEST_FIELDS if key in body}
+    warnings: list[str] = []
+
+    tools = responses_tools_to_chat(body.get("tools"), context, warnings)
+    chat: dict[str, Any] = {"model": model, "messages": _messages(body, history, warnings)}
+    _map_tools(body, tools, chat, context, warnings)
+    _map_text(body.get("text"), chat)
+    _map_sampling(body, chat)
+    if body.get("stream"):
+        # Usage arrives only in the trailing chunk, and response.completed must carry it.
+        chat["stream"] = True
+        chat["stream_options"] = {"include_usage": True}
+    if body.get("prompt") is not None:
+        warnings.append("ignored prompt: a chat upstream cannot expand stored prompt templates")
+    for key in body:
+        if key not in _CONSUMED_FIELDS and key != "prompt":
+            warnings.append(f"ignored {key}: the Chat Completions API has no equivalent")
+    return MappedRequest(body=chat, context=context, warnings=warnings)
+
+
+def _require_history(body: dict[str, Any], history: list[dict[str, Any]] | None) -> None:
+    if history is not None:
+        return
+    for field in ("previous_response_id", "conversation"):
+        if body.get(field) is not None:
+            raise TranslationError(
+                f"{field} refers to server-side state that llmitm's response store must "
+                "resolve first; enable the store or resend the full conversation in input.",
+                param=field,
+                code="previous_response_not_found",
+            )
+
+
+def _messages(
+    body: dict[str, Any], history: list[dict[str, Any]] | None, warnings: list[str]
+) -> list[dict[str, Any]]:
+    builder = _MessageBuilder(warnings)
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise TranslationError(
+            "instructions must be a string; put structured context in input messages.",
+            param="instructions",
+            code="invalid_type",
+        )
+    # Only this request's instructions count: a previous response's are never carried over.
+    if instructions:
+        builder.messages.append({"role": "system", "content": instructions})
+    for index, item in enumerate(history or []):
+        builder.add(item, f"history[{index}]")
+    items = body.get("input")
+    if isinstance(items, str):
+        builder.add({"role": "user", "content": items}, "input")
+    elif isinstance(items, list):
+        for index, item in enumerate(items):
+            builder.add(item, f"input[{index}]")
+    elif items is not None:
+        raise TranslationError(
+            "input must be a string or an array of input items.",
+            param="input",
+            code="invalid_type",
+        )
+    builder.finish()
+    if not builder.messages:
+        raise TranslationError(
+            "input is empty; send a string or at least one input item.",
+            param="input",
+            code="missing_required_parameter",
+        )
+    return builder.messages
+
+
+class _MessageBuilder:
+    """Accumulates chat messages from Responses items, merging an assistant turn's parts."""
+
+    def __init__(self, warnings: list[str]) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.warnings = warnings
+        self._reasoning: list[str] = []
+        self._dropped: Counter[str] = Counter()
+
+    def add(self, item: Any, where: str) -> None:
+        if not isinstance(item, dict):
+            raise TranslationError(
+                f"{where} must be an object; send input items as objects.",
+                param="input",
+                code="invalid_type",
+            )
+        kind = item.get("type")
+        if kind is None and "role" in item:
+            kind = "message"
+        if kind == "message":
+            self._message(item, where)
+        elif kind in ("function_call", "custom_tool_call"):
+            self._call(item, kind, where)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            self._reasoning.clear()
+            self.messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": _call_id(item, where),
+                    "content": _tool_output(item.get("output"), where, self.warnings),
+                }
+            )
+        elif kind == "reasoning":
+            text = _reasoning_text(item)
+            if text:
+                self._reasoning.append(text)
+        elif kind == "item_reference":
+            raise TranslationError(
+                f"{where} is an item_reference, which llmitm's response store must resolve "
+                "before translation; enable the store or send the referenced item itself.",
+                param="input",
+            )
+        elif isinstance(kind, str):
+            self._dropped[kind] += 1
+        else:
+            raise TranslationError(
+                f"{where} has neither a type nor a role; give every input item a type.",
+                param="input",
+                code="missing_required_parameter",
+            )
+
+    def finish(self) -> None:
+        # Reasoning with no assistant turn after it has nothing to attach to.
+        self._reasoning.clear()
+        for kind, count in sorted(self._dropped.items()):
+            self.warnings.append(
+                f"dropped {count} {kind} input item(s): a chat upstream cannot replay "
+                "hosted tool items"
+            )
+
+    def _message(self, item: dict[str, Any], where: str) -> None:
+        role = item.get("role")
+        if role not in _MESSAGE_ROLES:
+            raise TranslationError(
+                f"{where}.role must be user, assistant, system or developer, not {role!r}.",
+                param="input",
+                code="invalid_value",
+            )
+        content = item.get("content")
+        if role == "assistant":
+            self._assistant(content, where)
+            return
+        self._reasoning.clear()
+        if role == "user":
+            self.messages.append({"role": "user", "content": self._user(content, where)})
+        else:
+            # Chat-only local backends' templates often reject "developer"; system is universal.
+            self.messages.append({"role": "system", "content": self._system(content, where)})
+
+    def _user(self, content: Any, where: str) -> str | list[dict[str, Any]]:
+        if content is None or isinstance(content, str):
+            return content or ""
+        parts = [
+            mapped
+            for index, part in enumerate(_parts(content, where))
+            if (mapped := responses_part_to_chat(part, f"{where}.content[{index}]", self.warnings))
+        ]
+        if all(part["type"] == "text" for part in parts) and len(parts) <= 1:
+            return parts[0]["text"] if parts else ""
+        return parts
+
+    def _system(self, content: Any, where: str) -> str:
+        if content is None or isinstance(content, str):
+            return content or ""
+        parts = _parts(content, where)
+        if any(not is_text_part(part) for part in parts):
+            self.warnings.append(
+                f"dropped non-text parts of {where}: chat system messages are text"
+            )
+        return join_text(parts, BLOCK_SEPARATOR)
+
+    def _assistant(self, content: Any, where: str) -> None:
+        texts: list[str] = []
+        refusals: list[str] = []
+        parts: list[Any] = [] if content is None else _parts(content, where)
+        if isinstance(content, str):
+            texts.append(content)
+        for part in parts:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in TEXT_PART_TYPES:
+                texts.append(part_text(part))
+            elif kind == "refusal":
+                refusals.append(str(part.get("refusal") or ""))
+            else:
+                self.warnings.append(f"dropped a {kind!r} part of {where}: not assistant content")
+        text = STREAM_SEPARATOR.join(texts)
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "assistant" and last.get("tool_calls"):
+            # Tool results must directly follow the calls, so text the client recorded after
+            # the calls (still awaiting results) joins the calls' message.
+            message = last
+            if text:
+                message["content"] = (message.get("content") or "") + text
+        else:
+            message = {"role": "assistant", "content": text}
+            self.messages.append(message)
+        if refusals:
+            message["refusal"] = (message.get("refusal") or "") + "".join(refusals)
+        self._attach_reasoning(message)
+
+    def _call(self, item: dict[str, Any], kind: str, where: str) -> None:
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise TranslationError(
+                f"{where} has no name; send the tool name of every call.",
+                param="input",
+                code="missing_required_parameter",
+            )
+        namespace = item.get("namespace")
+        if kind == "custom_tool_call":
+            arguments = custom_call_arguments(item.get("input"))
+        else:
+            arguments = _arguments(item.get("arguments"))
+        call = {
+            "id": _call_id(item, where),
+            "type": "function",
+            "function": {
+                "name": chat_function_name(name, namespace if isinstance(namespace, str) else None),
+                "arguments": arguments,
+            },
+        }
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "assistant":
+            # Consecutive calls, and the text the model said before them, are one chat turn.
+            message = last
+            if message.get("content") == "":
+                message["content"] = None
+        else:
+            message = {"role": "assistant", "content": None}
+            self.messages.append(message)
+        message.setdefault("tool_calls", []).append(call)
+        self._attach_reasoning(message)
+
+    def _attach_reasoning(self, message: dict[str, Any]) -> None:
+        if not self._reasoning:
+            return
+        texts = [message["reasoning_content"]] if message.get("reasoning_content") else []
+        message["reasoning_content"] = BLOCK_SEPARATOR.join(texts + self._reasoning)
+        self._reasoning.clear()
+
+
+def _parts(content: Any, where: str) -> list[Any]:
+    if isinstance(content, str):
+        return []
+    if not isinstance(content, list):
+        raise TranslationError(
+            f"{where}.content must be a string or an array of content parts.",
+            param="input",
+            code="invalid_type",
+        )
+    return content
+
+
+def _call_id(item: dict[str, Any], where: str) -> str:
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise TranslationError(
+            f"{where} has no call_id; send the call_id that pairs each tool call with its output.",
+            param="input",
+            code="missing_required_parameter",
+        )
+    return call_id
+
+
+def _arguments(arguments: Any) -> str:
+    # Historical arguments may be invalid JSON (a model's truncated call); forward verbatim.
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return ""
+    return orjson.dumps(arguments).decode()
+
+
+def _tool_output(output: Any, where: str, warnings: list[str]) -> str | list[dict[str, Any]]:
+    if output is None:
+        return ""
+    if isinstance(output, str):
+        return output
+    if not isinstance(output, list):
+        return orjson.dumps(output).decode()
+    parts = [
+        mapped
+        for index, part in enumerate(output)
+        if (mapped := responses_part_to_chat(part, f"{where}.output[{index}]", warnings))
+    ]
+    if all(part["type"] == "text" for part in parts):
+        return STREAM_SEPARATOR.join(part["text"] for part in parts)
+    return parts
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, list):
+        texts = [
+            part_text(part)
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "reasoning_text"
+        ]
+        if any(texts):
+            return STREAM_SEPARATOR.join(texts)
+    summary = item.get("summary")
+    if isinstance(summary, list):
+        return BLOCK_SEPARATOR.join(
+            text for part in summary if isinstance(part, dict) and (text := part_text(part))
+        )
+    return ""
+
+
+def _map_tools(
+    body: dict[str, Any],
+    tools: list[dict[str, Any]],
+    chat: dict[str, Any],
+    context: TranslationContext,
+    warnings: list[str],
+) -> None:
+    choice = body.get("tool_choice")
+    if not tools:
+        # Chat upstreams reject tool_choice and parallel_tool_calls without tools.
+        if choice not in (None, "auto", "none"):
+            warnings.append("dropped tool_choice: no tool is left for a chat upstream to call")
+        return
+    chat["tools"] = tools
+    if choice is not None:
+        chat["tool_choice"] = responses_tool_choice_to_chat(choice, context, warnings)
+    if body.get("parallel_tool_calls") is not None:
+        chat["parallel_tool_calls"] = body["parallel_tool_calls"]
+
+
+def _map_text(text: Any, chat: dict[str, Any]) -> None:
+    if text is None:
+        return
+    if not isinstance(text, dict):
+        raise TranslationError(
+            "text must be an object with format and/or verbosity.",
+            param="text",
+            code="invalid_type",
+        )
+    text_format = text.get("format")
+    kind = text_format.get("type") if isinstance(text_format, dict) else None
+    if kind == "json_schema":
+        assert isinstance(text_format, dict)
+        schema = {
+            key: text_format[key]
+            for key in ("name", "description", "schema", "strict")
+            if text_format.get(key) is not None
+        }
+        chat["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif kind == "json_object":
+        chat["response_format"] = {"type": "json_object"}
+    elif text_format is not None and kind != "text":
+        raise TranslationError(
+            f"text.format type {kind!r} is not supported; send text, json_object or json_schema.",
+            param="text.format",
+            code="invalid_value",
+        )
+    if text.get("verbosity") is not None:
+        chat["verbosity"] = text["verbosity"]
+
+
+def _map_sampling(body: dict[str, Any], chat: dict[str, Any]) -> None:
+    if body.get("max_output_tokens") is not None:
+        chat["max_completion_tokens"] = body["max_output_tokens"]
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict) and reasoning.get("effort") is not None:
+        chat["reasoning_effort"] = reasoning["effort"]
+    for key in _SAME_NAME_FIELDS:
+        if body.get(key) is not None:
+            chat[key] = body[key]
+    include = body.get("include")
+    top_logprobs = body.get("top_logprobs")
+    wants_logprobs = isinstance(include, list) and LOGPROBS_INCLUDE in include
+    if wants_logprobs or (isinstance(top_logprobs, int) and top_logprobs > 0):
+        chat["logprobs"] = True
+        if isinstance(top_logprobs, int):
+            chat["top_logprobs"] = top_logprobs
