@@ -187,15 +187,31 @@ class ChatToResponsesStream:
         return event
 
     def _delta(self, delta: dict[str, Any], choice: dict[str, Any], out: list[Event]) -> None:
-        reasoning = _reasoning_text(delta)
-        if reasoning:
-            self._add_reasoning(reasoning, out)
+        if not _REASONING_KEYS.isdisjoint(delta):
+            reasoning = _reasoning_text(delta)
+            if reasoning:
+                self._add_reasoning(reasoning, out)
         content = delta.get("content")
         if content:
-            logprobs = choice.get("logprobs")
-            segments = self._think.feed(content)
-            for is_reasoning, text in segments:
-                self._content(is_reasoning, text, logprobs, out)
+            message = self._message
+            if message is not None and message.part_kind == "output_text" and self._think.settled:
+                # The hot path: more text for the open text part.
+                message.parts.append(content)
+                out.append(
+                    {
+                        "type": "response.output_text.delta",
+                        "sequence_number": self._seq,
+                        "item_id": message.item_id,
+                        "output_index": message.output_index,
+                        "content_index": len(message.content),
+                        "delta": content,
+                        "logprobs": _logprobs(choice.get("logprobs")),
+                    }
+                )
+                self._seq += 1
+            else:
+                for is_reasoning, text in self._think.feed(content):
+                    self._content(is_reasoning, text, choice.get("logprobs"), out)
         refusal = delta.get("refusal")
         if refusal:
             self._add_message_part("refusal", refusal, None, out)
@@ -233,14 +249,16 @@ class ChatToResponsesStream:
             )
         reasoning.parts.append(text)
         out.append(
-            self._event(
-                "response.reasoning_summary_text.delta",
-                item_id=reasoning.item_id,
-                output_index=reasoning.output_index,
-                summary_index=0,
-                delta=text,
-            )
+            {
+                "type": "response.reasoning_summary_text.delta",
+                "sequence_number": self._seq,
+                "item_id": reasoning.item_id,
+                "output_index": reasoning.output_index,
+                "summary_index": 0,
+                "delta": text,
+            }
         )
+        self._seq += 1
 
     def _add_message_part(self, kind: str, text: str, logprobs: Any, out: list[Event]) -> None:
         message = self._message
@@ -514,6 +532,9 @@ class ChatToResponsesStream:
         return dict(self._response)
 
 
+_REASONING_KEYS = frozenset({"reasoning_content", "reasoning", "reasoning_details"})
+
+
 def _reasoning_text(delta: dict[str, Any]) -> str:
     """Reasoning in any of its chat spellings (OpenRouter sends the same text twice, as
     ``reasoning`` and ``reasoning_details``: take the first spelling present)."""
@@ -541,7 +562,7 @@ def _reasoning_text(delta: dict[str, Any]) -> str:
 
 def _logprobs(logprobs: Any) -> list[Any]:
     """Chat token logprobs as Responses delta logprobs (the same fields)."""
-    if isinstance(logprobs, dict):
+    if logprobs and isinstance(logprobs, dict):
         content = logprobs.get("content")
         if isinstance(content, list):
             return content

@@ -38,6 +38,11 @@ class ThinkTagSplitter:
         # Whitespace right after a tag is layout, not text: "<think>\n…</think>\n\nAnswer".
         self._strip_leading = open_missing
 
+    @property
+    def settled(self) -> bool:
+        """Past the leading think block: every further delta is plain text."""
+        return not (self._inside or self._may_open or self._held or self._strip_leading)
+
     def feed(self, text: str) -> list[Segment]:
         if self._held or "<" in text:
             return self._scan(self._held + text)

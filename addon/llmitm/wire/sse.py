@@ -11,17 +11,14 @@ runs once per chunk for every stream through the proxy.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TypeAlias
 
 DONE_DATA = b"[DONE]"
 DONE_FRAME = b"data: [DONE]\n\n"
 
-
-class SSEEvent(NamedTuple):
-    """One dispatched event: its ``event:`` name (``None`` when absent) and its data bytes."""
-
-    event: str | None
-    data: bytes
+SSEEvent: TypeAlias = tuple[str | None, bytes]
+"""One dispatched event: its ``event:`` name (``None`` when absent) and its data bytes.
+A plain tuple, not a NamedTuple: it is built once per event on the hot path."""
 
 
 class SSEDecoder:
@@ -70,7 +67,7 @@ def _parse_block(block: bytes, events: list[SSEEvent]) -> None:
     """Parse the lines between two blank lines (the fast paths cover nearly every event)."""
     if block.startswith(b"data: "):
         if b"\n" not in block:
-            events.append(SSEEvent(None, block[6:]))
+            events.append((None, block[6:]))
             return
     elif block.startswith(b"event: "):
         newline = block.find(b"\n")
@@ -79,7 +76,7 @@ def _parse_block(block: bytes, events: list[SSEEvent]) -> None:
             and block.startswith(b"data: ", newline + 1)
             and block.find(b"\n", newline + 1) < 0
         ):
-            events.append(SSEEvent(block[7:newline].decode(), block[newline + 7 :]))
+            events.append((block[7:newline].decode(), block[newline + 7 :]))
             return
     _parse_lines(block, events)
 
@@ -92,7 +89,7 @@ def _parse_lines(block: bytes, events: list[SSEEvent]) -> None:
         if not line:
             # A stray blank line inside the block (three newlines in a row) dispatches too.
             if data:
-                events.append(SSEEvent(name, b"\n".join(data)))
+                events.append((name, b"\n".join(data)))
             name, data = None, []
             continue
         if line.startswith(b":"):
@@ -106,7 +103,7 @@ def _parse_lines(block: bytes, events: list[SSEEvent]) -> None:
             name = value.decode("utf-8", "replace") or None
         # "id" and "retry" carry nothing the translators need.
     if data:
-        events.append(SSEEvent(name, b"\n".join(data)))
+        events.append((name, b"\n".join(data)))
 
 
 def encode_event(name: str | None, data: bytes) -> bytes:
