@@ -11,12 +11,10 @@ runs once per chunk for every stream through the proxy.
 
 from __future__ import annotations
 
-from typing import TypeAlias
-
 DONE_DATA = b"[DONE]"
 DONE_FRAME = b"data: [DONE]\n\n"
 
-SSEEvent: TypeAlias = tuple[str | None, bytes]
+type SSEEvent = tuple[str | None, bytes]
 """One dispatched event: its ``event:`` name (``None`` when absent) and its data bytes.
 A plain tuple, not a NamedTuple: it is built once per event on the hot path."""
 
