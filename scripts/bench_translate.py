@@ -317,18 +317,16 @@ def main() -> None:
             responses_stream(args.events),
         ),
     ]
-    print(
-        f"{'direction':36} {'events':>8} {'events/s':>11} {'floor/s':>11} {'ratio':>6} {'peak MiB':>9}"
-    )
+    header = ("direction", "events", "events/s", "floor/s", "ratio", "peak MiB")
+    print("{:36} {:>8} {:>11} {:>11} {:>6} {:>9}".format(*header))
     for label, direction, stream in cases:
         chunks = chunked(stream, args.chunk)
         run = translate(direction)  # type: ignore[arg-type]
         rate, events = median_rate(run, chunks, args.runs)
         floor_rate, _ = median_rate(floor, chunks, args.runs)
         peak = peak_memory(run, chunks) / 2**20
-        print(
-            f"{label:36} {events:>8} {rate:>11,.0f} {floor_rate:>11,.0f} {rate / floor_rate:>6.2f} {peak:>9.2f}"
-        )
+        ratio = rate / floor_rate
+        print(f"{label:36} {events:>8} {rate:>11,.0f} {floor_rate:>11,.0f} {ratio:>6.2f} {peak:>9.2f}")
 
 
 if __name__ == "__main__":
