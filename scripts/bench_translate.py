@@ -325,8 +325,8 @@ def main() -> None:
         rate, events = median_rate(run, chunks, args.runs)
         floor_rate, _ = median_rate(floor, chunks, args.runs)
         peak = peak_memory(run, chunks) / 2**20
-        ratio = rate / floor_rate
-        print(f"{label:36} {events:>8} {rate:>11,.0f} {floor_rate:>11,.0f} {ratio:>6.2f} {peak:>9.2f}")
+        row = (label, events, rate, floor_rate, rate / floor_rate, peak)
+        print("{:36} {:>8} {:>11,.0f} {:>11,.0f} {:>6.2f} {:>9.2f}".format(*row))
 
 
 if __name__ == "__main__":
