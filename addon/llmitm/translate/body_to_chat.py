@@ -201,6 +201,18 @@ def _fold(output: Any) -> _Folded:
     return folded
 
 
+def _usage(responses_usage: Any) -> dict[str, Any] | None:
+    usage = responses_usage_to_chat(responses_usage)
+    if usage is not None:
+        details = responses_usage.get("input_tokens_details")
+        written = details.get("cache_write_tokens") if isinstance(details, dict) else None
+        # Cache writes are billed differently; keep them when the upstream reported any
+        # (wire.usage predates the field; zero means the same as absent).
+        if isinstance(written, int) and written:
+            usage["prompt_tokens_details"].setdefault("cache_write_tokens", written)
+    return usage
+
+
 def _finish_reason(response: dict[str, Any], has_calls: bool) -> str:
     status = response.get("status")
     if status in ("failed", "cancelled"):
@@ -272,7 +284,7 @@ def response_to_chat_completion(
                 "finish_reason": _finish_reason(response, bool(folded.tool_calls)),
             }
         ],
-        "usage": responses_usage_to_chat(response.get("usage")),
+        "usage": _usage(response.get("usage")),
         "system_fingerprint": None,
     }
     service_tier = response.get("service_tier")
