@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from _fixtures_body import MODES, context, load_real, real_cases, validate_chat
+
 from llmitm.translate.body_to_chat import response_failure, response_to_chat_completion
 from llmitm.wire.objects import (
     custom_tool_call_item,

@@ -6,6 +6,7 @@ import pytest
 from _fixtures_body import load_real
 from hypothesis import given
 from hypothesis import strategies as st
+
 from llmitm.translate.think_tags import split_think_tags
 
 
