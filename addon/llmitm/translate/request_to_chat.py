@@ -36,6 +36,7 @@ from llmitm.wire.objects import ECHOED_REQUEST_FIELDS
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 _MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
+_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 _SAME_NAME_FIELDS = (
     "temperature",
     "top_p",
@@ -181,6 +182,8 @@ class _MessageBuilder:
         self.warnings = warnings
         self._reasoning: list[str] = []
         self._dropped: Counter[str] = Counter()
+        # Media returned by tools, held until the run of tool messages ends (see _tool_result).
+        self._tool_media: list[dict[str, Any]] = []
 
     def add(self, item: Any, where: str) -> None:
         if not isinstance(item, dict):
@@ -192,19 +195,14 @@ class _MessageBuilder:
         kind = item.get("type")
         if kind is None and "role" in item:
             kind = "message"
+        if kind not in _OUTPUT_TYPES:
+            self._flush_tool_media()
         if kind == "message":
             self._message(item, where)
         elif kind in ("function_call", "custom_tool_call"):
             self._call(item, kind, where)
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            self._reasoning.clear()
-            self.messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": _call_id(item, where),
-                    "content": _tool_output(item.get("output"), where, self.warnings),
-                }
-            )
+        elif kind in _OUTPUT_TYPES:
+            self._tool_result(item, where)
         elif kind == "reasoning":
             text = _reasoning_text(item)
             if text:
@@ -225,6 +223,7 @@ class _MessageBuilder:
             )
 
     def finish(self) -> None:
+        self._flush_tool_media()
         # Reasoning with no assistant turn after it has nothing to attach to.
         self._reasoning.clear()
         for kind, count in sorted(self._dropped.items()):
@@ -232,6 +231,25 @@ class _MessageBuilder:
                 f"dropped {count} {kind} input item(s): a chat upstream cannot replay "
                 "hosted tool items"
             )
+
+    def _tool_result(self, item: dict[str, Any], where: str) -> None:
+        self._reasoning.clear()
+        call_id = _call_id(item, where)
+        text, media = _tool_output(item.get("output"), where, self.warnings)
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        if media:
+            # Chat tool messages take only text, and nothing may come between an assistant's
+            # calls and their results; images and files follow the results as a user turn.
+            label = {"type": "text", "text": f"Content returned by tool call {call_id}:"}
+            self._tool_media.append({"role": "user", "content": [label, *media]})
+            self.warnings.append(
+                f"moved non-text output of {where} to a user message: chat tool messages "
+                "take only text"
+            )
+
+    def _flush_tool_media(self) -> None:
+        self.messages.extend(self._tool_media)
+        self._tool_media.clear()
 
     def _message(self, item: dict[str, Any], where: str) -> None:
         role = item.get("role")
@@ -376,21 +394,21 @@ def _arguments(arguments: Any) -> str:
     return orjson.dumps(arguments).decode()
 
 
-def _tool_output(output: Any, where: str, warnings: list[str]) -> str | list[dict[str, Any]]:
+def _tool_output(output: Any, where: str, warnings: list[str]) -> tuple[str, list[dict[str, Any]]]:
+    """A tool output's text, and its non-text parts as chat parts."""
     if output is None:
-        return ""
+        return "", []
     if isinstance(output, str):
-        return output
+        return output, []
     if not isinstance(output, list):
-        return orjson.dumps(output).decode()
+        return orjson.dumps(output).decode(), []
     parts = [
         mapped
         for index, part in enumerate(output)
         if (mapped := responses_part_to_chat(part, f"{where}.output[{index}]", warnings))
     ]
-    if all(part["type"] == "text" for part in parts):
-        return STREAM_SEPARATOR.join(part["text"] for part in parts)
-    return parts
+    text = STREAM_SEPARATOR.join(part["text"] for part in parts if part["type"] == "text")
+    return text, [part for part in parts if part["type"] != "text"]
 
 
 def _reasoning_text(item: dict[str, Any]) -> str:
