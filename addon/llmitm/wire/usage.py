@@ -31,8 +31,10 @@ def chat_usage_to_responses(usage: Any) -> dict[str, Any] | None:
     total = _int(usage.get("total_tokens"))
     return {
         "input_tokens": prompt,
+        # The SDK's ResponseUsage requires cache_write_tokens next to cached_tokens.
         "input_tokens_details": {
-            "cached_tokens": _detail(usage, "prompt_tokens_details", "cached_tokens")
+            "cached_tokens": _detail(usage, "prompt_tokens_details", "cached_tokens"),
+            "cache_write_tokens": _detail(usage, "prompt_tokens_details", "cache_write_tokens"),
         },
         "output_tokens": completion,
         "output_tokens_details": {
@@ -51,13 +53,15 @@ def responses_usage_to_chat(usage: Any) -> dict[str, Any] | None:
     if input_tokens is None or output_tokens is None:
         return None
     total = _int(usage.get("total_tokens"))
+    prompt_details = {"cached_tokens": _detail(usage, "input_tokens_details", "cached_tokens")}
+    cache_write = _detail(usage, "input_tokens_details", "cache_write_tokens")
+    if cache_write:
+        prompt_details["cache_write_tokens"] = cache_write  # optional in CompletionUsage
     return {
         "prompt_tokens": input_tokens,
         "completion_tokens": output_tokens,
         "total_tokens": total if total is not None else input_tokens + output_tokens,
-        "prompt_tokens_details": {
-            "cached_tokens": _detail(usage, "input_tokens_details", "cached_tokens")
-        },
+        "prompt_tokens_details": prompt_details,
         "completion_tokens_details": {
             "reasoning_tokens": _detail(usage, "output_tokens_details", "reasoning_tokens")
         },
