@@ -329,14 +329,20 @@ def chat_tools_to_responses(tools: Any) -> list[dict[str, Any]]:
                 code="invalid_value",
             )
         flat: dict[str, Any] = {"type": kind, "name": _tool_name(body, where)}
-        keys = (
-            ("description", "parameters", "strict")
-            if kind == "function"
-            else ("description", "format")
-        )
-        for key in keys:
-            if body.get(key) is not None:
-                flat[key] = body[key]
+        if body.get("description") is not None:
+            flat["description"] = body["description"]
+        if kind == "custom":
+            if body.get("format") is not None:
+                flat["format"] = body["format"]
+        else:
+            parameters = body.get("parameters")
+            flat["parameters"] = (
+                parameters if parameters is not None else {"type": "object", "properties": {}}
+            )
+            # Chat functions are non-strict unless asked; Responses would try strict mode
+            # when strict is omitted, constraining the model differently.
+            strict = body.get("strict")
+            flat["strict"] = strict if strict is not None else False
         result.append(flat)
     return result
 
