@@ -85,8 +85,6 @@ def restore_call(
 CHAT_NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 NAMESPACE_SEPARATOR = "__"
 _DIGEST_LENGTH = 8
-# Tool types a chat backend can declare; everything else is a hosted (server-run) tool.
-_DECLARABLE_TOOL_TYPES = frozenset({"function", "custom", "namespace"})
 _TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
 
 
