@@ -7,7 +7,8 @@ Public surface:
 - non-streamed bodies: :func:`llmitm.translate.body_to_chat.response_to_chat_completion`,
   :func:`llmitm.translate.body_to_responses.chat_completion_to_response`,
   :func:`llmitm.translate.error_bodies.translate_error_body`
-- streams (one parsed event in, events out): :class:`llmitm.translate.stream_to_chat.ResponsesToChatStream`,
+- streams, one parsed event in, events out:
+  :class:`llmitm.translate.stream_to_chat.ResponsesToChatStream`,
   :class:`llmitm.translate.stream_to_responses.ChatToResponsesStream`,
   :class:`llmitm.translate.normalise.ResponsesNormaliser`
 - streams as bytes in, bytes out: :class:`llmitm.translate.pipeline.StreamPipeline`
