@@ -31,6 +31,10 @@ class SSEDecoder:
         self._pending_cr = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if not chunk:
+            # An empty chunk between a CR and its LF must not forget the pending CR (that LF
+            # would count as a second line end and dispatch a half-read event).
+            return []
         if self._pending_cr:
             self._pending_cr = False
             if chunk.startswith(b"\n"):
