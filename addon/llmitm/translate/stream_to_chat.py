@@ -275,8 +275,12 @@ class ResponsesToChatStream:
         self._fail(normalise_error(error or "The upstream response failed.", 500), out)
 
     def _error_event(self, event: dict[str, Any], out: list[Frame]) -> None:
-        # The live API nests the error; the spec documents it flat. Read both.
-        payload = event.get("error") if isinstance(event.get("error"), dict) else event
+        # The live API nests the error; the spec documents it flat. Read both. In the flat
+        # form "type" is the event's own type ("error"), not the error's: leave it out so
+        # the client does not get an error of type "error".
+        payload = event.get("error")
+        if not isinstance(payload, dict):
+            payload = {key: value for key, value in event.items() if key != "type"}
         self._fail(normalise_error(payload, 500), out)
 
     def _fail(self, error: ApiError, out: list[Frame]) -> None:
