@@ -53,7 +53,8 @@ class ResponsesNormaliser:
         self._response: dict[str, Any] | None = None
         self._items: dict[str, _Item] = {}
         self._last_item_id: str | None = None
-        self._done_items: list[dict[str, Any]] = []
+        # output_item.done items by id, in the order they finished.
+        self._done_items: dict[str, dict[str, Any]] = {}
         self._pending_error: ApiError | None = None
         self.finished = False
         self.error: ApiError | None = None
@@ -72,7 +73,9 @@ class ResponsesNormaliser:
         if event_type == "response.output_text.delta":
             # The hot path: fill only what the event lacks.
             item = self._item_for(event)
-            if "output_index" not in event and item is not None:
+            if item is not None:
+                # Always the item's position: output_item.added is renumbered, so an upstream
+                # index that disagrees (1-based, gaps) would point the SDK at the wrong item.
                 event["output_index"] = item.output_index
             if "content_index" not in event:
                 event["content_index"] = max(item.content_index, 0) if item else 0
@@ -87,11 +90,18 @@ class ResponsesNormaliser:
             self._terminal(event, out)
             return out
         elif event_type == "error":
-            error = normalise_error(event.get("error") or event, 500)
+            payload = event.get("error")
+            if not isinstance(payload, dict):
+                # The flat spelling: its "type" is the event's ("error"), not the error's.
+                payload = {key: value for key, value in event.items() if key != "type"}
+            error = normalise_error(payload, 500)
             self._pending_error = error
             out.append(responses_error_event(error, self._next_seq()))
             return out
         else:
+            if "\n" in event_type or "\r" in event_type:
+                # Unknown types pass through, but this one would break the event: line.
+                return out
             self._fill_indexes(event_type, event)
         event["sequence_number"] = self._next_seq()
         out.append(event)
@@ -196,8 +206,7 @@ class ResponsesNormaliser:
         item = self._item_for(event)
         if item is None:
             return
-        if "output_index" not in event:
-            event["output_index"] = item.output_index
+        event["output_index"] = item.output_index  # see the text-delta path in feed()
         if event_type == "response.content_part.added":
             if "content_index" not in event:
                 event["content_index"] = item.content_index + 1
@@ -225,6 +234,11 @@ class ResponsesNormaliser:
         item = event.get("item")
         if not isinstance(item, dict):
             return
+        last = self._last_item_id
+        if not item.get("id") and last is not None and last not in self._done_items:
+            # A server that sends no item ids: this done closes the open item, whose id was
+            # minted in _item_added (else it would become a second, never-added item).
+            item["id"] = last
         known = self._items.get(item.get("id"))  # type: ignore[arg-type]
         if known is None:
             # Done without added: register it so positions stay right.
@@ -234,7 +248,7 @@ class ResponsesNormaliser:
         if item.get("type") == "message":
             for part in item.get("content") or []:
                 _fill_part(part)
-        self._done_items.append(item)
+        self._done_items[item["id"]] = item
 
     # -- terminal ---------------------------------------------------------------------------
 
@@ -243,8 +257,7 @@ class ResponsesNormaliser:
         self._merge_response(upstream)
         response = dict(self._response)  # type: ignore[arg-type]
         upstream = upstream if isinstance(upstream, dict) else {}
-        output = upstream.get("output")
-        response["output"] = output if isinstance(output, list) and output else self._done_items
+        response["output"] = self._final_output(upstream.get("output"))
         response["usage"] = _full_usage(upstream.get("usage"))
         status = event["type"].removeprefix("response.")
         response["status"] = status
@@ -259,12 +272,40 @@ class ResponsesNormaliser:
         )
         self.finished = True
 
+    def _final_output(self, upstream_output: Any) -> list[Any]:
+        """The terminal ``output``: the streamed items, in ``output_index`` order.
+
+        Clients build history from ``output_item.done`` (Codex pairs by id), so the terminal
+        must name the same items with the same ids. The upstream's own terminal item is kept
+        when its id matches (OpenAI re-encrypts reasoning there); a streamed done item replaces
+        one the upstream re-minted (OpenRouter's ``rs_tmp_…``) or sent without an id, and the
+        order is by position even when items finished out of order. Only a stream that
+        announced no items at all falls back to the upstream's list.
+        """
+        upstream_items = upstream_output if isinstance(upstream_output, list) else []
+        if not self._items:
+            return upstream_items
+        by_id = {
+            item["id"]: item
+            for item in upstream_items
+            if isinstance(item, dict) and isinstance(item.get("id"), str)
+        }
+        output = []
+        for item_id in self._items:  # insertion order is output_index order
+            item = by_id.get(item_id) or self._done_items.get(item_id)
+            if item is not None:
+                if item.get("type") == "message":
+                    for part in item.get("content") or []:
+                        _fill_part(part)
+                output.append(item)
+        return output
+
     def _failed(self, error: ApiError, out: list[Event]) -> None:
         self.error = error
         response = dict(self._response)  # type: ignore[arg-type]
         response["status"] = "failed"
         response["error"] = response_object_error(error)
-        response["output"] = self._done_items
+        response["output"] = self._final_output(None)
         out.append(
             {"type": "response.failed", "sequence_number": self._next_seq(), "response": response}
         )
