@@ -121,14 +121,16 @@ class ChatToResponsesStream:
             model = chunk.get("model")
             self._upstream_model = model if isinstance(model, str) and model else None
             out = self.start()
+        usage = chunk.get("usage")
+        if usage:
+            # Read before the error check: OpenRouter's error chunk also carries the usage
+            # of the failed generation, which response.failed should report.
+            self.usage = usage
         error = chunk.get("error")
         if error:
             # OpenRouter and others report a failure inside an HTTP 200 stream.
             self._fail(normalise_error(error, 500), out, with_error_event=True)
             return out
-        usage = chunk.get("usage")
-        if usage:
-            self.usage = usage
         choices = chunk.get("choices")
         if not choices:
             return out  # usage chunk, Azure prompt-filter and async-filter frames
