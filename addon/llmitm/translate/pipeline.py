@@ -69,9 +69,13 @@ class StreamPipeline:
         return b""
 
     def feed(self, chunk: bytes) -> bytes:
+        frames = self._translate(self._decoder.feed(chunk))
+        return self._encode(frames) if frames else b""
+
+    def _translate(self, events: list[tuple[str | None, bytes]]) -> list[Any]:
         translator = self.translator
         frames: list[Any] = []
-        for _name, data in self._decoder.feed(chunk):
+        for _name, data in events:
             self.events_in += 1
             if data == DONE_DATA:
                 if self.direction == "chat-to-responses":
@@ -86,7 +90,7 @@ class StreamPipeline:
                 frames += translator.fail(_malformed(data))
                 continue
             frames += translator.feed(obj)
-        return self._encode(frames) if frames else b""
+        return frames
 
     def close(self) -> bytes:
         """The upstream body ended (or broke): flush and terminate the client's stream."""
@@ -98,17 +102,9 @@ class StreamPipeline:
         return self._encode(self.translator.fail(error))
 
     def feed_events_at_close(self) -> bytes:
-        frames: list[Any] = []
-        for _name, data in self._decoder.close():
-            if data == DONE_DATA:
-                continue
-            try:
-                obj = _loads(data)
-            except _JSONDecodeError:
-                frames += self.translator.fail(_malformed(data))
-                continue
-            if type(obj) is dict:
-                frames += self.translator.feed(obj)
+        # The same handling as feed(): a last "data: [DONE]" without its blank line is still
+        # [DONE] (it used to be skipped, failing a chat stream that had no finish_reason).
+        frames = self._translate(self._decoder.close())
         return self._encode(frames) if frames else b""
 
 
