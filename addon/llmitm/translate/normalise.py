@@ -264,7 +264,13 @@ class ResponsesNormaliser:
         if status == "completed" and not response.get("completed_at"):
             response["completed_at"] = int(self.context.options.clock())
         if status == "failed":
-            self.error = normalise_error(response.get("error") or "The response failed.", 500)
+            # A failed response without its own error keeps the preceding error event's
+            # (its code decides whether Codex retries), not a generic server_error.
+            self.error = (
+                normalise_error(response["error"], 500)
+                if response.get("error")
+                else self._pending_error or normalise_error("The response failed.", 500)
+            )
             if not isinstance(response.get("error"), dict):
                 response["error"] = response_object_error(self.error)
         out.append(
