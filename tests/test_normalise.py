@@ -530,3 +530,18 @@ def test_event_type_with_a_line_break_is_not_forwarded() -> None:
     assert "response.future_event" in [e["type"] for e in events]
     _, final = sdk_responses_stream(raw)
     assert final.output_text == "ok"
+
+
+def test_failed_without_its_own_error_keeps_the_error_event_code() -> None:
+    """``error`` then a ``response.failed`` whose response has no ``error``: the failed
+    response carries the error event's code (Codex decides on it whether to retry), not a
+    generic ``server_error``."""
+    error = {"code": "context_length_exceeded", "message": "Input too long."}
+    upstream = [
+        _created(),
+        {"type": "error", "error": error},
+        {"type": "response.failed", "response": {"id": "resp_up"}},
+    ]
+    events = normalise(upstream)
+    assert [e["type"] for e in events] == ["response.created", "error", "response.failed"]
+    assert events[-1]["response"]["error"] == error
