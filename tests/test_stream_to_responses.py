@@ -1435,6 +1435,23 @@ def test_tool_call_name_before_id() -> None:
     assert output_calls(output_of(events)) == [("call_late", "f", '{"k": "v"}')]
 
 
+def test_text_held_by_the_think_splitter_stays_before_the_next_item() -> None:
+    """Regression: ``<`` (a possible ``<think>`` start) held back when a tool call or a
+    reasoning field arrived came out at the end, in a message after that item; upstream order
+    is text first."""
+    events = translate([text("<"), call_start(0, "c", "f", "{}"), chunk(finish="tool_calls")])
+    assert [(i["type"], output_text([i])) for i in output_of(events)] == [
+        ("message", "<"),
+        ("function_call", ""),
+    ]
+    events = translate([text("<th"), reasoning("r"), text("x"), chunk(finish="stop")])
+    assert [(i["type"], output_text([i])) for i in output_of(events)] == [
+        ("message", "<th"),
+        ("reasoning", ""),
+        ("message", "x"),
+    ]
+
+
 def test_tool_call_without_index_uses_ids_to_tell_calls_apart() -> None:
     """Backends that omit the tool index: a new id starts a new call; deltas without one
     continue the latest."""

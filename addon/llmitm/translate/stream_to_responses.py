@@ -192,6 +192,7 @@ class ChatToResponsesStream:
         if not _REASONING_KEYS.isdisjoint(delta):
             reasoning = _reasoning_text(delta)
             if reasoning:
+                self._flush_held_text(out)
                 self._add_reasoning(reasoning, out)
         content = delta.get("content")
         if content:
@@ -222,6 +223,14 @@ class ChatToResponsesStream:
             for tool_call in tool_calls:
                 if isinstance(tool_call, dict):
                     self._tool_call(tool_call, out)
+
+    def _flush_held_text(self, out: list[Event]) -> None:
+        """Before a reasoning field or tool call opens an item, release what the think splitter
+        holds back (``<``, ``<thi``, leading whitespace): it came first, so it belongs in the
+        message before that item, not in a message opened after it at the end."""
+        for is_reasoning, text in self._think.close():
+            if is_reasoning or self._message is not None or text.strip():
+                self._content(is_reasoning, text, None, out)
 
     def _content(self, is_reasoning: bool, text: str, logprobs: Any, out: list[Event]) -> None:
         if is_reasoning:
@@ -328,6 +337,7 @@ class ChatToResponsesStream:
         call = self._calls.get(index)
         if call is None:
             # A new call ends the text or reasoning before it, and the calls before it.
+            self._flush_held_text(out)
             self._close_items(out)
             call = self._calls[index] = _Call()
             self._open_calls.append(call)
