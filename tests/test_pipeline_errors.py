@@ -325,7 +325,7 @@ def test_done_marker_without_terminal_is_not_a_clean_end(direction: str) -> None
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_empty_upstream_body(direction: str) -> None:
     """An upstream that sends nothing at all: a complete, failed stream in the client's
-    protocol (chat: role, error, ``[DONE]``; Responses: created, failed)."""
+    protocol (chat: role, error, ``[DONE]``; Responses: created, error, failed)."""
     raw = run(direction)
     if direction == "responses-to-chat":
         payloads = chat_payloads(raw)
@@ -334,8 +334,9 @@ def test_empty_upstream_body(direction: str) -> None:
         assert_chat_error_end(raw)
     else:
         events = responses_events(raw)
-        assert [e["type"] for e in events] == ["response.created", "response.failed"]
-        assert events[1]["response"]["error"]["code"] == "server_error"
+        assert [e["type"] for e in events] == ["response.created", "error", "response.failed"]
+        assert events[1]["error"]["code"] == "server_error"
+        assert events[2]["response"]["error"]["code"] == "server_error"
 
 
 # -- chunking ----------------------------------------------------------------------------------

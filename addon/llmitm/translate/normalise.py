@@ -114,12 +114,17 @@ class ResponsesNormaliser:
         out: list[Event] = []
         if self._response is None:
             self._start(None, out)
-        error = self._pending_error or ApiError(
-            message="The upstream Responses stream ended before a terminal event.",
-            type="server_error",
-            code="server_error",
-            status=502,
-        )
+        error = self._pending_error
+        if error is None:
+            # Announce the cut with an error event too: SDK users then get its message as an
+            # APIError rather than a bare "no response.completed".
+            error = ApiError(
+                message="The upstream Responses stream ended before a terminal event.",
+                type="server_error",
+                code="server_error",
+                status=502,
+            )
+            out.append(responses_error_event(error, self._next_seq()))
         self._failed(error, out)
         return out
 
@@ -166,6 +171,10 @@ class ResponsesNormaliser:
         if not isinstance(upstream, dict) or self._response is None:
             return
         for key, value in upstream.items():
+            # The identity the client saw first stays: a server that omits created_at in
+            # response.created (llama.cpp) must not change it in the terminal event.
+            if key in _IDENTITY and self._seq > 0:
+                continue
             if value is not None or key not in self._response:
                 self._response[key] = value
         self._response["output"] = []
@@ -318,6 +327,7 @@ class ResponsesNormaliser:
         self.finished = True
 
 
+_IDENTITY = frozenset({"id", "created_at"})
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "reasoning": "rs", "custom_tool_call": "ctc"}
 
 
