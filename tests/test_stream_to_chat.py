@@ -1050,3 +1050,87 @@ def test_translator_records_finish_and_usage() -> None:
         stream.feed(event)
     assert stream.finish_reason == "tool_calls"
     assert stream.usage is not None and stream.usage["total_tokens"] == 200
+
+
+# -- servers that skip deltas or stop early ------------------------------------------------
+
+
+def _created() -> dict[str, Any]:
+    return {
+        "type": "response.created",
+        "response": {"id": "resp_x", "created_at": 1, "model": "m", "status": "in_progress"},
+    }
+
+
+def _completed() -> dict[str, Any]:
+    return {"type": "response.completed", "response": {"id": "resp_x", "status": "completed"}}
+
+
+def test_text_and_reasoning_only_in_done_events_are_not_lost() -> None:
+    """A server that sends no deltas, only finished items, still reaches the client."""
+    reasoning = {
+        "id": "rs_1",
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "Think first."}],
+    }
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Answer.", "annotations": []}],
+    }
+    events = [
+        _created(),
+        {"type": "response.output_item.added", "item": dict(reasoning, summary=[])},
+        {"type": "response.output_item.done", "item": reasoning},
+        {"type": "response.output_item.added", "item": dict(message, content=[])},
+        {"type": "response.output_item.done", "item": message},
+        _completed(),
+    ]
+    frames = translate(events, context("reasoning_content"))
+    final = sdk_final(frames)
+    assert final.choices[0].message.content == "Answer."
+    assert field_of(frames, "reasoning_content") == "Think first."
+
+
+def test_streamed_text_is_not_repeated_from_the_done_event() -> None:
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Hi", "annotations": []}],
+    }
+    events = [
+        _created(),
+        {"type": "response.output_item.added", "item": dict(message, content=[])},
+        {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "Hi"},
+        {"type": "response.output_item.done", "item": message},
+        _completed(),
+    ]
+    assert content_of(translate(events)) == "Hi"
+
+
+def test_custom_tool_call_cut_by_incomplete_still_has_parseable_arguments() -> None:
+    call = {"id": "ctc_1", "type": "custom_tool_call", "call_id": "call_1", "name": "apply_patch"}
+    events = [
+        _created(),
+        {"type": "response.output_item.added", "item": dict(call, input="")},
+        {"type": "response.custom_tool_call_input.delta", "item_id": "ctc_1", "delta": "*** Begin"},
+        {
+            "type": "response.incomplete",
+            "response": {"id": "resp_x", "incomplete_details": {"reason": "max_output_tokens"}},
+        },
+    ]
+    frames = translate(events)
+    arguments = "".join(
+        tc["function"].get("arguments") or ""
+        for d in deltas_of(frames)
+        for tc in d.get("tool_calls") or []
+    )
+    assert json.loads(arguments) == {"input": "*** Begin"}
+    assert chunks_of(frames)[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_minted_chunk_id_has_openais_dash() -> None:
+    frames = translate([{"type": "response.output_text.delta", "item_id": "m", "delta": "x"}])
+    assert chunks_of(frames)[0]["id"].startswith("chatcmpl-")

@@ -34,12 +34,13 @@ _INCOMPLETE_FINISH = {"max_output_tokens": "length", "content_filter": "content_
 class _Call:
     """A tool call being relayed: its chat index and whether its arguments were sent."""
 
-    __slots__ = ("custom", "index", "sent_arguments")
+    __slots__ = ("closed", "custom", "index", "sent_arguments")
 
     def __init__(self, index: int, custom: bool) -> None:
         self.index = index
         self.custom = custom
         self.sent_arguments = False
+        self.closed = False
 
 
 class ResponsesToChatStream:
@@ -58,6 +59,9 @@ class ResponsesToChatStream:
         self._call_count = 0
         self._think_open = False
         self._reasoning_started = False
+        # Whether the current message or reasoning item sent deltas; some servers put text
+        # only in the *.done events, and it must not be lost.
+        self._item_streamed = False
         self._summary_key: tuple[Any, Any] | None = None
         self.error: ApiError | None = None
         self.finish_reason: str | None = None
@@ -75,6 +79,7 @@ class ResponsesToChatStream:
             out = [] if self._started else self._start(event.get("response"))
             if self._think_open:
                 out.append(self._close_think())
+            self._item_streamed = True
             out.append(self._chunk({"content": event.get("delta") or ""}))
             return out
         out = [] if self._started else self._start(event.get("response"))
@@ -129,7 +134,9 @@ class ResponsesToChatStream:
         response_id = response.get("id")
         options = self.context.options
         self._chunk_id = (
-            f"chatcmpl-{response_id}" if isinstance(response_id, str) else options.ids("chatcmpl")
+            f"chatcmpl-{response_id}"
+            if isinstance(response_id, str)
+            else "chatcmpl-" + options.ids("chatcmpl").partition("_")[2]
         )
         created = response.get("created_at")
         self._created = created if isinstance(created, int) else int(options.clock())
@@ -144,6 +151,7 @@ class ResponsesToChatStream:
         mode = self._reasoning_mode
         if mode == "drop":
             return
+        self._item_streamed = True
         text = event.get("delta") or ""
         key = (event.get("item_id"), event.get("summary_index", event.get("content_index")))
         if self._reasoning_started and key != self._summary_key:
@@ -174,6 +182,8 @@ class ResponsesToChatStream:
             return
         if item.get("type") in ("function_call", "custom_tool_call"):
             self._open_call(item, out)
+        else:
+            self._item_streamed = False
 
     def _open_call(self, item: dict[str, Any], out: list[Frame]) -> _Call:
         self._end_reasoning(out)
@@ -220,10 +230,14 @@ class ResponsesToChatStream:
 
     def _item_done(self, event: dict[str, Any], out: list[Frame]) -> None:
         item = event.get("item")
-        if not isinstance(item, dict) or item.get("type") not in (
-            "function_call",
-            "custom_tool_call",
-        ):
+        if not isinstance(item, dict):
+            return
+        item_type = item.get("type")
+        if item_type in ("message", "reasoning"):
+            if not self._item_streamed:
+                self._unstreamed_item(item, out)
+            return
+        if item_type not in ("function_call", "custom_tool_call"):
             return
         call = self._calls.get(_item_key(item))
         if call is None:
@@ -239,6 +253,28 @@ class ResponsesToChatStream:
             arguments = item.get("arguments") or ""
             if arguments:
                 out.append(self._arguments(call, arguments))
+        call.closed = True
+
+    def _unstreamed_item(self, item: dict[str, Any], out: list[Frame]) -> None:
+        """A message or reasoning item whose text came only in its done event."""
+        item_id = item.get("id")
+        if item.get("type") == "reasoning":
+            texts = [p.get("text") for p in item.get("summary") or [] if isinstance(p, dict)]
+            texts += [p.get("text") for p in item.get("content") or [] if isinstance(p, dict)]
+            for index, text in enumerate(t for t in texts if isinstance(t, str) and t):
+                self._reasoning_delta(
+                    {"item_id": item_id, "summary_index": index, "delta": text}, out
+                )
+            return
+        for part in item.get("content") or []:
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "output_text" and part.get("text"):
+                self._end_reasoning(out)
+                out.append(self._chunk({"content": part["text"]}))
+            elif part.get("type") == "refusal" and part.get("refusal"):
+                self._end_reasoning(out)
+                out.append(self._chunk({"refusal": part["refusal"]}))
 
     # -- terminal -----------------------------------------------------------------------
 
@@ -246,6 +282,11 @@ class ResponsesToChatStream:
         response = event.get("response")
         response = response if isinstance(response, dict) else {}
         self._end_reasoning(out)
+        for call in self._calls.values():
+            if call.custom and call.sent_arguments and not call.closed:
+                # Cut before its done event: still hand the client parseable JSON.
+                out.append(self._arguments(call, '"}'))
+                call.closed = True
         if event.get("type") == "response.incomplete":
             details = response.get("incomplete_details")
             reason = details.get("reason") if isinstance(details, dict) else None
@@ -301,6 +342,7 @@ def _event_key(event: dict[str, Any]) -> str:
 
 def _refusal_delta(self: ResponsesToChatStream, event: dict[str, Any], out: list[Frame]) -> None:
     self._end_reasoning(out)
+    self._item_streamed = True
     out.append(self._chunk({"refusal": event.get("delta") or ""}))
 
 
