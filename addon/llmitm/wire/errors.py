@@ -70,11 +70,25 @@ def _canonical_code(code: str | None, type_: str, message: str, inner: Any) -> s
     return code
 
 
+# What an error's code says about its HTTP status when the error itself carries none (a
+# mid-stream error event): a rate limit is a 429 and a context overflow a 400, not a 500.
+_STATUS_BY_CODE = {
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+    CONTEXT_LENGTH_EXCEEDED: 400,
+    RESPONSES_CONTENT_FILTER_CODE: 400,
+    CONTENT_FILTER: 400,
+}
+
+
 def _status_from(raw: dict[str, Any], fallback: int | None) -> int:
     for key in ("status", "code"):
         value = raw.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
             return value
+    by_code = _STATUS_BY_CODE.get(raw.get("code"))  # type: ignore[arg-type]
+    if by_code is not None:
+        return by_code
     return fallback if fallback is not None else 500
 
 
