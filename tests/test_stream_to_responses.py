@@ -61,7 +61,6 @@ class _ItemState:
         self.summaries: list[str] = []  # closed summary parts
         self.open_summary: tuple[int, list[str]] | None = None
         self.summary_text_done: str | None = None
-        self.reasoning_content: dict[int, list[str]] = {}
         self.arguments: list[str] = []
         self.arguments_done: str | None = None
         self.custom_input: list[str] = []
@@ -92,7 +91,9 @@ def assert_conformant(events: list[Event]) -> None:
     assert created["usage"] is None
     assert created["completed_at"] is None
     assert [event["sequence_number"] for event in events] == list(range(len(events)))
-    assert events[1]["type"] == "response.in_progress"
+    if len(events) > 2 and events[1]["type"] != "error" and events[1]["type"] not in TERMINAL:
+        # OpenAI sends in_progress second; a stream that fails at once may skip it.
+        assert events[1]["type"] == "response.in_progress"
     # -- 2
     terminal = events[-1]
     assert [e["type"] for e in events if e["type"] in TERMINAL] == [terminal["type"]]
@@ -159,25 +160,45 @@ def assert_conformant(events: list[Event]) -> None:
         _check_item_event(state, event)
     # -- 10
     assert all(state.done for state in states), "every added item must be done"
-    assert final["output"] == done_items, "10: terminal output == output_item.done items"
+    # OpenAI re-encrypts encrypted_content for the terminal snapshot (a real capture shows
+    # it); everything else, ids and call ids above all, must be identical.
+    assert _without_encrypted(final["output"]) == _without_encrypted(done_items), (
+        "10: terminal output == output_item.done items"
+    )
     if status == "completed":
         assert all(item.get("status", "completed") == "completed" for item in done_items)
+
+
+_PART_TYPES = {"message": ("output_text", "refusal"), "reasoning": ("reasoning_text",)}
+_DELTA_PART = {
+    "response.output_text.delta": "output_text",
+    "response.refusal.delta": "refusal",
+    "response.reasoning_text.delta": "reasoning_text",
+}
+_DONE_PART = {
+    "response.output_text.done": "output_text",
+    "response.refusal.done": "refusal",
+    "response.reasoning_text.done": "reasoning_text",
+}
+
+
+def _without_encrypted(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in item.items() if k != "encrypted_content"} for item in items]
 
 
 def _check_item_event(state: _ItemState, event: Event) -> None:
     kind = event["type"]
     item_type = state.item["type"]
     if kind == "response.content_part.added":
-        assert item_type == "message"
         assert state.open_part is None, "a content part is already open"
         assert event["content_index"] == len(state.parts)
         part = event["part"]
-        assert part["type"] in ("output_text", "refusal")
+        assert part["type"] in _PART_TYPES[item_type], (item_type, part["type"])
         assert part.get("text", part.get("refusal")) == ""
         state.open_part = (event["content_index"], part["type"], [])
         state.part_text_done = None
-    elif kind in ("response.output_text.delta", "response.refusal.delta"):
-        expected = "output_text" if kind == "response.output_text.delta" else "refusal"
+    elif kind in _DELTA_PART:
+        expected = _DELTA_PART[kind]
         assert state.open_part is not None, "6: content_part.added must precede deltas"
         assert state.open_part[:2] == (event["content_index"], expected), "6"
         assert state.part_text_done is None, "delta after the part's text was done"
@@ -185,10 +206,10 @@ def _check_item_event(state: _ItemState, event: Event) -> None:
         if kind == "response.output_text.delta":
             assert isinstance(event["logprobs"], list), "11: logprobs must be a list"
         state.open_part[2].append(event["delta"])
-    elif kind in ("response.output_text.done", "response.refusal.done"):
+    elif kind in _DONE_PART:
         assert state.open_part is not None
-        assert state.open_part[0] == event["content_index"]
-        text = event["text"] if kind == "response.output_text.done" else event["refusal"]
+        assert state.open_part[:2] == (event["content_index"], _DONE_PART[kind])
+        text = event["refusal"] if kind == "response.refusal.done" else event["text"]
         assert text == "".join(state.open_part[2]), "7: done text == concat(deltas)"
         if kind == "response.output_text.done":
             assert isinstance(event["logprobs"], list)
@@ -243,9 +264,6 @@ def _check_item_event(state: _ItemState, event: Event) -> None:
         assert event["part"] == {"type": "summary_text", "text": text}
         state.summaries.append(text)
         state.open_summary = None
-    elif kind == "response.reasoning_text.delta":
-        assert item_type == "reasoning"
-        state.reasoning_content.setdefault(event["content_index"], []).append(event["delta"])
     else:
         raise AssertionError(f"unexpected event type {kind!r}")
 
@@ -270,7 +288,9 @@ def _check_item_done(state: _ItemState, item: dict[str, Any]) -> None:
         assert (item["call_id"], item["name"]) == (added["call_id"], added["name"])
     elif item["type"] == "reasoning":
         assert state.open_summary is None, "a summary part left open"
+        assert state.open_part is None, "a reasoning_text part left open"
         assert [part["text"] for part in item["summary"]] == state.summaries
+        assert (item.get("content") or []) == state.parts, "reasoning_text parts"
     else:
         raise AssertionError(f"unexpected item type {item['type']!r}")
 
