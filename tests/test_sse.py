@@ -165,6 +165,15 @@ def test_event_without_event_line_has_no_name() -> None:
     ]
 
 
+def test_non_utf8_event_name_does_not_raise() -> None:
+    """Regression: the ``event:`` fast path decoded the name strictly, so a non-UTF-8 name
+    raised UnicodeDecodeError out of feed() (the proxy would lose the chunk). Both paths now
+    decode it leniently; the data is untouched."""
+    expected = [("\ufffd\ufffd", b"{}")]
+    assert decode_all(b"event: \xff\xfe\ndata: {}\n\n") == expected  # fast path
+    assert decode_all(b"event:\xff\xfe\ndata: {}\n\n") == expected  # general path
+
+
 def test_event_line_after_data_and_without_space() -> None:
     """The general path (not the fast one) reads fields in any order."""
     assert decode_all(b"data: 1\nevent:late\n\n") == [("late", b"1")]

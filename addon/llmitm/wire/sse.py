@@ -78,7 +78,9 @@ def _parse_block(block: bytes, events: list[SSEEvent]) -> None:
             and block.startswith(b"data: ", newline + 1)
             and block.find(b"\n", newline + 1) < 0
         ):
-            events.append((block[7:newline].decode(), block[newline + 7 :]))
+            # "replace", as in the general path: a non-UTF-8 name must not raise out of feed().
+            name = block[7:newline].decode("utf-8", "replace")
+            events.append((name, block[newline + 7 :]))
             return
     _parse_lines(block, events)
 
