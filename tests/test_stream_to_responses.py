@@ -1490,6 +1490,51 @@ def test_tool_call_without_index_uses_ids_to_tell_calls_apart() -> None:
     assert output_calls(output_of(events)) == [("c1", "f", "{}"), ("c2", "g", "[]")]
 
 
+def test_fragment_for_a_call_already_closed_is_reported() -> None:
+    """Items never interleave, so once call 1 has started, call 0 is done: a late fragment for
+    call 0 (interleaved parallel calls) cannot be streamed any more. It is recorded as an
+    anomaly for the log, and the stream stays well-formed."""
+    stream = ChatToResponsesStream(make_context())
+    events = stream.start()
+    for item in [
+        call_start(0, "c0", "f", '{"a":'),
+        call_start(1, "c1", "g", "{}"),
+        call_args(0, " 1}"),
+        chunk(finish="tool_calls"),
+    ]:
+        events += stream.feed(item)
+    events += stream.done()
+    assert_conformant(events)
+    assert stream.anomalies == ["tool call index 0 continued after it was closed"]
+    assert output_calls(output_of(events)) == [("c0", "f", '{"a":'), ("c1", "g", "{}")]
+
+
+def test_tool_call_that_never_gets_a_name_is_dropped_and_reported() -> None:
+    stream = ChatToResponsesStream(make_context())
+    events = stream.start() + stream.feed(text("a"))
+    events += stream.feed(chunk({"tool_calls": [{"index": 0, "id": "c0"}]}))
+    events += stream.feed(chunk(finish="tool_calls")) + stream.done()
+    assert_conformant(events)
+    assert [item["type"] for item in output_of(events)] == ["message"]
+    assert stream.anomalies == ["dropped a tool call that never got a name"]
+
+
+def test_response_id_from_the_context_is_used_everywhere() -> None:
+    """Store emulation assigns the id: created, terminal and ``response_id`` agree."""
+    context = make_context()
+    context.response_id = "resp_stored"
+    stream = ChatToResponsesStream(context)
+    assert stream.response_id is None
+    events = stream.start() + stream.feed(text("a")) + stream.done()
+    assert stream.response_id == "resp_stored"
+    assert events[0]["response"]["id"] == events[-1]["response"]["id"] == "resp_stored"
+
+
+def test_legacy_function_call_finish_is_completed() -> None:
+    events = translate([call_start(0, "c", "f", "{}"), chunk(finish="function_call")])
+    assert events[-1]["type"] == "response.completed"
+
+
 def test_refusal_deltas_make_a_refusal_part() -> None:
     """Chat ``delta.refusal`` → a message with a refusal part, refusal.delta/.done events;
     the SDK accepts it."""
