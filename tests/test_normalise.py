@@ -545,3 +545,68 @@ def test_failed_without_its_own_error_keeps_the_error_event_code() -> None:
     events = normalise(upstream)
     assert [e["type"] for e in events] == ["response.created", "error", "response.failed"]
     assert events[-1]["response"]["error"] == error
+
+
+def test_checklist_09_an_item_left_open_is_closed_when_the_next_one_starts() -> None:
+    """OpenRouter sends the reasoning item's done events after the message that follows it.
+    The normaliser closes the reasoning from what streamed when the message is added, drops the
+    late events, and keeps what only they carried (encrypted_content) in the terminal output."""
+    reasoning = {"id": "rs_1", "type": "reasoning", "summary": []}
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    text_part = {"type": "output_text", "text": "4", "annotations": [], "logprobs": []}
+    late_reasoning = dict(
+        reasoning,
+        content=[{"type": "reasoning_text", "text": "2+2"}],
+        encrypted_content="opaque",
+    )
+    upstream = [
+        {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}},
+        {"type": "response.output_item.added", "item": reasoning},
+        {
+            "type": "response.content_part.added",
+            "item_id": "rs_1",
+            "part": {"type": "reasoning_text", "text": ""},
+        },
+        {"type": "response.reasoning_text.delta", "item_id": "rs_1", "delta": "2+"},
+        {"type": "response.reasoning_text.delta", "item_id": "rs_1", "delta": "2"},
+        {"type": "response.output_item.added", "item": message},
+        {"type": "response.content_part.added", "item_id": "msg_1", "part": dict(text_part)},
+        {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "4"},
+        {"type": "response.output_item.done", "item": dict(message, content=[text_part])},
+        {"type": "response.reasoning_text.done", "item_id": "rs_1", "text": "2+2"},
+        {"type": "response.output_item.done", "item": late_reasoning},
+        {"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}},
+    ]
+    events = normalise(upstream)
+    done = [(e["output_index"], e["item"]["id"]) for e in events if e["type"].endswith("item.done")]
+    assert done == [(0, "rs_1"), (1, "msg_1")]
+    first_message_event = next(
+        i for i, e in enumerate(events) if e.get("item", {}).get("id") == "msg_1"
+    )
+    reasoning_events = [i for i, e in enumerate(events) if e.get("item_id") == "rs_1"]
+    assert max(reasoning_events) < first_message_event
+    closed = next(e for e in events if e["type"] == "response.reasoning_text.done")
+    assert closed["text"] == "2+2"
+    terminal = events[-1]
+    assert [item["id"] for item in terminal["response"]["output"]] == ["rs_1", "msg_1"]
+    assert terminal["response"]["output"][0]["encrypted_content"] == "opaque"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+def test_checklist_08_arguments_sent_only_in_done_get_a_delta() -> None:
+    """LM Studio streams no argument deltas; clients that build arguments from deltas get one."""
+    call = {"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "f", "arguments": ""}
+    upstream = [
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "item": call},
+        {"type": "response.function_call_arguments.done", "item_id": "fc_1", "arguments": "{}"},
+        {"type": "response.output_item.done", "item": dict(call, arguments="{}")},
+        {"type": "response.completed", "response": {"id": "resp_1"}},
+    ]
+    events = normalise(upstream)
+    kinds = [e["type"] for e in events if "arguments" in e["type"]]
+    assert kinds == [
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+    ]
+    assert next(e for e in events if e["type"].endswith("arguments.delta"))["delta"] == "{}"

@@ -243,12 +243,6 @@ def test_garbage_lines_that_are_not_events_are_ignored(direction: str) -> None:
         assert final.status == "completed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeDecodeError,
-    reason="bug in llmitm.wire.sse: the event-line fast path decodes the name strictly, so a "
-    "non-UTF-8 event name raises out of StreamPipeline.feed instead of ending the stream",
-)
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_non_utf8_event_name_does_not_raise(direction: str) -> None:
     """A non-UTF-8 ``event:`` name must not raise out of ``feed`` (the proxy would lose the

@@ -116,30 +116,10 @@ def test_byte_at_a_time_gives_identical_bytes(name: str, direction: Direction) -
     )
 
 
-# Upstream quirks the normaliser passes through although spec §14 forbids them in proxy output.
-# Not strict: the normaliser belongs to another work stream and may be fixed meanwhile.
-_NORMALISER_GAPS = {
-    "pydantic-ai-openrouter-responses-dataonly-stream.sse": "14.9: OpenRouter closes the "
-    "reasoning item (output_item.done 0) after the message item 1 was added and done; the "
-    "normaliser keeps the interleaving",
-    "vercel-ai-lmstudio-responses-reasoning-tool-stream.sse": "14.8: LM Studio sends a "
-    "function call's arguments only in function_call_arguments.done (no deltas); the "
-    "normaliser does not synthesize the delta, so done != concat(deltas)",
-}
-
-
 def _normalise_cases() -> list[Any]:
-    cases = []
-    for case in _fixture_cases():
-        name, direction = case.values
-        if direction != "normalise-responses":
-            continue
-        marks = []
-        if name in _NORMALISER_GAPS:
-            marks = [
-                pytest.mark.xfail(reason=f"llmitm.translate.normalise: {_NORMALISER_GAPS[name]}")
-            ]
-        cases.append(pytest.param(name, direction, id=case.id, marks=marks))
+    """Every real Responses capture, including OpenRouter's (reasoning closed after the
+    message that follows it) and LM Studio's (arguments only in the done event)."""
+    cases = [case for case in _fixture_cases() if case.values[1] == "normalise-responses"]
     return cases or _fixture_cases()
 
 

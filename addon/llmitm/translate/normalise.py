@@ -36,12 +36,73 @@ _ITEM_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 class _Item:
-    __slots__ = ("content_index", "name", "output_index")
+    """What has streamed of one output item: enough to close it if the upstream does not."""
 
-    def __init__(self, output_index: int, name: str | None) -> None:
+    __slots__ = (
+        "added",
+        "args",
+        "args_streamed",
+        "closed",
+        "content_index",
+        "name",
+        "open_parts",
+        "open_summaries",
+        "output_index",
+        "part_types",
+        "summaries",
+        "texts",
+    )
+
+    def __init__(self, output_index: int, added: dict[str, Any]) -> None:
         self.output_index = output_index
+        self.added = dict(added)
+        self.name: str | None = added.get("name")
         self.content_index = -1
-        self.name = name
+        self.closed = False
+        self.texts: dict[int, list[str]] = {}
+        self.part_types: dict[int, str] = {}
+        self.open_parts: list[int] = []
+        self.summaries: dict[int, list[str]] = {}
+        self.open_summaries: list[int] = []
+        self.args: list[str] = []
+        self.args_streamed = False
+
+    def text(self, content_index: int) -> list[str]:
+        texts = self.texts.get(content_index)
+        if texts is None:
+            texts = self.texts[content_index] = []
+        return texts
+
+    def summary(self, summary_index: int) -> list[str]:
+        texts = self.summaries.get(summary_index)
+        if texts is None:
+            texts = self.summaries[summary_index] = []
+        return texts
+
+    def done_item(self) -> dict[str, Any]:
+        """The item as its ``output_item.done`` would carry it, from what streamed."""
+        item = dict(self.added)
+        item_type = item.get("type")
+        if item_type != "reasoning":
+            item["status"] = "completed"
+        if item_type == "message":
+            item["content"] = [
+                _part(self.part_types.get(index, "output_text"), "".join(self.texts[index]))
+                for index in sorted(self.texts)
+            ]
+        elif item_type == "reasoning":
+            item["summary"] = [
+                {"type": "summary_text", "text": "".join(self.summaries[index])}
+                for index in sorted(self.summaries)
+            ]
+            if self.texts:
+                item["content"] = [
+                    {"type": "reasoning_text", "text": "".join(self.texts[index])}
+                    for index in sorted(self.texts)
+                ]
+        elif item_type == "function_call":
+            item["arguments"] = "".join(self.args)
+        return item
 
 
 class ResponsesNormaliser:
@@ -74,17 +135,22 @@ class ResponsesNormaliser:
             # The hot path: fill only what the event lacks.
             item = self._item_for(event)
             if item is not None:
+                if item.closed:
+                    return out  # closed when a later item started (see _close_open_items)
                 # Always the item's position: output_item.added is renumbered, so an upstream
                 # index that disagrees (1-based, gaps) would point the SDK at the wrong item.
                 event["output_index"] = item.output_index
             if "content_index" not in event:
                 event["content_index"] = max(item.content_index, 0) if item else 0
+            if item is not None:
+                item.text(event["content_index"]).append(event.get("delta") or "")
             if not isinstance(event.get("logprobs"), list):
                 event["logprobs"] = []
         elif event_type in _LIFECYCLE:
             self._merge_response(event.get("response"))
             event["response"] = dict(self._response)  # type: ignore[arg-type]
         elif event_type == "response.output_item.added":
+            self._close_open_items(out)
             self._item_added(event)
         elif event_type in _TERMINAL:
             self._terminal(event, out)
@@ -102,7 +168,8 @@ class ResponsesNormaliser:
             if "\n" in event_type or "\r" in event_type:
                 # Unknown types pass through, but this one would break the event: line.
                 return out
-            self._fill_indexes(event_type, event)
+            if not self._fill_indexes(event_type, event, out):
+                return out
         event["sequence_number"] = self._next_seq()
         out.append(event)
         return out
@@ -196,8 +263,85 @@ class ResponsesNormaliser:
             item.setdefault("status", "in_progress")
         output_index = len(self._items)
         event["output_index"] = output_index
-        self._items[item["id"]] = _Item(output_index, item.get("name"))
+        self._items[item["id"]] = _Item(output_index, item)
         self._last_item_id = item["id"]
+
+    def _close_open_items(self, out: list[Event]) -> None:
+        """Items never interleave (§3): an item still open when the next one starts is closed
+        here from what it streamed. OpenRouter, for one, sends a reasoning item's done events
+        only after the message that follows it; those late events are then dropped."""
+        for item_id, item in self._items.items():
+            if item.closed or item_id in self._done_items:
+                continue
+            ids = {"item_id": item_id, "output_index": item.output_index}
+            for index in item.open_summaries:
+                text = "".join(item.summary(index))
+                out.append(
+                    self._synthetic(
+                        "response.reasoning_summary_text.done", ids, summary_index=index, text=text
+                    )
+                )
+                out.append(
+                    self._synthetic(
+                        "response.reasoning_summary_part.done",
+                        ids,
+                        summary_index=index,
+                        part={"type": "summary_text", "text": text},
+                    )
+                )
+            for index in item.open_parts:
+                kind = item.part_types.get(index, "output_text")
+                text = "".join(item.text(index))
+                if kind == "output_text":
+                    out.append(
+                        self._synthetic(
+                            "response.output_text.done",
+                            ids,
+                            content_index=index,
+                            text=text,
+                            logprobs=[],
+                        )
+                    )
+                elif kind == "refusal":
+                    out.append(
+                        self._synthetic(
+                            "response.refusal.done", ids, content_index=index, refusal=text
+                        )
+                    )
+                elif kind == "reasoning_text":
+                    out.append(
+                        self._synthetic(
+                            "response.reasoning_text.done", ids, content_index=index, text=text
+                        )
+                    )
+                out.append(
+                    self._synthetic(
+                        "response.content_part.done",
+                        ids,
+                        content_index=index,
+                        part=_part(kind, text),
+                    )
+                )
+            done = item.done_item()
+            if done.get("type") == "function_call":
+                out.append(
+                    self._synthetic(
+                        "response.function_call_arguments.done",
+                        ids,
+                        arguments=done["arguments"],
+                        name=done.get("name"),
+                    )
+                )
+            out.append(
+                self._synthetic(
+                    "response.output_item.done", {"output_index": item.output_index}, item=done
+                )
+            )
+            item.closed = True
+            self._done_items[item_id] = done
+
+    def _synthetic(self, event_type: str, ids: dict[str, Any], **fields: Any) -> Event:
+        return {"type": event_type, "sequence_number": self._next_seq(), **ids, **fields}
 
     def _item_for(self, event: Event) -> _Item | None:
         item_id = event.get("item_id")
@@ -208,47 +352,89 @@ class ResponsesNormaliser:
             event["item_id"] = item_id
         return self._items.get(item_id)
 
-    def _fill_indexes(self, event_type: str, event: Event) -> None:
+    def _fill_indexes(self, event_type: str, event: Event, out: list[Event]) -> bool:
+        """Complete an item event and track what streamed; ``False`` drops the event."""
         if event_type == "response.output_item.done":
-            self._item_done(event)
-            return
+            return self._item_done(event)
         item = self._item_for(event)
         if item is None:
-            return
+            return True
+        if item.closed:
+            return False  # a late event for an item closed when a later one started
         event["output_index"] = item.output_index  # see the text-delta path in feed()
         if event_type == "response.content_part.added":
             if "content_index" not in event:
                 event["content_index"] = item.content_index + 1
-            item.content_index = event["content_index"]
-            _fill_part(event.get("part"))
+            index = item.content_index = event["content_index"]
+            part = event.get("part")
+            _fill_part(part)
+            item.part_types[index] = (
+                part.get("type", "output_text") if isinstance(part, dict) else "output_text"
+            )
+            item.open_parts.append(index)
         elif event_type.startswith(("response.output_text.", "response.refusal.")) or (
             event_type in ("response.content_part.done", "response.reasoning_text.delta")
             or event_type == "response.reasoning_text.done"
         ):
-            event.setdefault("content_index", max(item.content_index, 0))
-            if event_type == "response.output_text.done":
+            index = event.setdefault("content_index", max(item.content_index, 0))
+            if event_type.endswith(".delta"):
+                item.text(index).append(event.get("delta") or "")
+            elif event_type == "response.output_text.done":
                 event.setdefault("logprobs", [])
-            if event_type == "response.content_part.done":
+            elif event_type == "response.content_part.done":
                 _fill_part(event.get("part"))
+                if index in item.open_parts:
+                    item.open_parts.remove(index)
         elif event_type.startswith("response.reasoning_summary_"):
-            event.setdefault("summary_index", 0)
-        elif (
-            event_type == "response.function_call_arguments.done"
-            and not event.get("name")
-            and item.name
-        ):
-            event["name"] = item.name
+            index = event.setdefault("summary_index", 0)
+            if event_type == "response.reasoning_summary_text.delta":
+                item.summary(index).append(event.get("delta") or "")
+            elif event_type == "response.reasoning_summary_part.added":
+                item.summary(index)
+                item.open_summaries.append(index)
+            elif (
+                event_type == "response.reasoning_summary_part.done"
+                and index in item.open_summaries
+            ):
+                item.open_summaries.remove(index)
+        elif event_type == "response.function_call_arguments.delta":
+            item.args.append(event.get("delta") or "")
+            item.args_streamed = True
+        elif event_type == "response.function_call_arguments.done":
+            if not event.get("name") and item.name:
+                event["name"] = item.name
+            arguments = event.get("arguments")
+            if not item.args_streamed and isinstance(arguments, str) and arguments:
+                # Arguments only in the done event (LM Studio): send them as one delta
+                # first, so done == concat(deltas) for clients that stream them.
+                item.args.append(arguments)
+                item.args_streamed = True
+                out.append(
+                    self._synthetic(
+                        "response.function_call_arguments.delta",
+                        {"item_id": event["item_id"], "output_index": item.output_index},
+                        delta=arguments,
+                    )
+                )
+        return True
 
-    def _item_done(self, event: Event) -> None:
+    def _item_done(self, event: Event) -> bool:
         item = event.get("item")
         if not isinstance(item, dict):
-            return
+            return True
         last = self._last_item_id
         if not item.get("id") and last is not None and last not in self._done_items:
             # A server that sends no item ids: this done closes the open item, whose id was
             # minted in _item_added (else it would become a second, never-added item).
             item["id"] = last
         known = self._items.get(item.get("id"))  # type: ignore[arg-type]
+        if known is not None and known.closed:
+            # Closed early (see _close_open_items): keep what only the upstream knows, such
+            # as reasoning's encrypted_content, for the terminal output.
+            stored = self._done_items[item["id"]]
+            for key, value in item.items():
+                stored.setdefault(key, value)
+            return False
         if known is None:
             # Done without added: register it so positions stay right.
             self._item_added({"item": item})
@@ -257,7 +443,9 @@ class ResponsesNormaliser:
         if item.get("type") == "message":
             for part in item.get("content") or []:
                 _fill_part(part)
+        known.closed = True
         self._done_items[item["id"]] = item
+        return True
 
     # -- terminal ---------------------------------------------------------------------------
 
@@ -329,6 +517,14 @@ class ResponsesNormaliser:
 
 _IDENTITY = frozenset({"id", "created_at"})
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "reasoning": "rs", "custom_tool_call": "ctc"}
+
+
+def _part(kind: str, text: str) -> dict[str, Any]:
+    if kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    if kind == "output_text":
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"type": kind, "text": text}
 
 
 def _fill_part(part: Any) -> None:

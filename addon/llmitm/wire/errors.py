@@ -86,9 +86,9 @@ def _status_from(raw: dict[str, Any], fallback: int | None) -> int:
         value = raw.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
             return value
-    by_code = _STATUS_BY_CODE.get(raw.get("code"))  # type: ignore[arg-type]
-    if by_code is not None:
-        return by_code
+    code = raw.get("code")
+    if isinstance(code, str) and code in _STATUS_BY_CODE:
+        return _STATUS_BY_CODE[code]
     return fallback if fallback is not None else 500
 
 
