@@ -316,3 +316,12 @@ def test_encode_event_round_trips_under_any_split(
     points = sorted({cut % (len(body) + 1) for cut in cuts})
     chunks = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
     assert decode_all(*chunks) == events
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2, 3, 4])
+def test_a_leading_byte_order_mark_is_not_data(cut: int) -> None:
+    """Some servers start the body with a UTF-8 BOM; the first event must survive it."""
+    raw = b'\xef\xbb\xbfdata: {"a":1}\n\ndata: [DONE]\n\n'
+    decoder = SSEDecoder()
+    events = decoder.feed(raw[:cut]) + decoder.feed(raw[cut:]) + decoder.close()
+    assert events == [(None, b'{"a":1}'), (None, b"[DONE]")]

@@ -121,6 +121,11 @@ class ChatToResponsesStream:
             model = chunk.get("model")
             self._upstream_model = model if isinstance(model, str) and model else None
             out = self.start()
+        elif not self._response["model"]:
+            # Azure's first chunk names no model; the terminal takes the first real one.
+            model = chunk.get("model")
+            if isinstance(model, str) and model:
+                self._response["model"] = model
         usage = chunk.get("usage")
         if usage:
             # Read before the error check: OpenRouter's error chunk also carries the usage

@@ -59,7 +59,7 @@ def restore_call(
     """The Responses output item for a chat tool call."""
     origin = origin_of(chat_name, context)
     if origin.kind == "custom":
-        return {
+        custom: dict[str, Any] = {
             "id": item_id,
             "type": "custom_tool_call",
             "status": status,
@@ -67,6 +67,9 @@ def restore_call(
             "name": origin.name,
             "input": custom_input_from_arguments(arguments),
         }
+        if origin.namespace is not None:
+            custom["namespace"] = origin.namespace
+        return custom
     item: dict[str, Any] = {
         "id": item_id,
         "type": "function_call",

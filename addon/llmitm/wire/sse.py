@@ -11,6 +11,7 @@ runs once per chunk for every stream through the proxy.
 
 from __future__ import annotations
 
+_BOM = b"\xef\xbb\xbf"
 DONE_DATA = b"[DONE]"
 DONE_FRAME = b"data: [DONE]\n\n"
 
@@ -22,13 +23,15 @@ A plain tuple, not a NamedTuple: it is built once per event on the hot path."""
 class SSEDecoder:
     """Feed it chunks as they arrive; it returns the events completed so far."""
 
-    __slots__ = ("_buffer", "_pending_cr")
+    __slots__ = ("_buffer", "_pending_cr", "_started")
 
     def __init__(self) -> None:
         self._buffer = b""
         # A CR that ended the previous chunk: if the next chunk starts with LF, that LF
         # belongs to the same line end.
         self._pending_cr = False
+        # Until the first bytes are seen: a UTF-8 byte-order mark there is not data.
+        self._started = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if not chunk:
@@ -44,6 +47,12 @@ class SSEDecoder:
                 self._pending_cr = True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buffer = self._buffer + chunk if self._buffer else chunk
+        if not self._started:
+            if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
+                self._buffer = buffer  # maybe a byte-order mark split across chunks
+                return []
+            self._started = True
+            buffer = buffer.removeprefix(_BOM)
         if b"\n\n" not in buffer:
             self._buffer = buffer
             return []
@@ -59,6 +68,8 @@ class SSEDecoder:
         """End of stream: dispatch an event left without its final blank line."""
         block, self._buffer = self._buffer, b""
         self._pending_cr = False
+        if not self._started:
+            block = block.removeprefix(_BOM)
         events: list[SSEEvent] = []
         if block.strip(b"\n"):
             _parse_block(block, events)
