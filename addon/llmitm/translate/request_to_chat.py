@@ -31,6 +31,7 @@ from llmitm.translate.tools import (
     responses_tool_choice_to_chat,
     responses_tools_to_chat,
 )
+from llmitm.translate.validation import require_model
 from llmitm.wire.objects import ECHOED_REQUEST_FIELDS
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -88,18 +89,7 @@ def responses_request_to_chat(
     ``history`` holds the items of the ancestor responses, already resolved by the store
     (Responses item shape); without it a request continuing a stored conversation is refused.
     """
-    if not isinstance(body, dict):
-        raise TranslationError(
-            "The request body must be a JSON object; send the Responses request as an object.",
-            code=None,
-        )
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise TranslationError(
-            "model is required; send the model name as a string.",
-            param="model",
-            code="missing_required_parameter",
-        )
+    model = require_model(body, "Responses")
     _require_history(body, history)
 
     context = TranslationContext(options=options, model=model)

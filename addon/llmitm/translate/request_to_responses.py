@@ -24,6 +24,7 @@ from llmitm.translate.tools import (
     chat_tools_to_responses,
     web_search_tool,
 )
+from llmitm.translate.validation import require_model
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 # OpenAI rejects max_output_tokens below 16 ("integer below minimum value").
@@ -78,18 +79,7 @@ _CONSUMED_FIELDS = frozenset(
 
 def chat_request_to_responses(body: dict[str, Any], options: TranslateOptions) -> MappedRequest:
     """Translate a Chat Completions request body into a Responses request body."""
-    if not isinstance(body, dict):
-        raise TranslationError(
-            "The request body must be a JSON object; send the chat request as an object.",
-            code=None,
-        )
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise TranslationError(
-            "model is required; send the model name as a string.",
-            param="model",
-            code="missing_required_parameter",
-        )
+    model = require_model(body, "chat")
     for legacy in ("functions", "function_call"):
         if body.get(legacy) is not None:
             raise TranslationError(

@@ -264,19 +264,24 @@ def _dropped_choice(kind: str, context: TranslationContext, warnings: list[str],
     return "auto"
 
 
+def _tool_choice_mode(choice: str) -> str:
+    """The string tool choices, the same in both APIs."""
+    if choice in _TOOL_CHOICE_MODES:
+        return choice
+    raise TranslationError(
+        f"tool_choice {choice!r} is not one of none, auto or required; send one of those "
+        "or a tool choice object.",
+        param="tool_choice",
+        code="invalid_value",
+    )
+
+
 def responses_tool_choice_to_chat(
     choice: Any, context: TranslationContext, warnings: list[str]
 ) -> Any:
     """Chat ``tool_choice`` for a Responses one (call after :func:`responses_tools_to_chat`)."""
     if isinstance(choice, str):
-        if choice in _TOOL_CHOICE_MODES:
-            return choice
-        raise TranslationError(
-            f"tool_choice {choice!r} is not one of none, auto or required; send one of those "
-            "or a tool choice object.",
-            param="tool_choice",
-            code="invalid_value",
-        )
+        return _tool_choice_mode(choice)
     kind = choice.get("type") if isinstance(choice, dict) else None
     if not isinstance(choice, dict) or not isinstance(kind, str):
         raise TranslationError(
@@ -369,14 +374,7 @@ def web_search_tool(options: Any) -> dict[str, Any]:
 def chat_tool_choice_to_responses(choice: Any) -> Any:
     """Responses ``tool_choice`` for a chat one."""
     if isinstance(choice, str):
-        if choice in _TOOL_CHOICE_MODES:
-            return choice
-        raise TranslationError(
-            f"tool_choice {choice!r} is not one of none, auto or required; send one of those "
-            "or a tool choice object.",
-            param="tool_choice",
-            code="invalid_value",
-        )
+        return _tool_choice_mode(choice)
     kind = choice.get("type") if isinstance(choice, dict) else None
     if isinstance(choice, dict) and kind in ("function", "custom"):
         named = choice.get(kind)
