@@ -26,6 +26,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"llmitm {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser(
+        "run",
+        help="run the proxy: llmitm run [--config FILE] [--base-url] [mitmdump options] "
+        "[-- COMMAND ...]",
+        add_help=False,
+    )
 
     translate = commands.add_parser(
         "translate",
@@ -103,6 +109,12 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:
+        # run's options are mitmdump's, which argparse must not interpret.
+        from llmitm.run import run
+
+        return run(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "translate":
         return _translate(args)

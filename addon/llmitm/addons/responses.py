@@ -1,0 +1,73 @@
+"""Turn the upstream's answer into the client's: streams through a per-flow rewriter installed
+in ``responseheaders`` (with framing fixed), whole bodies and errors in ``response``."""
+
+from __future__ import annotations
+
+import logging
+
+from mitmproxy import http
+
+from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.exchange.response import stream_pipeline, translate_body
+from llmitm.exchange.stream import StreamRewriter, decoder_for
+
+logger = logging.getLogger(__name__)
+
+
+def is_event_stream(response: http.Response) -> bool:
+    return response.headers.get("content-type", "").lower().startswith("text/event-stream")
+
+
+class LlmResponses:
+    name = "llmitm_responses"
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        if response is None:
+            return
+        state: FlowState | None = flow.metadata.get(METADATA_KEY)
+        if state is None:
+            if is_event_stream(response):
+                response.stream = True  # relay SSE live instead of buffering it whole
+            return
+        response.headers["x-llmitm-endpoint"] = state.plan.endpoint.name
+        response.headers["x-llmitm-translation"] = state.plan.label
+        if response.status_code >= 400 or not is_event_stream(response):
+            return  # buffered; translated whole in response()
+        state.streamed = True
+        pipeline = stream_pipeline(state.plan, state.context)
+        if pipeline is None:
+            response.stream = True
+            return
+        try:
+            decode = decoder_for(response.headers.get("content-encoding"))
+        except ValueError:
+            logger.error("llmitm: %s: cannot decode the stream; relaying it", flow.request.url)
+            response.stream = True
+            return
+        response.stream = StreamRewriter(pipeline, decode)
+        response.headers.pop("content-encoding", None)
+        response.headers.pop("content-length", None)
+        if flow.request.http_version.startswith("HTTP/1"):
+            # Without framing an HTTP/1 client can only read to connection close.
+            response.headers["transfer-encoding"] = "chunked"
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        state: FlowState | None = flow.metadata.get(METADATA_KEY)
+        response = flow.response
+        if state is None or response is None or state.streamed:
+            return
+        try:
+            translated = translate_body(
+                response.status_code, response.get_content(strict=False), state.plan, state.context
+            )
+        except Exception:
+            logger.exception("llmitm: failed to translate the response of %s", flow.request.url)
+            return
+        if translated is None:
+            return
+        status, content = translated
+        response.status_code = status
+        response.headers.pop("content-encoding", None)
+        response.headers["content-type"] = "application/json"
+        response.content = content

@@ -1,0 +1,79 @@
+"""llmitm's mitmproxy options and the configuration they point at, parsed once in
+``configure`` (a bad file stops start-up with an ``OptionsError`` naming file, key and
+expectation) and shared with the other addons."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Set
+
+from mitmproxy import ctx, exceptions
+from mitmproxy.addonmanager import Loader
+
+from llmitm.routing.config import Config, ConfigError, Endpoint, default_config, load_config
+from llmitm.translate.context import REASONING_MODES, TranslateOptions
+
+logger = logging.getLogger(__name__)
+
+_OPTIONS = {"llmitm_config", "llmitm_reasoning", "llmitm_strict"}
+
+
+class LlmitmSettings:
+    """Options ``llmitm_config``, ``llmitm_reasoning``, ``llmitm_strict``."""
+
+    name = "llmitm_settings"
+
+    def __init__(self) -> None:
+        self.config: Config = default_config()
+
+    def load(self, loader: Loader) -> None:
+        loader.add_option(
+            "llmitm_config",
+            str,
+            "",
+            "llmitm's TOML configuration (endpoints, routes, settings). Empty: pass OpenAI "
+            "and Azure traffic through unchanged.",
+        )
+        loader.add_option(
+            "llmitm_reasoning",
+            str,
+            "",
+            "How reasoning reaches chat clients; overrides the file's llmitm.reasoning.",
+            choices=["", *REASONING_MODES],
+        )
+        loader.add_option(
+            "llmitm_strict",
+            bool,
+            False,
+            "Refuse hosted tools and fields the target API lacks instead of dropping them.",
+        )
+
+    def configure(self, updated: Set[str]) -> None:
+        if "connection_strategy" in updated and ctx.options.connection_strategy == "eager":
+            # Answering locally (400s for bad requests) fails under eager connections, which
+            # dial the original target before any hook runs.
+            ctx.options.update(connection_strategy="lazy")
+        if not updated & _OPTIONS:
+            return
+        path = ctx.options.llmitm_config
+        try:
+            self.config = load_config(path) if path else default_config()
+        except ConfigError as exc:
+            raise exceptions.OptionsError(str(exc)) from None
+        if path:
+            logger.info(
+                "llmitm: %s: %d endpoint(s), %d route(s)",
+                path,
+                len(self.config.endpoints),
+                len(self.config.routes),
+            )
+
+    def translate_options(self, endpoint: Endpoint) -> TranslateOptions:
+        """Translation options for a request going to ``endpoint``."""
+        settings = self.config.settings
+        return TranslateOptions(
+            reasoning=ctx.options.llmitm_reasoning or settings.reasoning,  # type: ignore[arg-type]
+            strict=ctx.options.llmitm_strict or settings.strict,
+            drop_unsupported=settings.drop_unsupported,
+            think_open_missing=endpoint.think_open_missing,
+        )

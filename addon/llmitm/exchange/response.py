@@ -1,0 +1,66 @@
+"""The client's view of a planned create call's response.
+
+Non-streamed bodies and error bodies are translated whole here; streams get a
+:class:`~llmitm.translate.pipeline.StreamPipeline` that the proxy feeds chunk by chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from llmitm.routing.plan import Plan
+from llmitm.translate.body_to_chat import response_failure, response_to_chat_completion
+from llmitm.translate.body_to_responses import chat_completion_to_response
+from llmitm.translate.context import TranslationContext
+from llmitm.translate.error_bodies import translate_error_body
+from llmitm.translate.pipeline import StreamPipeline
+from llmitm.wire.errors import ApiError, openai_error_body
+
+
+def stream_pipeline(plan: Plan, context: TranslationContext) -> StreamPipeline | None:
+    """The translator for the upstream's SSE, or ``None`` to relay it byte for byte."""
+    direction = plan.stream_direction
+    return StreamPipeline(direction, context) if direction is not None else None
+
+
+def translate_body(
+    status: int, content: bytes | None, plan: Plan, context: TranslationContext
+) -> tuple[int, bytes] | None:
+    """The status and body the client gets, or ``None`` when the upstream's stand as they are.
+
+    Errors always come out OpenAI-shaped in the client's protocol (llama.cpp's integer codes,
+    Azure's content-filter details and plain-text gateway errors included)."""
+    if status >= 400:
+        parsed = _json_or_text(content)
+        new_status, body = translate_error_body(parsed, status, plan.client_api)
+        return new_status, orjson.dumps(body)
+    if not plan.translates:
+        return None
+    try:
+        body = orjson.loads(content or b"")
+    except orjson.JSONDecodeError:
+        return _upstream_garbage("The upstream answered with a body that is not JSON.")
+    if not isinstance(body, dict):
+        return _upstream_garbage("The upstream answered with JSON that is not an object.")
+    if plan.client_api == "chat":
+        failure = response_failure(body)
+        if failure is not None:
+            return failure.status, orjson.dumps(openai_error_body(failure))
+        return status, orjson.dumps(response_to_chat_completion(body, context))
+    return status, orjson.dumps(chat_completion_to_response(body, context))
+
+
+def _json_or_text(content: bytes | None) -> Any:
+    if not content:
+        return None
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return content.decode("utf-8", "replace")
+
+
+def _upstream_garbage(message: str) -> tuple[int, bytes]:
+    error = ApiError(message=message, type="server_error", code="bad_upstream_response", status=502)
+    return 502, orjson.dumps(openai_error_body(error))

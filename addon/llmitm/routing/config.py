@@ -1,0 +1,295 @@
+"""The configuration file: endpoints, routes and translation settings, read once at start-up.
+
+One TOML file (stdlib ``tomllib``)::
+
+    [llmitm]
+    reasoning = "think-tags"          # how reasoning reaches chat clients
+
+    [endpoints.local]
+    kind = "compatible"               # openai | azure | compatible
+    base_url = "http://127.0.0.1:11434/v1"
+    apis = ["chat"]                   # the API(s) it speaks
+
+    [[routes]]
+    models = ["gpt-*"]                # model globs (and/or hosts = [...])
+    endpoints = ["local"]
+    model = "qwen3:8b"                # optional alias sent upstream
+
+Secrets are never in the file: an endpoint names the environment variable that holds its key
+(``api_key_env``). Every mistake fails at start-up as a :class:`ConfigError` naming the file,
+the key and what was expected — never a traceback. With no file, :func:`default_config` lets
+OpenAI and Azure traffic pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from llmitm.translate.context import REASONING_MODES, ReasoningMode
+from llmitm.wire.paths import ApiName
+
+EndpointKind = Literal["openai", "azure", "compatible"]
+ENDPOINT_KINDS: tuple[str, ...] = get_args(EndpointKind)
+API_NAMES: tuple[str, ...] = ("chat", "responses")
+
+
+class ConfigError(ValueError):
+    """A configuration file llmitm cannot use; the message names file, key and expectation."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One upstream server and how to talk to it."""
+
+    name: str
+    kind: EndpointKind
+    base_url: str
+    apis: frozenset[ApiName]
+    api_key_env: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    auth_header: str = "authorization"
+    api_version: str | None = None
+    """Azure: set → the classic form (``/openai/deployments/…?api-version=…``); unset → v1."""
+    deployments: Mapping[str, str] = field(default_factory=dict)
+    """Azure: model name → deployment name (unlisted models use their own name)."""
+    non_conformant: frozenset[ApiName] = frozenset()
+    """APIs whose streams need normalising (llama.cpp's Responses stream)."""
+    think_open_missing: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def azure_classic(self) -> bool:
+        return self.kind == "azure" and self.api_version is not None
+
+    def deployment_for(self, model: str) -> str:
+        return self.deployments.get(model, model)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Which requests go to which endpoints."""
+
+    models: tuple[str, ...] = ("*",)
+    hosts: tuple[str, ...] = ("*",)
+    endpoints: tuple[str, ...] = ()
+    model: str | None = None
+    """Alias: the model name sent upstream instead of the client's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    reasoning: ReasoningMode = "think-tags"
+    strict: bool = False
+    drop_unsupported: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    source: str = "<embedded defaults>"
+    settings: Settings = Settings()
+    endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
+    routes: tuple[Route, ...] = ()
+
+
+def default_config() -> Config:
+    """No file: nothing is routed, OpenAI and Azure traffic passes through unchanged."""
+    return Config()
+
+
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
+    """Read and validate ``path``; credentials are looked up in ``environ`` (the process
+    environment by default)."""
+    source = str(path)
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: the configuration file does not exist") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{source}: cannot read the configuration file ({exc.strerror})"
+        ) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: not valid TOML ({exc})") from None
+    return parse_config(raw, source, os.environ if environ is None else environ)
+
+
+def parse_config(raw: Mapping[str, Any], source: str, environ: Mapping[str, str]) -> Config:
+    reader = _Reader(source)
+    reader.only_keys(raw, "", {"llmitm", "endpoints", "routes"})
+    settings = _settings(reader, reader.table(raw, "llmitm"))
+    endpoints_raw = reader.table(raw, "endpoints")
+    endpoints = {
+        name: _endpoint(
+            reader, name, reader.table(endpoints_raw, name, prefix="endpoints."), environ
+        )
+        for name in endpoints_raw
+    }
+    routes_raw = raw.get("routes", [])
+    if not isinstance(routes_raw, list):
+        reader.fail("routes", "an array of tables ([[routes]])", routes_raw)
+    routes = tuple(
+        _route(reader, f"routes[{index}]", entry, endpoints)
+        for index, entry in enumerate(routes_raw)
+    )
+    return Config(source=source, settings=settings, endpoints=endpoints, routes=routes)
+
+
+class _Reader:
+    """Typed reads with errors that name the file and the key."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, key: str, expected: str, got: Any) -> None:
+        raise ConfigError(f"{self.source}: {key}: expected {expected}, got {got!r}")
+
+    def only_keys(self, table: Mapping[str, Any], prefix: str, allowed: set[str]) -> None:
+        for key in table:
+            if key not in allowed:
+                names = ", ".join(sorted(allowed))
+                raise ConfigError(f"{self.source}: {prefix}{key}: unknown key (known: {names})")
+
+    def table(self, raw: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, Any]:
+        value = raw.get(key, {})
+        if not isinstance(value, dict):
+            self.fail(prefix + key, "a table", value)
+        return value
+
+    def string(self, raw: Mapping[str, Any], key: str, where: str, default: Any = None) -> Any:
+        value = raw.get(key, default)
+        if value is not default and not (isinstance(value, str) and value):
+            self.fail(f"{where}.{key}", "a non-empty string", value)
+        return value
+
+    def boolean(self, raw: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+        value = raw.get(key, default)
+        if not isinstance(value, bool):
+            self.fail(f"{where}.{key}", "true or false", value)
+        return value
+
+    def strings(
+        self, raw: Mapping[str, Any], key: str, where: str, default: tuple[str, ...]
+    ) -> tuple[str, ...]:
+        value = raw.get(key, default)
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+            self.fail(f"{where}.{key}", "a string or an array of strings", value)
+        return tuple(value)
+
+    def choice(self, value: Any, key: str, choices: tuple[str, ...]) -> Any:
+        if value not in choices:
+            self.fail(key, "one of " + ", ".join(choices), value)
+        return value
+
+    def string_map(self, raw: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+        value = raw.get(key, {})
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            self.fail(f"{where}.{key}", "a table of strings", value)
+        return dict(value)
+
+
+def _settings(reader: _Reader, raw: Mapping[str, Any]) -> Settings:
+    reader.only_keys(raw, "llmitm.", {"reasoning", "strict", "drop_unsupported"})
+    reasoning = reader.choice(
+        raw.get("reasoning", "think-tags"), "llmitm.reasoning", REASONING_MODES
+    )
+    return Settings(
+        reasoning=reasoning,
+        strict=reader.boolean(raw, "strict", "llmitm", False),
+        drop_unsupported=reader.boolean(raw, "drop_unsupported", "llmitm", False),
+    )
+
+
+_ENDPOINT_KEYS = {
+    "kind",
+    "base_url",
+    "apis",
+    "api_key_env",
+    "auth_header",
+    "api_version",
+    "deployments",
+    "non_conformant",
+    "think_open_missing",
+    "headers",
+}
+_DEFAULT_APIS: dict[str, tuple[str, ...]] = {
+    "openai": API_NAMES,
+    "azure": API_NAMES,
+    "compatible": ("chat",),
+}
+
+
+def _endpoint(
+    reader: _Reader, name: str, raw: Mapping[str, Any], environ: Mapping[str, str]
+) -> Endpoint:
+    where = f"endpoints.{name}"
+    reader.only_keys(raw, where + ".", _ENDPOINT_KEYS)
+    kind = reader.choice(raw.get("kind"), f"{where}.kind", ENDPOINT_KINDS)
+    base_url = reader.string(raw, "base_url", where)
+    if base_url is None:
+        reader.fail(f"{where}.base_url", "the endpoint's URL (http:// or https://)", None)
+    if not base_url.startswith(("http://", "https://")):
+        reader.fail(f"{where}.base_url", "a URL starting with http:// or https://", base_url)
+    apis = reader.strings(raw, "apis", where, _DEFAULT_APIS[kind])
+    for api in apis:
+        reader.choice(api, f"{where}.apis", API_NAMES)
+    non_conformant = reader.strings(raw, "non_conformant", where, ())
+    for api in non_conformant:
+        reader.choice(api, f"{where}.non_conformant", API_NAMES)
+    api_key_env = reader.string(raw, "api_key_env", where)
+    api_key = None
+    if api_key_env is not None:
+        api_key = environ.get(api_key_env)
+        if not api_key:
+            raise ConfigError(
+                f"{reader.source}: {where}.api_key_env: the environment variable "
+                f"{api_key_env} is not set (it must hold the endpoint's key)"
+            )
+    default_header = "api-key" if kind == "azure" else "authorization"
+    api_version = reader.string(raw, "api_version", where)
+    deployments = reader.string_map(raw, "deployments", where)
+    if kind != "azure" and (api_version or deployments):
+        reader.fail(
+            f"{where}.kind", '"azure" (api_version and deployments are Azure settings)', kind
+        )
+    return Endpoint(
+        name=name,
+        kind=kind,
+        base_url=base_url.rstrip("/"),
+        apis=frozenset(apis),  # type: ignore[arg-type]
+        api_key_env=api_key_env,
+        api_key=api_key,
+        auth_header=reader.string(raw, "auth_header", where, default_header).lower(),
+        api_version=api_version,
+        deployments=deployments,
+        non_conformant=frozenset(non_conformant),  # type: ignore[arg-type]
+        think_open_missing=reader.boolean(raw, "think_open_missing", where, False),
+        headers=reader.string_map(raw, "headers", where),
+    )
+
+
+def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoint]) -> Route:
+    if not isinstance(raw, dict):
+        reader.fail(where, "a table", raw)
+    reader.only_keys(raw, where + ".", {"models", "hosts", "endpoints", "model"})
+    names = reader.strings(raw, "endpoints", where, ())
+    if not names:
+        reader.fail(f"{where}.endpoints", "at least one endpoint name", raw.get("endpoints"))
+    for name in names:
+        if name not in endpoints:
+            known = ", ".join(sorted(endpoints)) or "none defined"
+            reader.fail(f"{where}.endpoints", f"a defined endpoint ({known})", name)
+    return Route(
+        models=reader.strings(raw, "models", where, ("*",)),
+        hosts=reader.strings(raw, "hosts", where, ("*",)),
+        endpoints=names,
+        model=reader.string(raw, "model", where),
+    )

@@ -1,0 +1,178 @@
+"""``llmitm run``: mitmdump with llmitm's addons, alone or around a command.
+
+    llmitm run [--config FILE] [--base-url] [mitmdump options …] [-- COMMAND …]
+
+Alone it is mitmdump in this process, listening on 127.0.0.1:8080 in regular mode unless the
+options say otherwise. With ``-- COMMAND`` it starts mitmdump as a child on a free port, waits
+until it listens, runs the command with ``HTTPS_PROXY`` and the CA variables pointing at it
+(``OPENAI_BASE_URL`` too with ``--base-url``, through an added reverse listener), stops the
+proxy and exits with the command's status.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+import llmitm
+
+SCRIPT = Path(llmitm.__file__).with_name("mitmproxy_script.py")
+OPENAI_ORIGIN = "https://api.openai.com"
+READY_TIMEOUT_S = 60.0
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+
+_MITMDUMP = (
+    "import sys; from mitmproxy.tools.main import mitmdump; sys.exit(mitmdump(sys.argv[1:]))"
+)
+
+
+class RunUsageError(ValueError):
+    """The command line of ``llmitm run`` is wrong."""
+
+
+@dataclass(slots=True)
+class RunArgs:
+    config: str | None = None
+    base_url: bool = False
+    mitmdump: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+
+
+def parse_run_args(argv: Sequence[str]) -> RunArgs:
+    """Split llmitm's own options from mitmdump's and from the command after ``--``."""
+    args = RunArgs()
+    items = list(argv)
+    if "--" in items:
+        cut = items.index("--")
+        items, args.command = items[:cut], items[cut + 1 :]
+        if not args.command:
+            raise RunUsageError("nothing to run after --")
+    index = 0
+    while index < len(items):
+        item = items[index]
+        if item == "--config":
+            if index + 1 >= len(items):
+                raise RunUsageError("--config needs a file")
+            args.config = items[index + 1]
+            index += 2
+            continue
+        if item.startswith("--config="):
+            args.config = item.partition("=")[2]
+        elif item == "--base-url":
+            args.base_url = True
+        else:
+            args.mitmdump.append(item)
+        index += 1
+    return args
+
+
+def mitmdump_argv(args: RunArgs, listenfile: str | None = None) -> list[str]:
+    """mitmdump's arguments: llmitm's script and safe defaults, then the user's options
+    (which win: mitmdump takes the last value of an option)."""
+    argv = ["-s", str(SCRIPT), "--set", "connection_strategy=lazy"]
+    user = " ".join(args.mitmdump)
+    if "listen_host" not in user and "--listen-host" not in user:
+        argv += ["--listen-host", "127.0.0.1"]
+    if (
+        args.command
+        and "listen_port" not in user
+        and "--listen-port" not in user
+        and "-p" not in args.mitmdump
+    ):
+        argv += ["--listen-port", "0"]  # a free port: the command learns it from us
+    if args.base_url:
+        if "--mode" not in args.mitmdump and "-m" not in args.mitmdump:
+            argv += ["--mode", "regular"]
+        argv += ["--mode", f"reverse:{OPENAI_ORIGIN}"]
+    if args.config:
+        argv += ["--set", f"llmitm_config={args.config}"]
+    if listenfile:
+        argv += ["--set", f"llmitm_listenfile={listenfile}"]
+    return argv + args.mitmdump
+
+
+def run(argv: Sequence[str]) -> int:
+    try:
+        args = parse_run_args(argv)
+    except RunUsageError as exc:
+        print(f"llmitm run: {exc}", file=sys.stderr)
+        return 2
+    if args.config and not Path(args.config).is_file():
+        print(f"llmitm run: {args.config}: the configuration file does not exist", file=sys.stderr)
+        return 2
+    if not args.command:
+        from mitmproxy.tools.main import mitmdump
+
+        return mitmdump(mitmdump_argv(args)) or 0
+    return _run_command(args)
+
+
+def _run_command(args: RunArgs) -> int:
+    with tempfile.TemporaryDirectory(prefix="llmitm-run-") as scratch:
+        listenfile = Path(scratch) / "listen.json"
+        proxy = subprocess.Popen(
+            [sys.executable, "-c", _MITMDUMP, *mitmdump_argv(args, str(listenfile))],
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            listening = _wait_for(listenfile, proxy)
+            if listening is None:
+                print("llmitm run: the proxy did not start (see above)", file=sys.stderr)
+                return proxy.wait() or 1
+            env = dict(os.environ)
+            env.update(command_environment(listening, base_url=args.base_url))
+            try:
+                return subprocess.run(args.command, env=env, check=False).returncode
+            except FileNotFoundError:
+                print(f"llmitm run: {args.command[0]}: command not found", file=sys.stderr)
+                return 127
+            except KeyboardInterrupt:
+                return 130
+        finally:
+            _stop(proxy)
+
+
+def command_environment(listening: dict, *, base_url: bool) -> dict[str, str]:
+    """The variables that point a command at the proxy and make it trust mitmproxy's CA."""
+    env: dict[str, str] = {}
+    for server in listening["servers"]:
+        host, port = server["addresses"][0]
+        host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+        if server["type"] == "regular" and "HTTPS_PROXY" not in env:
+            env["HTTPS_PROXY"] = env["https_proxy"] = f"http://{host}:{port}"
+        if server["type"] == "reverse" and base_url and "OPENAI_BASE_URL" not in env:
+            env["OPENAI_BASE_URL"] = f"http://{host}:{port}/v1"
+    for variable in CA_VARIABLES:
+        env[variable] = listening["ca_file"]
+    return env
+
+
+def _wait_for(listenfile: Path, proxy: subprocess.Popen[bytes]) -> dict | None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if listenfile.exists():
+            return orjson.loads(listenfile.read_bytes())
+        if proxy.poll() is not None:
+            return None
+        time.sleep(0.05)
+    return None
+
+
+def _stop(proxy: subprocess.Popen[bytes]) -> None:
+    if proxy.poll() is not None:
+        return
+    proxy.send_signal(signal.SIGTERM)
+    try:
+        proxy.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proxy.kill()
+        proxy.wait()
