@@ -4,14 +4,18 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Codex CLI for tests/e2e: npm's package ships the Linux x64 binary; kept in a git-ignored
+# folder, installed once per version (the stamp names the version, so a bump reinstalls).
+CODEX_VERSION := 0.171.0
+CODEX_STAMP   := .e2e/node/.installed-codex-$(CODEX_VERSION)
 
-.PHONY: run demo test lint bench clean
+.PHONY: run demo test lint bench clean e2e-deps
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "llmitm needs Python >= 3.12 (found " + sys.version.split()[0] + ")")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,e2e]'
 	@touch $@
 
 # The proxy with the embedded defaults (or CONFIG=llmitm.toml): 127.0.0.1:8080, regular mode.
@@ -21,7 +25,14 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/llmitm translate --to chat examples/azure-responses-stream.sse
 
-test: $(STAMP)
+$(CODEX_STAMP):
+	npm install --prefix .e2e/node --no-save --no-audit --no-fund --loglevel=error @openai/codex@$(CODEX_VERSION)
+	@touch $@
+
+# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF) and Codex.
+e2e-deps: $(STAMP) $(CODEX_STAMP)
+
+test: $(STAMP) $(CODEX_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
@@ -34,4 +45,4 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench_translate.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .e2e
