@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from llmitm.translate.context import REASONING_MODES, ReasoningMode
 from llmitm.wire.paths import ApiName
@@ -238,7 +239,16 @@ def _endpoint(
         reader.fail(f"{where}.base_url", "the endpoint's URL (http:// or https://)", None)
     if not base_url.startswith(("http://", "https://")):
         reader.fail(f"{where}.base_url", "a URL starting with http:// or https://", base_url)
+    try:
+        host = urlsplit(base_url).hostname
+    except ValueError:  # "http://[::1" and the like
+        host = None
+    if not host:
+        reader.fail(f"{where}.base_url", "a URL with a host", base_url)
     apis = reader.strings(raw, "apis", where, _DEFAULT_APIS[kind])
+    if not apis:
+        # An endpoint that speaks nothing would be sent the other API's translation.
+        reader.fail(f"{where}.apis", "at least one of " + ", ".join(API_NAMES), apis)
     for api in apis:
         reader.choice(api, f"{where}.apis", API_NAMES)
     non_conformant = reader.strings(raw, "non_conformant", where, ())

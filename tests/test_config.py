@@ -1,0 +1,443 @@
+"""The TOML configuration: every key read, defaults per endpoint kind, credentials from the
+environment only, and every mistake reported as a ConfigError naming the file, the key path
+and what was expected (never a traceback)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmitm.routing.config import (
+    Config,
+    ConfigError,
+    Endpoint,
+    Route,
+    Settings,
+    default_config,
+    load_config,
+    parse_config,
+)
+
+FULL = """
+[llmitm]
+reasoning = "reasoning_content"
+strict = true
+drop_unsupported = true
+
+[endpoints.az]
+kind = "azure"
+base_url = "https://res.openai.azure.com/"
+apis = ["responses"]
+api_key_env = "AZ_KEY"
+auth_header = "X-Custom-Key"
+api_version = "2025-04-01-preview"
+deployments = { "gpt-5" = "gpt5-prod", "o4-mini" = "o4m" }
+non_conformant = ["responses"]
+think_open_missing = true
+headers = { "x-team" = "llm" }
+
+[endpoints.local]
+kind = "compatible"
+base_url = "http://127.0.0.1:11434/v1"
+
+[[routes]]
+models = ["gpt-5*", "o4-*"]
+hosts = ["api.openai.com", "*.azure.com"]
+endpoints = ["az", "local"]
+model = "gpt-5"
+
+[[routes]]
+models = "qwen*"
+endpoints = "local"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "llmitm.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def endpoint_toml(name: str = "e", **keys: Any) -> dict[str, Any]:
+    return {"endpoints": {name: keys}}
+
+
+def error_of(raw: dict[str, Any], environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, "conf/llmitm.toml", environ or {})
+    message = str(info.value)
+    assert message.startswith("conf/llmitm.toml: "), message
+    assert "Traceback" not in message
+    return message
+
+
+# --- valid files ----------------------------------------------------------------------------
+
+
+def test_every_key_is_read(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, FULL), {"AZ_KEY": "sk-az"})
+    assert config.source == str(tmp_path / "llmitm.toml")
+    assert config.settings == Settings(
+        reasoning="reasoning_content", strict=True, drop_unsupported=True
+    )
+    az = config.endpoints["az"]
+    assert az == Endpoint(
+        name="az",
+        kind="azure",
+        base_url="https://res.openai.azure.com",  # the trailing slash is dropped
+        apis=frozenset({"responses"}),
+        api_key_env="AZ_KEY",
+        api_key="sk-az",
+        auth_header="x-custom-key",  # header names are case-insensitive: kept lower-case
+        api_version="2025-04-01-preview",
+        deployments={"gpt-5": "gpt5-prod", "o4-mini": "o4m"},
+        non_conformant=frozenset({"responses"}),
+        think_open_missing=True,
+        headers={"x-team": "llm"},
+    )
+    assert az.azure_classic
+    assert az.deployment_for("gpt-5") == "gpt5-prod"
+    assert az.deployment_for("unlisted") == "unlisted"
+    assert config.routes == (
+        Route(
+            models=("gpt-5*", "o4-*"),
+            hosts=("api.openai.com", "*.azure.com"),
+            endpoints=("az", "local"),
+            model="gpt-5",
+        ),
+        # A single string stands for a one-element list; hosts default to everything.
+        Route(models=("qwen*",), hosts=("*",), endpoints=("local",), model=None),
+    )
+
+
+def test_the_key_is_not_shown_in_the_endpoint_repr(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, FULL), {"AZ_KEY": "sk-secret-value"})
+    assert "sk-secret-value" not in repr(config)
+
+
+def test_an_empty_file_is_the_embedded_default(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ""), {})
+    assert config.settings == Settings()
+    assert config.endpoints == {}
+    assert config.routes == ()
+
+
+def test_default_config_routes_nothing() -> None:
+    config = default_config()
+    assert isinstance(config, Config)
+    assert config.routes == ()
+    assert config.endpoints == {}
+    assert config.settings.reasoning == "think-tags"
+    assert config.settings.strict is False
+
+
+@pytest.mark.parametrize(
+    ("kind", "apis", "auth_header"),
+    [
+        ("openai", {"chat", "responses"}, "authorization"),
+        ("azure", {"chat", "responses"}, "api-key"),
+        ("compatible", {"chat"}, "authorization"),
+    ],
+)
+def test_defaults_per_kind(kind: str, apis: set[str], auth_header: str) -> None:
+    config = parse_config(endpoint_toml(kind=kind, base_url="https://h/v1"), "f", {})
+    endpoint = config.endpoints["e"]
+    assert endpoint.apis == frozenset(apis)
+    assert endpoint.auth_header == auth_header
+    assert endpoint.api_key is None
+    assert endpoint.api_key_env is None
+    assert endpoint.api_version is None
+    assert endpoint.deployments == {}
+    assert endpoint.non_conformant == frozenset()
+    assert endpoint.think_open_missing is False
+    assert endpoint.headers == {}
+    assert not endpoint.azure_classic
+
+
+def test_azure_without_api_version_is_the_v1_form() -> None:
+    config = parse_config(endpoint_toml(kind="azure", base_url="https://r.azure.com"), "f", {})
+    assert not config.endpoints["e"].azure_classic
+
+
+def test_route_defaults_match_every_model_and_host() -> None:
+    raw = {**endpoint_toml(kind="openai", base_url="https://h"), "routes": [{"endpoints": ["e"]}]}
+    route = parse_config(raw, "f", {}).routes[0]
+    assert route == Route(models=("*",), hosts=("*",), endpoints=("e",), model=None)
+
+
+# --- credentials ----------------------------------------------------------------------------
+
+
+def test_credentials_come_from_the_given_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMITM_TEST_KEY", "from-process-env")
+    raw = endpoint_toml(kind="openai", base_url="https://h", api_key_env="LLMITM_TEST_KEY")
+    config = parse_config(raw, "f", {"LLMITM_TEST_KEY": "from-given-env"})
+    assert config.endpoints["e"].api_key == "from-given-env"
+
+
+def test_load_config_defaults_to_the_process_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLMITM_TEST_KEY", "from-process-env")
+    path = write(
+        tmp_path,
+        '[endpoints.e]\nkind = "openai"\nbase_url = "https://h"\napi_key_env = "LLMITM_TEST_KEY"\n',
+    )
+    assert load_config(path).endpoints["e"].api_key == "from-process-env"
+
+
+def test_a_key_written_in_the_file_is_refused() -> None:
+    message = error_of(endpoint_toml(kind="openai", base_url="https://h", api_key="sk-in-file"))
+    assert "endpoints.e.api_key: unknown key" in message
+    assert "api_key_env" in message  # the list of known keys points at the right one
+    assert "sk-in-file" not in message
+
+
+@pytest.mark.parametrize("environ", [{}, {"MISSING_KEY": ""}], ids=["unset", "empty"])
+def test_api_key_env_naming_a_missing_variable(environ: dict[str, str]) -> None:
+    message = error_of(
+        endpoint_toml("az", kind="azure", base_url="https://h", api_key_env="MISSING_KEY"),
+        environ,
+    )
+    assert "endpoints.az.api_key_env" in message
+    assert "MISSING_KEY is not set" in message
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "expected"),
+    [
+        ({"bogus": 1}, "bogus: unknown key", "known: endpoints, llmitm, routes"),
+        ({"llmitm": {"colour": "red"}}, "llmitm.colour: unknown key", "known: drop_unsupported"),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", colour="red"),
+            "endpoints.az.colour: unknown key",
+            "known: api_key_env",
+        ),
+        (
+            {
+                **endpoint_toml(kind="openai", base_url="https://h"),
+                "routes": [{"endpoints": ["e"], "model_glob": "x"}],
+            },
+            "routes[0].model_glob: unknown key",
+            "known: endpoints, hosts, model, models",
+        ),
+    ],
+)
+def test_unknown_keys(raw: dict[str, Any], key: str, expected: str) -> None:
+    message = error_of(raw)
+    assert key in message
+    assert expected in message
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "expected"),
+    [
+        ({"llmitm": 3}, "llmitm", "a table"),
+        ({"llmitm": {"reasoning": "loud"}}, "llmitm.reasoning", "one of think-tags"),
+        ({"llmitm": {"strict": "yes"}}, "llmitm.strict", "true or false"),
+        ({"llmitm": {"drop_unsupported": 1}}, "llmitm.drop_unsupported", "true or false"),
+        ({"endpoints": "x"}, "endpoints", "a table"),
+        ({"endpoints": {"az": "x"}}, "endpoints.az", "a table"),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", api_version=5),
+            "endpoints.az.api_version",
+            "a non-empty string",
+        ),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", api_version=""),
+            "endpoints.az.api_version",
+            "a non-empty string",
+        ),
+        (
+            endpoint_toml("az", kind="azure", base_url=42),
+            "endpoints.az.base_url",
+            "a non-empty string",
+        ),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", apis=3),
+            "endpoints.az.apis",
+            "a string or an array of strings",
+        ),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", apis=["chat", "embeddings"]),
+            "endpoints.az.apis",
+            "one of chat, responses",
+        ),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", non_conformant=["x"]),
+            "endpoints.az.non_conformant",
+            "one of chat, responses",
+        ),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", deployments=["a"]),
+            "endpoints.az.deployments",
+            "a table of strings",
+        ),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", deployments={"a": 1}),
+            "endpoints.az.deployments",
+            "a table of strings",
+        ),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", headers={"x": True}),
+            "endpoints.az.headers",
+            "a table of strings",
+        ),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", think_open_missing="no"),
+            "endpoints.az.think_open_missing",
+            "true or false",
+        ),
+        (
+            endpoint_toml("az", kind="azure", base_url="https://h", auth_header=""),
+            "endpoints.az.auth_header",
+            "a non-empty string",
+        ),
+        (
+            endpoint_toml("c", kind="compatible", base_url="https://h", api_version="2024"),
+            "endpoints.c.kind",
+            '"azure" (api_version and deployments are Azure settings)',
+        ),
+        (
+            endpoint_toml("c", kind="openai", base_url="https://h", deployments={"a": "b"}),
+            "endpoints.c.kind",
+            '"azure"',
+        ),
+        ({"routes": {"endpoints": ["e"]}}, "routes", "an array of tables ([[routes]])"),
+        ({"routes": [1]}, "routes[0]", "a table"),
+        (
+            {
+                **endpoint_toml(kind="openai", base_url="https://h"),
+                "routes": [{"endpoints": ["e"], "models": [1]}],
+            },
+            "routes[0].models",
+            "a string or an array of strings",
+        ),
+        (
+            {
+                **endpoint_toml(kind="openai", base_url="https://h"),
+                "routes": [{"endpoints": ["e"], "hosts": 7}],
+            },
+            "routes[0].hosts",
+            "a string or an array of strings",
+        ),
+        (
+            {
+                **endpoint_toml(kind="openai", base_url="https://h"),
+                "routes": [{"endpoints": ["e"], "model": 4}],
+            },
+            "routes[0].model",
+            "a non-empty string",
+        ),
+    ],
+)
+def test_wrong_types(raw: dict[str, Any], key: str, expected: str) -> None:
+    message = error_of(raw)
+    assert f": {key}: expected {expected}" in message
+
+
+@pytest.mark.parametrize("kind", ["nope", None, 3])
+def test_unknown_or_missing_kind(kind: Any) -> None:
+    keys: dict[str, Any] = {"base_url": "https://h"}
+    if kind is not None:
+        keys["kind"] = kind
+    message = error_of(endpoint_toml("az", **keys))
+    assert "endpoints.az.kind: expected one of openai, azure, compatible" in message
+    assert repr(kind) in message
+
+
+@pytest.mark.parametrize(
+    ("base_url", "expected"),
+    [
+        (None, "the endpoint's URL (http:// or https://)"),
+        ("ftp://h/v1", "a URL starting with http:// or https://"),
+        ("127.0.0.1:11434/v1", "a URL starting with http:// or https://"),
+        ("https://", "a URL with a host"),
+        ("http:///v1", "a URL with a host"),
+        ("http://[::1/v1", "a URL with a host"),
+    ],
+)
+def test_bad_base_url(base_url: str | None, expected: str) -> None:
+    keys: dict[str, Any] = {"kind": "compatible"}
+    if base_url is not None:
+        keys["base_url"] = base_url
+    message = error_of(endpoint_toml("local", **keys))
+    assert f"endpoints.local.base_url: expected {expected}" in message
+
+
+def test_an_endpoint_must_speak_some_api() -> None:
+    message = error_of(endpoint_toml("local", kind="compatible", base_url="https://h", apis=[]))
+    assert "endpoints.local.apis: expected at least one of chat, responses" in message
+
+
+def test_route_naming_an_undefined_endpoint() -> None:
+    raw = {
+        **endpoint_toml("local", kind="compatible", base_url="https://h"),
+        "routes": [{"endpoints": ["local"]}, {"endpoints": ["local", "azure"]}],
+    }
+    message = error_of(raw)
+    assert "routes[1].endpoints: expected a defined endpoint (local), got 'azure'" in message
+
+
+def test_route_without_endpoints() -> None:
+    message = error_of({"routes": [{"models": ["gpt-*"]}]})
+    assert "routes[0].endpoints: expected at least one endpoint name" in message
+    message = error_of({"routes": [{"endpoints": []}]})
+    assert "routes[0].endpoints: expected at least one endpoint name" in message
+
+
+def test_route_with_no_endpoints_defined_says_so() -> None:
+    message = error_of({"routes": [{"endpoints": ["x"]}]})
+    assert "routes[0].endpoints: expected a defined endpoint (none defined), got 'x'" in message
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, '[endpoints.local]\nkind = "compatible\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    message = str(info.value)
+    assert message.startswith(f"{path}: not valid TOML (")
+    assert re.search(r"line \d+", message)
+
+
+def test_non_utf8_file_is_reported_as_not_toml(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'[llmitm]\nreasoning = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match=r"not valid TOML"):
+        load_config(path, {})
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    assert str(info.value) == f"{path}: the configuration file does not exist"
+
+
+def test_unreadable_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, {})  # a directory
+    assert str(info.value).startswith(f"{tmp_path}: cannot read the configuration file")
+
+
+def test_load_config_errors_name_the_real_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[endpoints.az]\nkind = "azure"\nbase_url = "https://h"\napi_version = 2025\n',
+        name="team.toml",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    assert str(info.value) == (
+        f"{path}: endpoints.az.api_version: expected a non-empty string, got 2025"
+    )
+
+
+def test_config_error_is_a_value_error() -> None:
+    assert issubclass(ConfigError, ValueError)
