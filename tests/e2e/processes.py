@@ -1,0 +1,141 @@
+"""Real processes for end-to-end tests: llmitm (``llmitm run`` → mitmdump) and the fake
+upstream (``scripts/fake_upstream.py``), each on a free loopback port, stopped on exit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+LLMITM = Path(sys.executable).with_name("llmitm")
+FAKE_UPSTREAM = ROOT / "scripts" / "fake_upstream.py"
+
+
+@dataclass
+class Proxy:
+    """A running llmitm process."""
+
+    process: subprocess.Popen[bytes]
+    listening: dict
+    log: Path
+
+    def port(self, kind: str = "reverse") -> int:
+        for server in self.listening["servers"]:
+            if server["type"] == kind:
+                return int(server["addresses"][0][1])
+        raise LookupError(f"no {kind} listener in {self.listening}")
+
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port('reverse')}/v1"
+
+    @property
+    def ca_file(self) -> str:
+        return self.listening["ca_file"]
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _wait_for_file(path: Path, process: subprocess.Popen[bytes], log: Path) -> bytes:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_size:
+            return path.read_bytes()
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode}:\n{log.read_text()}")
+        time.sleep(0.05)
+    raise TimeoutError(f"not ready after 60 s:\n{log.read_text()}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def llmitm_proxy(
+    tmp: Path,
+    *,
+    config: str | None = None,
+    modes: Sequence[str] = ("reverse:http://127.0.0.1:9",),
+    extra: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> Iterator[Proxy]:
+    """``llmitm run`` with ``config`` (TOML text) in ``modes``, a private confdir (its own CA)
+    and a listen file to learn the ports."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    argv = [str(LLMITM), "run"]
+    if config is not None:
+        config_path = tmp / "llmitm.toml"
+        config_path.write_text(config)
+        argv += ["--config", str(config_path)]
+    listenfile = tmp / "listen.json"
+    log = tmp / "llmitm.log"
+    for mode in modes:
+        argv += ["--mode", mode]
+    argv += [
+        "--listen-port", "0",
+        "--set", f"confdir={tmp / 'confdir'}",
+        "--set", f"llmitm_listenfile={listenfile}",
+        "--set", "termlog_verbosity=warn",
+        "--set", "flow_detail=0",
+        *extra,
+    ]  # fmt: skip
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            argv,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
+    try:
+        listening = orjson.loads(_wait_for_file(listenfile, process, log))
+        yield Proxy(process, listening, log)
+    finally:
+        _stop(process)
+
+
+@dataclass
+class Upstream:
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@contextmanager
+def fake_upstream(tmp: Path, apis: str = "chat,responses") -> Iterator[Upstream]:
+    """The deterministic fake upstream as a process serving ``apis``."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    port_file = tmp / f"fake-{apis.replace(',', '-')}.port"
+    log = tmp / f"fake-{apis.replace(',', '-')}.log"
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, str(FAKE_UPSTREAM), "--port", "0", "--port-file", str(port_file),
+             "--apis", apis],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        port = int(_wait_for_file(port_file, process, log).strip())
+        yield Upstream(process, port)
+    finally:
+        _stop(process)
