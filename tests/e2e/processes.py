@@ -84,6 +84,7 @@ def llmitm_proxy(
         config_path.write_text(config)
         argv += ["--config", str(config_path)]
     listenfile = tmp / "listen.json"
+    listenfile.unlink(missing_ok=True)  # a stale file would name a dead process's port
     log = tmp / "llmitm.log"
     for mode in modes:
         argv += ["--mode", mode]
@@ -126,6 +127,7 @@ def fake_upstream(tmp: Path, apis: str = "chat,responses") -> Iterator[Upstream]
     tmp.mkdir(parents=True, exist_ok=True)
     port_file = tmp / f"fake-{apis.replace(',', '-')}.port"
     log = tmp / f"fake-{apis.replace(',', '-')}.log"
+    port_file.unlink(missing_ok=True)
     with log.open("wb") as log_file:
         process = subprocess.Popen(
             [sys.executable, str(FAKE_UPSTREAM), "--port", "0", "--port-file", str(port_file),

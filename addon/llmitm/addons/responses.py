@@ -36,9 +36,6 @@ class LlmResponses:
             return  # buffered; translated whole in response()
         state.streamed = True
         pipeline = stream_pipeline(state.plan, state.context)
-        if pipeline is None:
-            response.stream = True
-            return
         try:
             decode = decoder_for(response.headers.get("content-encoding"))
         except ValueError:

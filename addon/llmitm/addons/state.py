@@ -16,3 +16,5 @@ class FlowState:
     context: TranslationContext
     client_stream: bool
     streamed: bool = False
+    upstream_url: str | None = None
+    """Set when the flow goes through the relay: where the relay fetches it from."""

@@ -15,14 +15,18 @@ from llmitm.translate.body_to_chat import response_failure, response_to_chat_com
 from llmitm.translate.body_to_responses import chat_completion_to_response
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.error_bodies import translate_error_body
+from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.errors import ApiError, openai_error_body
 
 
-def stream_pipeline(plan: Plan, context: TranslationContext) -> StreamPipeline | None:
-    """The translator for the upstream's SSE, or ``None`` to relay it byte for byte."""
+def stream_pipeline(plan: Plan, context: TranslationContext) -> StreamPipeline | StreamGuard:
+    """The translator for the upstream's SSE, or a guard that relays it byte for byte and
+    only makes sure it ends with a terminal event."""
     direction = plan.stream_direction
-    return StreamPipeline(direction, context) if direction is not None else None
+    if direction is None:
+        return StreamGuard(plan.client_api)
+    return StreamPipeline(direction, context)
 
 
 def translate_body(
@@ -54,7 +58,7 @@ def translate_body(
 
 def _json_or_text(content: bytes | None) -> Any:
     if not content:
-        return None
+        return ""  # an empty body: the error says so (None would read as the message "null")
     try:
         return orjson.loads(content)
     except orjson.JSONDecodeError:

@@ -13,6 +13,7 @@ import logging
 import zlib
 from collections.abc import Callable
 
+from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.errors import ApiError
 
@@ -48,7 +49,9 @@ class StreamRewriter:
 
     __slots__ = ("_decode", "_failed", "_started", "pipeline")
 
-    def __init__(self, pipeline: StreamPipeline, decode: Decoder | None = None) -> None:
+    def __init__(
+        self, pipeline: StreamPipeline | StreamGuard, decode: Decoder | None = None
+    ) -> None:
         self.pipeline = pipeline
         self._decode = decode
         self._started = False
@@ -57,23 +60,25 @@ class StreamRewriter:
     def __call__(self, data: bytes) -> list[bytes]:
         if self._failed:
             return []
+        out = b""
         try:
-            out = self._translate(data)
+            if not self._started:
+                self._started = True
+                # Kept even when this chunk fails: the pipeline counts it as sent, so the
+                # error that follows must not arrive without the response.created before it.
+                out = self.pipeline.start()
+            out += self._translate(data)
         except Exception:
             logger.exception("llmitm: stream translation failed; ending the client's stream")
-            out = self._fail()
+            out += self._fail()
         return [out] if out else []
 
     def _translate(self, data: bytes) -> bytes:
-        head = b""
-        if not self._started:
-            self._started = True
-            head = self.pipeline.start()
         if not data:
-            return head + self.pipeline.close()
+            return self.pipeline.close()
         if self._decode is not None:
             data = self._decode(data)
-        return head + self.pipeline.feed(data)
+        return self.pipeline.feed(data)
 
     def _fail(self) -> bytes:
         self._failed = True

@@ -172,7 +172,7 @@ class ChatToResponsesStream:
                     status=502,
                 ),
                 out,
-                with_error_event=False,
+                with_error_event=True,
             )
             return out
         self._complete(out)

@@ -1,0 +1,117 @@
+"""Same API in and out, bytes untouched — but never a silent end.
+
+A stream relayed without translation still has to end properly: when the upstream stops
+before its terminal event (chat ``[DONE]``; Responses ``response.completed``/``incomplete``/
+``failed``), the guard appends a terminal error in the stream's own protocol. It only frames
+events and looks at their names, so the passthrough path stays nearly free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from llmitm.wire.errors import (
+    ApiError,
+    chat_error_chunk,
+    response_object_error,
+    responses_error_event,
+)
+from llmitm.wire.paths import ApiName
+from llmitm.wire.sse import DONE_DATA, DONE_FRAME, SSEDecoder, encode_typed
+
+_TERMINAL_TYPES = (b"response.completed", b"response.incomplete", b"response.failed")
+_TERMINAL_NAMES = frozenset(t.decode() for t in _TERMINAL_TYPES)
+
+CUT = ApiError(
+    message="The upstream stream ended before its terminal event.",
+    type="server_error",
+    code="server_error",
+    status=502,
+)
+
+
+class StreamGuard:
+    """Relay ``api``'s SSE unchanged; close it with an error if the upstream did not."""
+
+    def __init__(self, api: ApiName) -> None:
+        self.api = api
+        self._decoder = SSEDecoder()
+        self.finished = False
+        self._last_sequence = -1
+        self._response: dict[str, Any] | None = None
+
+    def start(self) -> bytes:
+        return b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self.finished:
+            for name, data in self._decoder.feed(chunk):
+                self._watch(name, data)
+        return chunk
+
+    def close(self) -> bytes:
+        for name, data in self._decoder.close():
+            self._watch(name, data)
+        return b"" if self.finished else self.fail(CUT)
+
+    def fail(self, error: ApiError) -> bytes:
+        if self.finished:
+            return b""
+        self.finished = True
+        if self.api == "chat":
+            return b"data: " + orjson.dumps(chat_error_chunk(error)) + b"\n\n" + DONE_FRAME
+        sequence = self._last_sequence + 1
+        event = responses_error_event(error, sequence)
+        response = dict(self._response or {"object": "response", "output": []})
+        response.update(status="failed", error=response_object_error(error))
+        failed = {"type": "response.failed", "sequence_number": sequence + 1, "response": response}
+        return encode_typed("error", orjson.dumps(event)) + encode_typed(
+            "response.failed", orjson.dumps(failed)
+        )
+
+    def _watch(self, name: str | None, data: bytes) -> None:
+        if self.api == "chat":
+            if data == DONE_DATA:
+                self.finished = True
+            return
+        if name in _TERMINAL_NAMES or (name is None and _looks_terminal(data)):
+            self.finished = True
+            return
+        if name == "response.created" or (self._response is None and b"response.created" in data):
+            # Keep the Response object, so a synthesized response.failed names the same id.
+            self._remember(data)
+        elif b'"sequence_number"' in data:
+            self._remember_sequence(data)
+
+    def _remember(self, data: bytes) -> None:
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(event, dict):
+            if isinstance(event.get("response"), dict):
+                self._response = event["response"]
+            if isinstance(event.get("sequence_number"), int):
+                self._last_sequence = event["sequence_number"]
+
+    def _remember_sequence(self, data: bytes) -> None:
+        # Cheap: find the number without parsing the whole event.
+        start = data.rfind(b'"sequence_number":')
+        digits = data[start + 18 : start + 30].split(b",")[0].split(b"}")[0].strip()
+        if digits.isdigit():
+            self._last_sequence = int(digits)
+
+
+def _looks_terminal(data: bytes) -> bool:
+    head = data[:200]
+    return any(marker in head for marker in _TERMINAL_TYPES) and _is_terminal_json(data)
+
+
+def _is_terminal_json(data: bytes) -> bool:
+    try:
+        event = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(event, dict) and event.get("type") in _TERMINAL_NAMES
