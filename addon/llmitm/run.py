@@ -24,6 +24,7 @@ from pathlib import Path
 import orjson
 
 import llmitm
+from llmitm.routing.config import ConfigError, load_config
 
 SCRIPT = Path(llmitm.__file__).with_name("mitmproxy_script.py")
 OPENAI_ORIGIN = "https://api.openai.com"
@@ -106,9 +107,12 @@ def run(argv: Sequence[str]) -> int:
     except RunUsageError as exc:
         print(f"llmitm run: {exc}", file=sys.stderr)
         return 2
-    if args.config and not Path(args.config).is_file():
-        print(f"llmitm run: {args.config}: the configuration file does not exist", file=sys.stderr)
-        return 2
+    if args.config:
+        try:
+            load_config(args.config)  # fail here, in one line, not inside mitmdump
+        except ConfigError as exc:
+            print(f"llmitm run: {exc}", file=sys.stderr)
+            return 2
     if not args.command:
         from mitmproxy.tools.main import mitmdump
 

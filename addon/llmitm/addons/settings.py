@@ -1,6 +1,7 @@
 """llmitm's mitmproxy options and the configuration they point at, parsed once in
-``configure`` (a bad file stops start-up with an ``OptionsError`` naming file, key and
-expectation) and shared with the other addons."""
+``configure`` and shared with the other addons. A bad file stops start-up with one error line
+naming file, key and expectation; a bad file set later is refused with an ``OptionsError``
+and the running configuration stays."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class LlmitmSettings:
 
     def __init__(self) -> None:
         self.config: Config = default_config()
+        self._loaded = False
 
     def load(self, loader: Loader) -> None:
         loader.add_option(
@@ -59,7 +61,13 @@ class LlmitmSettings:
         try:
             self.config = load_config(path) if path else default_config()
         except ConfigError as exc:
+            if not self._loaded:
+                # At start-up an OptionsError from a script addon is printed with a
+                # traceback; an error log makes mitmdump exit 1 with just the message.
+                logger.error("llmitm: %s", exc)
+                return
             raise exceptions.OptionsError(str(exc)) from None
+        self._loaded = True
         if path:
             logger.info(
                 "llmitm: %s: %d endpoint(s), %d route(s)",

@@ -1,0 +1,127 @@
+"""``llmitm run … -- COMMAND``: the "unmodified app" case in regular mode.
+
+The client is a separate Python process using the openai SDK at its default base URL
+(``https://api.openai.com/v1``); only the variables ``llmitm run`` sets (``HTTPS_PROXY`` and
+the CA files) bring it to llmitm, which intercepts TLS with its own CA and routes the model
+to the local fake upstream. No network is used.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .processes import LLMITM, Upstream, fake_upstream
+
+pytestmark = pytest.mark.slow
+
+CLIENT = """
+import os, sys, openai
+assert "OPENAI_BASE_URL" not in os.environ, "the app must use its default base URL"
+client = openai.OpenAI(api_key="sk-unmodified-app", max_retries=0)
+assert str(client.base_url).startswith("https://api.openai.com"), client.base_url
+with client.responses.stream(model="gpt-5", input="Say hello") as stream:
+    for _ in stream:
+        pass
+    final = stream.get_final_response()
+print("OUTPUT:", final.output_text)
+messages = [{"role": "user", "content": "hi"}]
+completion = client.chat.completions.create(model="gpt-5", messages=messages)
+print("CHAT:", completion.choices[0].message.content)
+"""
+
+CONFIG = """
+[endpoints.local]
+kind = "compatible"
+base_url = "{url}/v1"
+apis = ["chat"]
+
+[[routes]]
+models = ["gpt-*"]
+hosts = ["api.openai.com"]
+endpoints = ["local"]
+"""
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
+    with fake_upstream(tmp_path_factory.mktemp("run-upstream"), "chat") as fake:
+        yield fake
+
+
+def run_llmitm(tmp: Path, upstream: Upstream, *command: str) -> subprocess.CompletedProcess[str]:
+    config = tmp / "llmitm.toml"
+    config.write_text(CONFIG.format(url=upstream.url))
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "HTTPS_PROXY")}
+    return subprocess.run(
+        [str(LLMITM), "run", "--config", str(config), "--set", f"confdir={tmp / 'confdir'}",
+         "-q", "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )  # fmt: skip
+
+
+def test_unmodified_app_is_intercepted_and_routed(tmp_path: Path, upstream: Upstream) -> None:
+    client = tmp_path / "client.py"
+    client.write_text(CLIENT)
+    result = run_llmitm(tmp_path, upstream, sys.executable, str(client))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OUTPUT: Hello from the fake upstream." in result.stdout
+    assert "CHAT: Hello from the fake upstream." in result.stdout
+
+
+def test_the_commands_exit_status_is_llmitms(tmp_path: Path, upstream: Upstream) -> None:
+    result = run_llmitm(tmp_path, upstream, sys.executable, "-c", "import sys; sys.exit(3)")
+    assert result.returncode == 3
+
+
+def test_the_command_sees_the_proxy_and_ca_variables(tmp_path: Path, upstream: Upstream) -> None:
+    names = ("HTTPS_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+    show = f"import os; print({{k: os.environ.get(k) for k in {names!r}}})"
+    result = run_llmitm(tmp_path, upstream, sys.executable, "-c", show)
+    assert result.returncode == 0, result.stderr
+    seen = eval(result.stdout.strip())  # our own repr of a dict of strings
+    assert seen["HTTPS_PROXY"].startswith("http://127.0.0.1:")
+    ca = seen["SSL_CERT_FILE"]
+    assert ca == seen["REQUESTS_CA_BUNDLE"] == seen["NODE_EXTRA_CA_CERTS"]
+    assert ca.endswith("mitmproxy-ca-cert.pem") and Path(ca).is_file()
+
+
+def test_a_bad_config_fails_at_start_up_naming_file_and_key(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[endpoints.x]\nkind = "azure"\nbase_url = "ftp://nope"\n')
+    result = subprocess.run(
+        [str(LLMITM), "run", "--config", str(config), "--set", f"confdir={tmp_path / 'c'}",
+         "--", sys.executable, "-c", "print('never')"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "never" not in output
+    assert str(config) in output and "endpoints.x.base_url" in output
+    assert "Traceback" not in output
+
+
+def test_plain_mitmdump_with_a_bad_config_exits_1_with_one_line(tmp_path: Path) -> None:
+    """The mitmproxy way (``mitmdump -s addon/llmitm_addon.py``) fails just as clearly."""
+    config = tmp_path / "bad.toml"
+    config.write_text("[[routes]]\nendpoints = ['missing']\n")
+    shim = Path(__file__).resolve().parents[2] / "addon" / "llmitm_addon.py"
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("mitmdump")), "-s", str(shim),
+         "--set", f"llmitm_config={config}", "--set", f"confdir={tmp_path / 'c'}",
+         "--listen-host", "127.0.0.1", "--listen-port", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "routes[0].endpoints" in output and str(config) in output
+    assert "Traceback" not in output
