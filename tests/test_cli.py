@@ -155,3 +155,11 @@ def test_already_in_target_api_is_refused() -> None:
 
 def test_missing_file_exits_2(tmp_path: Path) -> None:
     assert main(["translate", "--to", "chat", str(tmp_path / "nope.sse")]) == 2
+
+
+def test_the_example_configuration_is_valid() -> None:
+    from llmitm.routing.config import load_config
+
+    config = load_config(ROOT / "examples" / "llmitm.toml", environ={})
+    assert set(config.endpoints) == {"ollama", "llamacpp"}
+    assert config.endpoints["llamacpp"].non_conformant == {"responses"}
