@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,8 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
             continue
         if item.startswith("--config="):
             args.config = item.partition("=")[2]
+            if not args.config:
+                raise RunUsageError("--config needs a file")
         elif item == "--base-url":
             args.base_url = True
         else:
@@ -93,7 +96,8 @@ def mitmdump_argv(args: RunArgs, listenfile: str | None = None) -> list[str]:
     if args.base_url:
         if "--mode" not in args.mitmdump and "-m" not in args.mitmdump:
             argv += ["--mode", "regular"]
-        argv += ["--mode", f"reverse:{OPENAI_ORIGIN}"]
+        # On a port of its own: mitmproxy refuses two servers on one address, port 0 included.
+        argv += ["--mode", f"reverse:{OPENAI_ORIGIN}@{_free_port()}"]
     if args.config:
         argv += ["--set", f"llmitm_config={args.config}"]
     if listenfile:
@@ -151,6 +155,7 @@ def command_environment(listening: dict, *, base_url: bool) -> dict[str, str]:
     for server in listening["servers"]:
         host, port = server["addresses"][0]
         host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+        host = f"[{host}]" if ":" in host else host  # an IPv6 literal in a URL
         if server["type"] == "regular" and "HTTPS_PROXY" not in env:
             env["HTTPS_PROXY"] = env["https_proxy"] = f"http://{host}:{port}"
         if server["type"] == "reverse" and base_url and "OPENAI_BASE_URL" not in env:
@@ -158,6 +163,13 @@ def command_environment(listening: dict, *, base_url: bool) -> dict[str, str]:
     for variable in CA_VARIABLES:
         env[variable] = listening["ca_file"]
     return env
+
+
+def _free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _wait_for(listenfile: Path, proxy: subprocess.Popen[bytes]) -> dict | None:
