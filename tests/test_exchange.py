@@ -754,11 +754,6 @@ def test_a_passthrough_stream_cut_between_events_ends_in_the_clients_protocol(
     assert_stream_errors(api, output)
 
 
-@pytest.mark.xfail(
-    reason="StreamGuard relays the half event as it arrived and appends its terminal to it, "
-    "so the client reads one garbled event instead of an error (translate/guard.py)",
-    strict=False,
-)
 @pytest.mark.parametrize(("api", "upstream"), [("chat", CHAT_SSE), ("responses", RESPONSES_SSE)])
 def test_a_passthrough_stream_cut_inside_an_event_ends_in_the_clients_protocol(
     api: str, upstream: bytes

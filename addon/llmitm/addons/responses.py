@@ -4,6 +4,7 @@ in ``responseheaders`` (with framing fixed), whole bodies and errors in ``respon
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from mitmproxy import http
 
@@ -16,6 +17,13 @@ logger = logging.getLogger(__name__)
 
 def is_event_stream(response: http.Response) -> bool:
     return response.headers.get("content-type", "").lower().startswith("text/event-stream")
+
+
+def _refuse(reason: str) -> Callable[[bytes], bytes]:
+    def refuse(_data: bytes) -> bytes:
+        raise ValueError(reason)
+
+    return refuse
 
 
 class LlmResponses:
@@ -38,10 +46,11 @@ class LlmResponses:
         pipeline = stream_pipeline(state.plan, state.context)
         try:
             decode = decoder_for(response.headers.get("content-encoding"))
-        except ValueError:
-            logger.error("llmitm: %s: cannot decode the stream; relaying it", flow.request.url)
-            response.stream = True
-            return
+        except ValueError as exc:
+            # Relaying bytes the client cannot read as its own API would be a silent wrong
+            # answer: the rewriter's first call fails and ends the stream with this error.
+            logger.error("llmitm: %s: %s", flow.request.url, exc)
+            decode = _refuse(str(exc))
         response.stream = StreamRewriter(pipeline, decode)
         response.headers.pop("content-encoding", None)
         response.headers.pop("content-length", None)

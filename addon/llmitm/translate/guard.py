@@ -38,6 +38,7 @@ class StreamGuard:
     def __init__(self, api: ApiName) -> None:
         self.api = api
         self._decoder = SSEDecoder()
+        self._held = b""
         self.finished = False
         self._last_sequence = -1
         self._response: dict[str, Any] | None = None
@@ -46,15 +47,27 @@ class StreamGuard:
         return b""
 
     def feed(self, chunk: bytes) -> bytes:
-        if not self.finished:
-            for name, data in self._decoder.feed(chunk):
-                self._watch(name, data)
-        return chunk
+        if self.finished:
+            held, self._held = self._held, b""
+            return held + chunk if held else chunk
+        for name, data in self._decoder.feed(chunk):
+            self._watch(name, data)
+        # Only whole events go out: if the upstream is cut mid-event, the client must not
+        # get half an event glued to the closing error.
+        data = self._held + chunk if self._held else chunk
+        end = _after_last_event(data)
+        self._held = data[end:]
+        return data[:end] if self._held else data
 
     def close(self) -> bytes:
-        for name, data in self._decoder.close():
+        last_events = self._decoder.close()
+        for name, data in last_events:
             self._watch(name, data)
-        return b"" if self.finished else self.fail(CUT)
+        out = b""
+        if self._held and last_events and all(_whole(data) for _name, data in last_events):
+            out = self._held + b"\n\n"  # a last event that only lacked its blank line
+        self._held = b""
+        return out if self.finished else out + self.fail(CUT)
 
     def fail(self, error: ApiError) -> bytes:
         if self.finished:
@@ -102,6 +115,26 @@ class StreamGuard:
         digits = data[start + 18 : start + 30].split(b",")[0].split(b"}")[0].strip()
         if digits.isdigit():
             self._last_sequence = int(digits)
+
+
+def _whole(data: bytes) -> bool:
+    """Whether an event's data is complete (a cut mid-event leaves unparseable JSON)."""
+    if data == DONE_DATA:
+        return True
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _after_last_event(data: bytes) -> int:
+    """The index just past the last blank line (any line-end spelling), 0 if there is none."""
+    return max(
+        data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0,
+        data.rfind(b"\r\n\r\n") + 4 if b"\r\n\r\n" in data else 0,
+        data.rfind(b"\r\r") + 2 if b"\r\r" in data else 0,
+    )
 
 
 def _looks_terminal(data: bytes) -> bool:
