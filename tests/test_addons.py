@@ -515,3 +515,20 @@ def test_eager_connections_are_turned_lazy() -> None:
         settings = next(a for a in addons if isinstance(a, LlmitmSettings))
         tctx.configure(settings, connection_strategy="eager")
         assert tctx.options.connection_strategy == "lazy"
+
+
+def test_the_injected_key_is_redacted_from_the_flow_once_sent(proxy: Proxy) -> None:
+    """mitmdump's output, mitmweb and saved flows show the flow's request after the fact:
+    the endpoint's key must not be there."""
+    flow = routed(proxy)
+    assert flow.request.headers["authorization"] == "Bearer sk-local"  # what goes upstream
+    flow.response = sse_response()
+    proxy.responses.responseheaders(flow)
+    assert flow.request.headers["authorization"] == f"<redacted: ${KEY_ENV}>"
+    assert "sk-local" not in repr(flow.get_state())
+
+
+def test_the_injected_key_is_redacted_when_the_upstream_fails(proxy: Proxy) -> None:
+    flow = routed(proxy)
+    proxy.responses.error(flow)
+    assert "sk-local" not in repr(flow.get_state())

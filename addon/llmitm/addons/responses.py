@@ -26,14 +26,29 @@ def _refuse(reason: str) -> Callable[[bytes], bytes]:
     return refuse
 
 
+def redact_credentials(flow: http.HTTPFlow, state: FlowState) -> None:
+    """The request has gone upstream: replace the injected key on the flow, so mitmdump's
+    output, mitmweb and saved flows never show it."""
+    endpoint = state.plan.endpoint
+    if endpoint.api_key and endpoint.auth_header in flow.request.headers:
+        flow.request.headers[endpoint.auth_header] = f"<redacted: ${endpoint.api_key_env}>"
+
+
 class LlmResponses:
     name = "llmitm_responses"
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        state: FlowState | None = flow.metadata.get(METADATA_KEY)
+        if state is not None:
+            redact_credentials(flow, state)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         if response is None:
             return
         state: FlowState | None = flow.metadata.get(METADATA_KEY)
+        if state is not None:
+            redact_credentials(flow, state)
         if state is None:
             if is_event_stream(response):
                 response.stream = True  # relay SSE live instead of buffering it whole
