@@ -228,7 +228,7 @@ def test_codex_says_hi_over_llama_chat(
         "Say hi",
         proxy.base_url(),
         tmp_path / "work",
-        timeout=150,
+        timeout=300,  # ~4,500 prompt tokens: ~15 s on 2 idle cores, over a minute when busy
         model="via-chat",
         extra_args=["--output-schema", str(schema)],
     )
