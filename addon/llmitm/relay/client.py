@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import h11
 
+from llmitm.relay.framing import BodyDecoder, CloseDecoder, FramingError, body_decoder
+
 READ_SIZE = 65536
+type Drain = Callable[[], Awaitable[None]]
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -48,46 +51,72 @@ class UpstreamRequest:
 
 
 class UpstreamResponse:
-    """Status and headers, then the body as an async iterator of chunks."""
+    """Status and headers, then the body through :meth:`relay_body`."""
 
     def __init__(
         self,
         status: int,
         headers: list[tuple[str, str]],
-        connection: h11.Connection,
+        decoder: BodyDecoder,
+        head_rest: bytes,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
         self.status = status
         self.headers = headers
-        self._connection = connection
+        self._decoder = decoder
+        self._head_rest = head_rest
         self._reader = reader
         self._writer = writer
 
-    async def body(self) -> AsyncIterator[bytes]:
-        connection = self._connection
+    async def relay_body(self, write: Callable[[list[bytes]], None], drain: Drain) -> None:
+        """Hand each piece of the body to ``write`` as it arrives; :class:`UpstreamCut` when
+        it ends early. One read, one decode and one write per network chunk: this loop runs
+        once per event of every relayed stream."""
+        decoder = self._decoder
+        reader = self._reader
         try:
+            data = self._head_rest
             while True:
-                try:
-                    event = connection.next_event()
-                except h11.RemoteProtocolError as exc:
-                    raise UpstreamCut(f"the upstream broke the HTTP framing ({exc})") from None
-                if event is h11.NEED_DATA:
+                if data:
                     try:
-                        data = await self._reader.read(READ_SIZE)
-                    except (ConnectionError, OSError) as exc:
-                        raise UpstreamCut(f"the upstream connection failed ({exc})") from None
-                    connection.receive_data(data)
-                    continue
-                if isinstance(event, h11.Data):
-                    yield bytes(event.data)
-                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                    return
+                        pieces = decoder.feed(data)
+                    except FramingError as exc:
+                        raise UpstreamCut(
+                            f"the upstream broke the chunked framing ({exc})"
+                        ) from None
+                    if pieces:
+                        write(pieces)
+                        await drain()
+                    if decoder.done:
+                        return
+                try:
+                    data = await reader.read(READ_SIZE)
+                except (ConnectionError, OSError) as exc:
+                    raise UpstreamCut(f"the upstream connection failed ({exc})") from None
+                if not data:
+                    if isinstance(decoder, CloseDecoder):
+                        return
+                    raise UpstreamCut("the upstream closed the connection mid-body")
         finally:
             self.close()
 
     def close(self) -> None:
         self._writer.close()
+
+
+def _parse_head(head: bytes) -> tuple[int, list[tuple[str, str]]]:
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = lines[0].partition(" ")
+    if not version.startswith("HTTP/1."):
+        raise ValueError(f"bad status line {lines[0][:60]!r}")
+    status = int(rest.split(" ", 1)[0])
+    headers = []
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers.append((name.strip(), value.strip()))
+    return status, headers
 
 
 def _target(url: str) -> tuple[str, str, int, str, bool]:
@@ -137,21 +166,19 @@ async def send(
         )
         await writer.drain()
         while True:
-            event = connection.next_event()
-            if event is h11.NEED_DATA:
-                connection.receive_data(await reader.read(READ_SIZE))
-                continue
-            if isinstance(event, h11.InformationalResponse):
-                continue
-            if isinstance(event, h11.Response):
-                response_headers = [
-                    (k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers
-                ]
-                return UpstreamResponse(
-                    event.status_code, response_headers, connection, reader, writer
-                )
-            raise UpstreamError("the upstream closed the connection before answering")
-    except h11.RemoteProtocolError as exc:
+            head = await reader.readuntil(b"\r\n\r\n")
+            status, response_headers = _parse_head(head)
+            if status >= 200 or status == 101:
+                break  # 1xx interim answers (100 Continue) are skipped
+        decoder = body_decoder(response_headers, status, request.method)
+        return UpstreamResponse(status, response_headers, decoder, b"", reader, writer)
+    except asyncio.IncompleteReadError:
+        writer.close()
+        raise UpstreamError("the upstream closed the connection before answering") from None
+    except asyncio.LimitOverrunError:
+        writer.close()
+        raise UpstreamError("the upstream's response head is too large") from None
+    except ValueError as exc:
         writer.close()
         raise UpstreamError(f"the upstream's answer is not HTTP ({exc})") from None
     except (ConnectionError, OSError) as exc:

@@ -23,6 +23,7 @@ from llmitm.wire.errors import ApiError, openai_error_body
 logger = logging.getLogger(__name__)
 
 PATH_PREFIX = "/llmitm-relay/"
+DRAIN_ABOVE = 256 * 1024
 
 
 class RelayServer:
@@ -106,11 +107,18 @@ class RelayServer:
                 head.append(f"{name}: {value}\r\n".encode("latin-1"))
         head.append(b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
         writer.write(b"".join(head))
+        transport = writer.transport
+
+        def write(pieces: list[bytes]) -> None:
+            writer.write(b"".join([b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces]))
+
+        async def drain() -> None:
+            # Await only when mitmproxy reads slower than the upstream writes.
+            if transport.get_write_buffer_size() > DRAIN_ABOVE:
+                await writer.drain()
+
         try:
-            async for chunk in response.body():
-                if chunk:
-                    writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    await writer.drain()
+            await response.relay_body(write, drain)
         except UpstreamCut as exc:
             # The point of the relay: end cleanly, and let the stream callable, which sees no
             # terminal event, close the client's stream with an error in its protocol.
