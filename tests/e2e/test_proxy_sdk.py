@@ -195,17 +195,19 @@ def test_upstream_429_before_first_byte_keeps_status_and_retry_after(client: ope
 
 
 def test_cut_after_first_byte_ends_with_a_terminal_error(client: openai.OpenAI) -> None:
-    """An upstream that dies mid-stream: the client gets an error in its protocol, never a
-    clean end and never a hang."""
+    """An upstream that dies mid-stream: the client gets an error in its protocol (an API
+    error, not a transport error), never a clean end and never a hang."""
     with (
-        pytest.raises(openai.APIError),
+        pytest.raises(openai.APIError) as caught,
         client.responses.stream(
             model="over-chat", input="hi", **scenario("text;events=50;disconnect_after=5")
         ) as stream,
     ):
         for _event in stream:
             pass
-    with pytest.raises(openai.APIError):
+    assert not isinstance(caught.value, openai.APIConnectionError)
+    assert "ended without a finish_reason" in caught.value.message
+    with pytest.raises(openai.APIError) as caught:
         for _chunk in client.chat.completions.create(
             model="over-responses",
             messages=[{"role": "user", "content": "hi"}],
@@ -213,6 +215,21 @@ def test_cut_after_first_byte_ends_with_a_terminal_error(client: openai.OpenAI) 
             **scenario("text;events=50;disconnect_after=5"),
         ):
             pass
+    assert not isinstance(caught.value, openai.APIConnectionError)
+    assert "ended before a terminal event" in caught.value.message
+
+
+def test_cut_passthrough_stream_also_ends_in_its_protocol(client: openai.OpenAI) -> None:
+    """Same API in and out (no translation): the guard still closes a cut stream."""
+    with pytest.raises(openai.APIError) as caught:
+        for _chunk in client.chat.completions.create(
+            model="over-chat",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            **scenario("text;events=50;disconnect_after=5"),
+        ):
+            pass
+    assert not isinstance(caught.value, openai.APIConnectionError)
 
 
 def test_mid_stream_error_reaches_the_client_in_its_protocol(client: openai.OpenAI) -> None:

@@ -125,3 +125,34 @@ def test_plain_mitmdump_with_a_bad_config_exits_1_with_one_line(tmp_path: Path) 
     assert result.returncode == 1, output
     assert "routes[0].endpoints" in output and str(config) in output
     assert "Traceback" not in output
+
+
+CUT_CLIENT = """
+import openai
+client = openai.OpenAI(api_key="sk-unmodified-app", max_retries=0)
+cut = {"x-fake-scenario": "text;events=40;disconnect_after=4"}
+try:
+    with client.responses.stream(model="gpt-5", input="hi", extra_headers=cut) as stream:
+        for _ in stream:
+            pass
+    print("CLEAN END")
+except openai.APIConnectionError as exc:
+    print("TRANSPORT ERROR:", type(exc).__name__)
+except openai.APIError as exc:
+    print("API ERROR:", exc.message)
+again = client.responses.create(model="gpt-5", input="hi")
+print("AFTER:", again.output_text)
+"""
+
+
+def test_a_cut_stream_ends_in_the_clients_protocol_over_tls(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """Regular mode, TLS to llmitm: an upstream cut mid-stream reaches the SDK as an API error
+    in the Responses protocol (not a transport error), and the next request works."""
+    client = tmp_path / "client.py"
+    client.write_text(CUT_CLIENT)
+    result = run_llmitm(tmp_path, upstream, sys.executable, str(client))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "API ERROR: The upstream chat stream ended without a finish_reason." in result.stdout
+    assert "AFTER: Hello from the fake upstream." in result.stdout

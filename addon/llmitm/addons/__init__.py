@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from llmitm.addons.listenfile import ListenFile
-from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import LlmResponses
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
@@ -12,4 +11,4 @@ from llmitm.addons.settings import LlmitmSettings
 def make_addons() -> list[object]:
     """llmitm's addons, in the order a flow meets them."""
     settings = LlmitmSettings()
-    return [settings, LlmRouter(settings), LlmRelay(), LlmResponses(), ListenFile()]
+    return [settings, LlmRouter(settings), LlmResponses(), ListenFile()]

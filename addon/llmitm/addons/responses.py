@@ -7,7 +7,9 @@ import logging
 from collections.abc import Callable
 
 from mitmproxy import http
+from mitmproxy.addonmanager import Loader
 
+from llmitm.addons import cut_streams
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.exchange.response import stream_pipeline, translate_body
 from llmitm.exchange.stream import StreamRewriter, decoder_for
@@ -36,6 +38,9 @@ def redact_credentials(flow: http.HTTPFlow, state: FlowState) -> None:
 
 class LlmResponses:
     name = "llmitm_responses"
+
+    def load(self, loader: Loader) -> None:
+        cut_streams.install()
 
     def error(self, flow: http.HTTPFlow) -> None:
         state: FlowState | None = flow.metadata.get(METADATA_KEY)

@@ -16,5 +16,5 @@ class FlowState:
     context: TranslationContext
     client_stream: bool
     streamed: bool = False
-    upstream_url: str | None = None
-    """Set when the flow goes through the relay: where the relay fetches it from."""
+    upstream_cut: str | None = None
+    """Why the upstream's stream ended early, when it did."""
