@@ -60,6 +60,14 @@ class StreamRewriter:
     def __call__(self, data: bytes) -> list[bytes]:
         if self._failed:
             return []
+        if self._started and data and self._decode is None:
+            # The hot path, once per upstream chunk.
+            try:
+                out = self.pipeline.feed(data)
+            except Exception:
+                logger.exception("llmitm: stream translation failed; ending the client's stream")
+                out = self._fail()
+            return [out] if out else []
         out = b""
         try:
             if not self._started:

@@ -37,8 +37,9 @@ class StreamGuard:
 
     def __init__(self, api: ApiName) -> None:
         self.api = api
-        self._decoder = SSEDecoder()
+        self._first = True
         self._held = b""
+        self._last = b""  # the latest whole events, where a terminal event would be
         self.finished = False
         self._last_sequence = -1
         self._response: dict[str, Any] | None = None
@@ -47,27 +48,45 @@ class StreamGuard:
         return b""
 
     def feed(self, chunk: bytes) -> bytes:
+        if not self._held and chunk.endswith((b"\n\n", b"\r\n\r\n")):
+            # The hot path: whole events in one chunk (one event per chunk, as streaming
+            # servers write them). Nothing to parse now; close() looks at the last one.
+            if self._first:
+                self._first = False
+                if self.api == "responses":
+                    self._watch_all(chunk)  # response.created: its id names a failure
+            if chunk != DONE_FRAME or self.api == "chat":
+                self._last = chunk  # a Responses stream may add [DONE] after its terminal
+            return chunk
         if self.finished:
             held, self._held = self._held, b""
             return held + chunk if held else chunk
-        for name, data in self._decoder.feed(chunk):
-            self._watch(name, data)
         # Only whole events go out: if the upstream is cut mid-event, the client must not
         # get half an event glued to the closing error.
         data = self._held + chunk if self._held else chunk
         end = _after_last_event(data)
         self._held = data[end:]
+        if end and (data[:end] != DONE_FRAME or self.api == "chat"):
+            self._last = data[:end]
+            if self._first:
+                self._first = False
+                if self.api == "responses":
+                    self._watch_all(self._last)
         return data[:end] if self._held else data
 
     def close(self) -> bytes:
-        last_events = self._decoder.close()
-        for name, data in last_events:
-            self._watch(name, data)
-        out = b""
-        if self._held and last_events and all(_whole(data) for _name, data in last_events):
-            out = self._held + b"\n\n"  # a last event that only lacked its blank line
-        self._held = b""
-        return out if self.finished else out + self.fail(CUT)
+        held, self._held = self._held, b""
+        if held and _whole_events(held):
+            self._last = held = held + b"\n\n"  # a last event that only lacked its blank line
+        else:
+            held = b""
+        self._watch_all(self._last)
+        return held if self.finished else held + self.fail(CUT)
+
+    def _watch_all(self, data: bytes) -> None:
+        decoder = SSEDecoder()
+        for name, payload in decoder.feed(data) + decoder.close():
+            self._watch(name, payload)
 
     def fail(self, error: ApiError) -> bytes:
         if self.finished:
@@ -86,11 +105,12 @@ class StreamGuard:
 
     def _watch(self, name: str | None, data: bytes) -> None:
         if self.api == "chat":
-            if data == DONE_DATA:
-                self.finished = True
+            self.finished = data == DONE_DATA
             return
-        if name in _TERMINAL_NAMES or (name is None and _looks_terminal(data)):
-            self.finished = True
+        if data == DONE_DATA:
+            return
+        self.finished = name in _TERMINAL_NAMES or (name is None and _looks_terminal(data))
+        if self.finished:
             return
         if name == "response.created" or (self._response is None and b"response.created" in data):
             # Keep the Response object, so a synthesized response.failed names the same id.
@@ -115,6 +135,12 @@ class StreamGuard:
         digits = data[start + 18 : start + 30].split(b",")[0].split(b"}")[0].strip()
         if digits.isdigit():
             self._last_sequence = int(digits)
+
+
+def _whole_events(data: bytes) -> bool:
+    decoder = SSEDecoder()
+    events = decoder.feed(data) + decoder.close()
+    return bool(events) and all(_whole(payload) for _name, payload in events)
 
 
 def _whole(data: bytes) -> bool:
