@@ -184,7 +184,9 @@ def test_chat_create_non_streamed_over_responses_upstream(client: openai.OpenAI)
 # -- errors ---------------------------------------------------------------------------------
 
 
-def test_upstream_429_before_first_byte_keeps_status_and_retry_after(client: openai.OpenAI) -> None:
+def test_checklist_21_upstream_429_before_first_byte_keeps_status_and_retry_after(
+    client: openai.OpenAI,
+) -> None:
     with pytest.raises(openai.RateLimitError) as caught:
         client.responses.create(
             model="over-chat", input="hi", stream=True, **scenario("text;status=429;retry_after=7")

@@ -156,3 +156,28 @@ def test_a_cut_stream_ends_in_the_clients_protocol_over_tls(
     assert result.returncode == 0, result.stdout + result.stderr
     assert "API ERROR: The upstream chat stream ended without a finish_reason." in result.stdout
     assert "AFTER: Hello from the fake upstream." in result.stdout
+
+
+BASE_URL_CLIENT = """
+import os, openai
+base = os.environ["OPENAI_BASE_URL"]
+assert base.startswith("http://127.0.0.1:") and base.endswith("/v1"), base
+client = openai.OpenAI(api_key="sk-app", max_retries=0)  # reads OPENAI_BASE_URL
+print("VIA", client.base_url, client.responses.create(model="gpt-5", input="hi").output_text)
+"""
+
+
+def test_base_url_flag_points_the_command_at_a_reverse_listener(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    client = tmp_path / "client.py"
+    client.write_text(BASE_URL_CLIENT)
+    config = tmp_path / "llmitm.toml"
+    config.write_text(CONFIG.format(url=upstream.url).replace('hosts = ["api.openai.com"]\n', ""))
+    result = subprocess.run(
+        [str(LLMITM), "run", "--config", str(config), "--base-url",
+         "--set", f"confdir={tmp_path / 'confdir'}", "-q", "--", sys.executable, str(client)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Hello from the fake upstream." in result.stdout
