@@ -34,6 +34,19 @@ class SSEDecoder:
         self._started = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if (
+            self._started
+            and not self._buffer
+            and not self._pending_cr
+            and chunk.endswith(b"\n\n")
+            and chunk.find(b"\n\n", 0, len(chunk) - 2) < 0
+            and b"\r" not in chunk
+        ):
+            # The hot path: exactly one whole event, as streaming servers write them.
+            events: list[SSEEvent] = []
+            if len(chunk) > 2:
+                _parse_block(chunk[:-2], events)
+            return events
         if not chunk:
             # An empty chunk between a CR and its LF must not forget the pending CR (that LF
             # would count as a second line end and dispatch a half-read event).
@@ -58,7 +71,7 @@ class SSEDecoder:
             return []
         blocks = buffer.split(b"\n\n")
         self._buffer = blocks.pop()
-        events: list[SSEEvent] = []
+        events = []
         for block in blocks:
             if block:
                 _parse_block(block, events)
