@@ -1,0 +1,140 @@
+"""The store's interface: what the rest of llmitm may ask of persistent storage.
+
+This module owns the contract, not an implementation. Nothing here names SQLite: a write is
+a plain dataclass, a read returns plain dataclasses, so a shared server database can
+implement the same interface later (DESIGN.md, "Data and scale"). ``store.sqlite`` is the
+embedded implementation.
+
+The contract that matters most is ``submit``: it is called from mitmproxy hooks and stream
+callables, so it never awaits, never blocks and returns at once even when the database is
+slow. Writes are applied later, in order, by the store's own writer; ``flush`` waits for
+them.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import ClassVar, Literal, Protocol, Self
+
+GroupBy = Literal["endpoint", "model", "day", "route"]
+GROUP_BY: tuple[GroupBy, ...] = ("endpoint", "model", "day", "route")
+
+
+class Write(Protocol):
+    """One unit of data to persist: a small, immutable dataclass.
+
+    ``kind`` names it in logs and statistics. Each backend knows how to apply each kind it
+    supports (for SQLite: ``store.sqlite``'s appliers), so a write carries data only and the
+    code that makes it never sees the database.
+    """
+
+    kind: ClassVar[str]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """The tokens one upstream response consumed.
+
+    ``at`` should be timezone-aware; a naive datetime is taken as UTC (a hook must not
+    raise over it). Use ``""`` for a value llmitm does not know (no route matched, no
+    model in the body).
+    """
+
+    kind: ClassVar[str] = "usage"
+
+    at: datetime
+    endpoint: str
+    model: str
+    route: str
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """Usage summed over one group: ``key`` is the endpoint, model, route or UTC day
+    (``YYYY-MM-DD``) the rows share; ``requests`` counts the records summed."""
+
+    key: str
+    requests: int
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Write counters of one store object: each write given to ``submit`` ends up
+    written, failed or dropped (``submitted`` counts those accepted into the queue).
+
+    ``dropped`` writes never reached the queue (it was full, or the store was not open);
+    ``failed`` writes reached the writer and raised, and were logged with their kind.
+    """
+
+    submitted: int = 0
+    written: int = 0
+    failed: int = 0
+    dropped: int = 0
+    batches: int = 0
+    queued: int = 0
+
+
+class Store(abc.ABC):
+    """Persistent storage for usage, stored responses and recordings.
+
+    Lifecycle: ``await open()`` on the event loop that will own the store (mitmproxy's
+    ``running``), ``submit`` from anywhere, ``await close()`` at the end (``done``). Also an
+    async context manager.
+    """
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Create or upgrade the storage and start the writer."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop accepting writes, persist every write already accepted, release resources."""
+
+    @abc.abstractmethod
+    def submit(self, write: Write) -> None:
+        """Queue ``write`` and return at once; never blocks, never awaits.
+
+        Safe from the event loop (hooks, stream callables) and from other threads. When the
+        writer cannot keep up, the write is dropped and counted rather than delaying the
+        proxy. Raises ``TypeError`` only for a write kind this store cannot apply (a bug,
+        not a runtime condition).
+        """
+
+    @abc.abstractmethod
+    async def flush(self) -> None:
+        """Wait until every write submitted before this call is settled: durable, or failed
+        and logged. For tests, shutdown and commands that read what they just wrote."""
+
+    @abc.abstractmethod
+    def stats(self) -> StoreStats:
+        """A snapshot of the write counters."""
+
+    @abc.abstractmethod
+    async def usage_rows(
+        self, since: datetime | None = None, group_by: GroupBy = "endpoint"
+    ) -> list[UsageRow]:
+        """Usage summed per ``group_by`` value, over records at or after ``since`` (all when
+        ``None``), ordered by key."""
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
