@@ -1,0 +1,26 @@
+"""The store: the only code in llmitm that touches a database.
+
+``api`` is the interface (``Store``, the write and row dataclasses) that the rest of llmitm
+programs against; ``sqlite`` is the embedded SQLite implementation; ``writer`` is the
+non-blocking write queue every backend shares; ``migrations`` holds the SQLite schema steps.
+"""
+
+from llmitm.store.api import GROUP_BY, GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
+from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew
+from llmitm.store.sqlite import DEFAULT_APPLIERS, SqliteApplier, SqliteStore
+
+__all__ = [
+    "DEFAULT_APPLIERS",
+    "GROUP_BY",
+    "MIGRATIONS",
+    "GroupBy",
+    "Migration",
+    "SchemaTooNew",
+    "SqliteApplier",
+    "SqliteStore",
+    "Store",
+    "StoreStats",
+    "UsageRecord",
+    "UsageRow",
+    "Write",
+]

@@ -1,0 +1,104 @@
+"""SQLite schema versions: the ordered list of migration steps and the code that applies them.
+
+The database's ``PRAGMA user_version`` is the number of steps applied. A step is never edited
+once released: a later issue that needs a table or a column appends a step. Steps run in one
+``BEGIN IMMEDIATE`` transaction each, with the version re-read under the lock, so several
+llmitm processes opening one new file at once migrate it exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiosqlite
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """Step ``version`` (1-based, consecutive): the statements that take the schema there."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was written by a newer llmitm; this one must not touch it."""
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "usage",
+        (
+            # One row per upstream response. Times are UTC microseconds since the epoch:
+            # integers compare and group exactly, and ``day`` is a cheap strftime away.
+            """
+            CREATE TABLE usage (
+                id INTEGER PRIMARY KEY,
+                at_us INTEGER NOT NULL,
+                endpoint TEXT NOT NULL,
+                model TEXT NOT NULL,
+                route TEXT NOT NULL,
+                input_tokens INTEGER NOT NULL DEFAULT 0,
+                cached_tokens INTEGER NOT NULL DEFAULT 0,
+                output_tokens INTEGER NOT NULL DEFAULT 0,
+                reasoning_tokens INTEGER NOT NULL DEFAULT 0
+            )
+            """,
+            "CREATE INDEX usage_at ON usage (at_us)",
+        ),
+    ),
+)
+
+
+def check_sequence(migrations: Sequence[Migration]) -> None:
+    """Refuse a list whose versions are not 1, 2, 3, … (a merge mistake, caught at open)."""
+    for expected, step in enumerate(migrations, start=1):
+        if step.version != expected:
+            raise ValueError(f"migration {step.name!r} has version {step.version}, not {expected}")
+
+
+async def user_version(db: aiosqlite.Connection) -> int:
+    async with db.execute("PRAGMA user_version") as cursor:
+        row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def migrate(db: aiosqlite.Connection, migrations: Sequence[Migration]) -> int:
+    """Apply the steps the database lacks; return its version afterwards.
+
+    ``db`` must be in autocommit mode (``isolation_level=None``) so the transactions here
+    are the only ones.
+    """
+    check_sequence(migrations)
+    latest = len(migrations)
+    current = await user_version(db)
+    while current < latest:
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have migrated while we waited for the lock.
+            current = await user_version(db)
+            step = migrations[current] if current < latest else None
+            if step is not None:
+                for statement in step.statements:
+                    await db.execute(statement)
+                # user_version lives in the database header, inside this transaction.
+                await db.execute(f"PRAGMA user_version = {step.version:d}")
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+        await db.execute("COMMIT" if step is not None else "ROLLBACK")
+        if step is None:
+            break
+        log.info("store: applied migration %d (%s)", step.version, step.name)
+        current = step.version
+    if current > latest:
+        raise SchemaTooNew(
+            f"the database has schema version {current}; this llmitm knows up to {latest}"
+        )
+    return current

@@ -1,0 +1,223 @@
+"""The embedded store: ``Store`` over one SQLite file, through aiosqlite.
+
+Owns connections, pragmas, file creation and the transaction around each batch. Layout:
+
+- one writer connection, used only by the writer task of a ``WriteQueue`` (``store.writer``):
+  the queue is bounded, and when it is full ``submit`` drops the write with a counted,
+  rate-limited warning instead of blocking the proxy (``max_queue`` sets the bound);
+- each batch (up to ``batch_size`` queued writes) is one ``BEGIN IMMEDIATE`` transaction,
+  each run of same-kind writes inside it a savepoint, so a write that raises is rolled back,
+  logged with its kind, and neither loses its neighbours nor stops the writer;
+- one read connection (``query_only``), so reads never queue behind writes;
+- WAL with ``synchronous=NORMAL`` and a ``busy_timeout``: several llmitm processes can share
+  one file, and a killed process loses at most what was still queued, never the database.
+  (``NORMAL`` may lose the last commits on power loss, not on a process crash.)
+
+A write kind is supported by giving it an applier: ``async (connection, writes) -> None``
+that stores a run of writes of that kind (``DEFAULT_APPLIERS``, or ``appliers=`` for more).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from llmitm.store.api import GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
+from llmitm.store.migrations import MIGRATIONS, Migration, migrate
+from llmitm.store.sqlite_usage import apply_usage, usage_rows
+from llmitm.store.writer import BatchOutcome, WriteQueue
+
+log = logging.getLogger(__name__)
+
+SqliteApplier = Callable[[aiosqlite.Connection, Sequence[Any]], Awaitable[None]]
+
+DEFAULT_APPLIERS: Mapping[type, SqliteApplier] = {
+    UsageRecord: apply_usage,
+}
+
+_BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+
+
+class SqliteStore(Store):
+    """The store in the SQLite file at ``path`` (created, with its folder, mode 0600).
+
+    ``max_queue``: writes waiting for the writer before ``submit`` starts dropping.
+    ``batch_size``: most writes per transaction. ``busy_timeout``: seconds a transaction
+    waits for another process's lock, tried ``lock_attempts`` times before its batch is
+    given up (and counted as failed). ``appliers`` adds write kinds; ``migrations``
+    replaces the schema steps (for tests and for kinds added outside this package).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_queue: int = 10_000,
+        batch_size: int = 500,
+        busy_timeout: float = 5.0,
+        lock_attempts: int = 3,
+        appliers: Mapping[type, SqliteApplier] | None = None,
+        migrations: Sequence[Migration] = MIGRATIONS,
+        warn_interval: float = 10.0,
+    ) -> None:
+        self.path = Path(path)
+        self.schema_version = 0
+        self._busy_timeout_ms = max(0, round(busy_timeout * 1000))
+        self._lock_attempts = max(1, lock_attempts)
+        self._appliers: dict[type, SqliteApplier] = {**DEFAULT_APPLIERS, **(appliers or {})}
+        self._migrations = tuple(migrations)
+        self._writes = WriteQueue(
+            self._apply_batch,
+            max_queue=max_queue,
+            batch_size=batch_size,
+            name=f"store {self.path.name}",
+            warn_interval=warn_interval,
+        )
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+
+    async def open(self) -> None:
+        if self._writer is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(self.path)
+        writer = await self._connect()
+        try:
+            # WAL lets readers and other processes work while a batch commits; NORMAL
+            # syncs at checkpoints only, which is still crash-safe for a killed process.
+            await writer.execute("PRAGMA journal_mode = WAL")
+            await writer.execute("PRAGMA synchronous = NORMAL")
+            self.schema_version = await migrate(writer, self._migrations)
+            reader = await self._connect()
+            await reader.execute("PRAGMA query_only = ON")
+        except BaseException:
+            await writer.close()
+            raise
+        self._writer, self._reader = writer, reader
+        self._writes.start()
+
+    async def close(self) -> None:
+        if self._writer is None:
+            return
+        try:
+            await self._writes.close()
+        finally:
+            writer, reader = self._writer, self._reader
+            self._writer = self._reader = None
+            # Closing matters: an unclosed aiosqlite connection's thread outlives the loop
+            # and prints "Event loop is closed" at exit (mitmproxy-notes.md, E8).
+            for connection in (reader, writer):
+                if connection is not None:
+                    await connection.close()
+
+    def submit(self, write: Write) -> None:
+        if type(write) not in self._appliers:
+            raise TypeError(f"the SQLite store has no applier for {type(write).__name__}")
+        self._writes.submit(write)
+
+    async def flush(self) -> None:
+        await self._writes.flush()
+
+    def stats(self) -> StoreStats:
+        return self._writes.stats()
+
+    async def usage_rows(
+        self, since: datetime | None = None, group_by: GroupBy = "endpoint"
+    ) -> list[UsageRow]:
+        return await usage_rows(self._read_connection(), since, group_by)
+
+    def _read_connection(self) -> aiosqlite.Connection:
+        if self._reader is None:
+            raise RuntimeError("the store is not open")
+        return self._reader
+
+    async def _connect(self) -> aiosqlite.Connection:
+        # isolation_level=None: autocommit, so the only transactions are the ones this
+        # module begins (the sqlite3 module's implicit BEGIN would be DEFERRED and could
+        # fail to upgrade to a write lock without waiting for busy_timeout).
+        connection = await aiosqlite.connect(self.path, isolation_level=None)
+        try:
+            await connection.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms:d}")
+        except BaseException:
+            await connection.close()
+            raise
+        return connection
+
+    async def _apply_batch(self, batch: list[Write]) -> BatchOutcome:
+        db = self._writer
+        assert db is not None, "the writer runs only while the store is open"
+        await self._begin(db)
+        written = failed = 0
+        try:
+            for _, run in itertools.groupby(batch, key=type):
+                ok, bad = await self._apply_run(db, list(run))
+                written += ok
+                failed += bad
+            await db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                await db.execute("ROLLBACK")
+            raise
+        return BatchOutcome(written=written, failed=failed)
+
+    async def _begin(self, db: aiosqlite.Connection) -> None:
+        # IMMEDIATE takes the write lock now, where busy_timeout applies, instead of at the
+        # first write, where a stale WAL snapshot fails at once with SQLITE_BUSY.
+        for attempt in itertools.count(1):
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as error:
+                code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+                if code not in _BUSY_CODES or attempt >= self._lock_attempts:
+                    raise
+                log.warning(
+                    "%s: database locked by another process; retry %d of %d",
+                    self.path,
+                    attempt,
+                    self._lock_attempts - 1,
+                )
+                await asyncio.sleep(0.05 * attempt)
+
+    async def _apply_run(self, db: aiosqlite.Connection, run: list[Write]) -> tuple[int, int]:
+        """Apply consecutive writes of one kind; return (written, failed)."""
+        kind = run[0].kind
+        applier = self._appliers[type(run[0])]
+        await db.execute("SAVEPOINT llmitm_write")
+        try:
+            await applier(db, run)
+        except Exception as error:
+            await db.execute("ROLLBACK TO llmitm_write")
+            await db.execute("RELEASE llmitm_write")
+            if len(run) > 1:
+                # Find the bad write(s) by applying one at a time; the rest still commit.
+                results = [await self._apply_run(db, [write]) for write in run]
+                return sum(r[0] for r in results), sum(r[1] for r in results)
+            log.error(
+                "%s: a %r write failed and was skipped: %s", self.path, kind, error, exc_info=error
+            )
+            return 0, 1
+        await db.execute("RELEASE llmitm_write")
+        return len(run), 0
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file readable by its owner only: recordings may hold prompts.
+
+    SQLite gives the -wal and -shm files the database file's mode. An existing file keeps
+    the mode its owner gave it.
+    """
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
