@@ -3,7 +3,9 @@
 A stream relayed without translation still has to end properly: when the upstream stops
 before its terminal event (chat ``[DONE]``; Responses ``response.completed``/``incomplete``/
 ``failed``), the guard appends a terminal error in the stream's own protocol. It only frames
-events and looks at their names, so the passthrough path stays nearly free.
+events and looks at their names, so the passthrough path stays nearly free. At the end it
+reads the usage, for accounting, from the last two chunks only (the chat usage chunk just
+before ``[DONE]``; the Responses terminal event's ``response.usage``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class StreamGuard:
         self._first = True
         self._held = b""
         self._last = b""  # the latest whole events, where a terminal event would be
+        self._prev = b""  # the whole events before them, where a chat usage chunk would be
+        self.usage: dict[str, Any] | None = None
+        """The upstream's usage as it sent it (either API's shape), known after close()."""
         self.finished = False
         self._last_sequence = -1
         self._response: dict[str, Any] | None = None
@@ -56,7 +61,8 @@ class StreamGuard:
                 if self.api == "responses":
                     self._watch_all(chunk)  # response.created: its id names a failure
             if chunk != DONE_FRAME or self.api == "chat":
-                self._last = chunk  # a Responses stream may add [DONE] after its terminal
+                # A Responses stream may add [DONE] after its terminal event.
+                self._prev, self._last = self._last, chunk
             return chunk
         if self.finished:
             held, self._held = self._held, b""
@@ -67,7 +73,7 @@ class StreamGuard:
         end = _after_last_event(data)
         self._held = data[end:]
         if end and (data[:end] != DONE_FRAME or self.api == "chat"):
-            self._last = data[:end]
+            self._prev, self._last = self._last, data[:end]
             if self._first:
                 self._first = False
                 if self.api == "responses":
@@ -81,6 +87,7 @@ class StreamGuard:
         else:
             held = b""
         self._watch_all(self._last)
+        self.usage = _last_usage(self._prev + self._last, self.api)
         return held if self.finished else held + self.fail(CUT)
 
     def _watch_all(self, data: bytes) -> None:
@@ -174,3 +181,27 @@ def _is_terminal_json(data: bytes) -> bool:
     except orjson.JSONDecodeError:
         return False
     return isinstance(event, dict) and event.get("type") in _TERMINAL_NAMES
+
+
+def _last_usage(data: bytes, api: ApiName) -> dict[str, Any] | None:
+    """The usage of the last event in ``data`` that has one: a chat chunk's ``usage``, or a
+    Responses terminal event's ``response.usage``. Called once per stream, at its end."""
+    decoder = SSEDecoder()
+    for _name, payload in reversed(decoder.feed(data) + decoder.close()):
+        if b'"usage"' not in payload:
+            continue
+        try:
+            event = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        if api == "responses":
+            if event.get("type") not in _TERMINAL_NAMES:
+                continue
+            response = event.get("response")
+            event = response if isinstance(response, dict) else {}
+        usage = event.get("usage")
+        if isinstance(usage, dict) and usage:
+            return usage
+    return None

@@ -119,6 +119,8 @@ class ResponsesNormaliser:
         self._pending_error: ApiError | None = None
         self.finished = False
         self.error: ApiError | None = None
+        self.usage: dict[str, Any] | None = None
+        """The upstream terminal event's usage (Responses shape), for accounting."""
 
     def feed(self, event: dict[str, Any]) -> list[Event]:
         if self.finished:
@@ -456,6 +458,7 @@ class ResponsesNormaliser:
         upstream = upstream if isinstance(upstream, dict) else {}
         response["output"] = self._final_output(upstream.get("output"))
         response["usage"] = _full_usage(upstream.get("usage"))
+        self.usage = response["usage"]
         status = event["type"].removeprefix("response.")
         response["status"] = status
         if status == "completed" and not response.get("completed_at"):

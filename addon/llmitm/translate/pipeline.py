@@ -61,6 +61,12 @@ class StreamPipeline:
     def finished(self) -> bool:
         return bool(self.translator.finished)
 
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        """The upstream's usage once the stream has ended (either API's shape), if it sent
+        any: what accounting reads, also when the client did not ask to see it."""
+        return self.translator.usage  # type: ignore[no-any-return]
+
     def start(self) -> bytes:
         """Bytes to send before the upstream answers (Responses clients get
         ``response.created`` at once when the client's model is known)."""

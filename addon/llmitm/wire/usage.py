@@ -66,3 +66,23 @@ def responses_usage_to_chat(usage: Any) -> dict[str, Any] | None:
             "reasoning_tokens": _detail(usage, "output_tokens_details", "reasoning_tokens")
         },
     }
+
+
+def usage_tokens(usage: Any) -> tuple[int, int, int, int] | None:
+    """``(input, cached, output, reasoning)`` tokens of a usage object of either API's shape
+    (``prompt_tokens``… or ``input_tokens``…), through the converters above; ``None`` when
+    the totals are not all there."""
+    if not isinstance(usage, dict):
+        return None
+    if "input_tokens" in usage or "output_tokens" in usage:
+        shaped = chat_usage_to_responses(responses_usage_to_chat(usage))
+    else:
+        shaped = chat_usage_to_responses(usage)
+    if shaped is None:
+        return None
+    return (
+        shaped["input_tokens"],
+        shaped["input_tokens_details"]["cached_tokens"],
+        shaped["output_tokens"],
+        shaped["output_tokens_details"]["reasoning_tokens"],
+    )

@@ -1,0 +1,33 @@
+"""The tokens one planned flow consumed, from wherever its upstream reported them.
+
+Non-streamed bodies of either API carry a top-level ``usage``; a stream's pipeline knows the
+usage once it has ended (translators read it from the terminal event or the trailing usage
+chunk, also when the client did not ask to see it; the passthrough guard reads the last
+chunks). Everything comes out as ``(input, cached, output, reasoning)``.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from llmitm.translate.guard import StreamGuard
+from llmitm.translate.pipeline import StreamPipeline
+from llmitm.wire.usage import usage_tokens
+
+Tokens = tuple[int, int, int, int]
+
+
+def body_tokens(content: bytes | None) -> Tokens | None:
+    """Usage of a chat completion or Response object body; ``None`` without one."""
+    if not content or b'"usage"' not in content:
+        return None
+    try:
+        body = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    return usage_tokens(body.get("usage")) if isinstance(body, dict) else None
+
+
+def stream_tokens(pipeline: StreamPipeline | StreamGuard) -> Tokens | None:
+    """Usage of a stream that has ended; ``None`` when the upstream sent none."""
+    return usage_tokens(pipeline.usage)
