@@ -26,6 +26,7 @@ FULL = """
 reasoning = "reasoning_content"
 strict = true
 drop_unsupported = true
+store = "data/usage.db"
 
 [endpoints.az]
 kind = "azure"
@@ -48,6 +49,7 @@ models = ["gpt-5*", "o4-*"]
 hosts = ["api.openai.com", "*.azure.com"]
 endpoints = ["az", "local"]
 model = "gpt-5"
+name = "reasoning"
 
 [[routes]]
 models = "qwen*"
@@ -81,7 +83,10 @@ def test_every_key_is_read(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, FULL), {"AZ_KEY": "sk-az"})
     assert config.source == str(tmp_path / "llmitm.toml")
     assert config.settings == Settings(
-        reasoning="reasoning_content", strict=True, drop_unsupported=True
+        reasoning="reasoning_content",
+        strict=True,
+        drop_unsupported=True,
+        store=str(tmp_path / "data" / "usage.db"),  # relative to the file's folder
     )
     az = config.endpoints["az"]
     assert az == Endpoint(
@@ -107,9 +112,11 @@ def test_every_key_is_read(tmp_path: Path) -> None:
             hosts=("api.openai.com", "*.azure.com"),
             endpoints=("az", "local"),
             model="gpt-5",
+            name="reasoning",
         ),
-        # A single string stands for a one-element list; hosts default to everything.
-        Route(models=("qwen*",), hosts=("*",), endpoints=("local",), model=None),
+        # A single string stands for a one-element list; hosts default to everything; the
+        # name defaults to the route's place in the file.
+        Route(models=("qwen*",), hosts=("*",), endpoints=("local",), model=None, name="routes[1]"),
     )
 
 
@@ -165,7 +172,9 @@ def test_azure_without_api_version_is_the_v1_form() -> None:
 def test_route_defaults_match_every_model_and_host() -> None:
     raw = {**endpoint_toml(kind="openai", base_url="https://h"), "routes": [{"endpoints": ["e"]}]}
     route = parse_config(raw, "f", {}).routes[0]
-    assert route == Route(models=("*",), hosts=("*",), endpoints=("e",), model=None)
+    assert route == Route(
+        models=("*",), hosts=("*",), endpoints=("e",), model=None, name="routes[0]"
+    )
 
 
 # --- credentials ----------------------------------------------------------------------------
@@ -441,3 +450,17 @@ def test_load_config_errors_name_the_real_file(tmp_path: Path) -> None:
 
 def test_config_error_is_a_value_error() -> None:
     assert issubclass(ConfigError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("", ""), ("/abs/llmitm.db", "/abs/llmitm.db"), ("~/u.db", str(Path("~/u.db").expanduser()))],
+)
+def test_the_store_key(tmp_path: Path, value: str, expected: str) -> None:
+    config = load_config(write(tmp_path, f'[llmitm]\nstore = "{value}"\n'), {})
+    assert config.settings.store == expected
+
+
+def test_the_store_key_must_be_a_string(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"llmitm\.store: expected a file path"):
+        load_config(write(tmp_path, "[llmitm]\nstore = 1\n"), {})

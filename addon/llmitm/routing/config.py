@@ -80,6 +80,8 @@ class Route:
     endpoints: tuple[str, ...] = ()
     model: str | None = None
     """Alias: the model name sent upstream instead of the client's."""
+    name: str = ""
+    """How usage accounting and logs name the route (default ``routes[i]``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,9 @@ class Settings:
     reasoning: ReasoningMode = "think-tags"
     strict: bool = False
     drop_unsupported: bool = False
+    store: str | None = None
+    """The store's database file (``~`` expanded, relative to the file's folder); ``""``
+    disables it; ``None``: the option or the default location decides."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +127,7 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
 def parse_config(raw: Mapping[str, Any], source: str, environ: Mapping[str, str]) -> Config:
     reader = _Reader(source)
     reader.only_keys(raw, "", {"llmitm", "endpoints", "routes"})
-    settings = _settings(reader, reader.table(raw, "llmitm"))
+    settings = _settings(reader, reader.table(raw, "llmitm"), Path(source).parent)
     endpoints_raw = reader.table(raw, "endpoints")
     endpoints = {
         name: _endpoint(
@@ -197,8 +202,14 @@ class _Reader:
         return dict(value)
 
 
-def _settings(reader: _Reader, raw: Mapping[str, Any]) -> Settings:
-    reader.only_keys(raw, "llmitm.", {"reasoning", "strict", "drop_unsupported"})
+def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings:
+    reader.only_keys(raw, "llmitm.", {"reasoning", "strict", "drop_unsupported", "store"})
+    store = raw.get("store")
+    if store is not None:
+        if not isinstance(store, str):
+            reader.fail("llmitm.store", 'a file path, or "" to keep no store', store)
+        if store:
+            store = str(folder / Path(store).expanduser())  # an absolute path stays itself
     reasoning = reader.choice(
         raw.get("reasoning", "think-tags"), "llmitm.reasoning", REASONING_MODES
     )
@@ -206,6 +217,7 @@ def _settings(reader: _Reader, raw: Mapping[str, Any]) -> Settings:
         reasoning=reasoning,
         strict=reader.boolean(raw, "strict", "llmitm", False),
         drop_unsupported=reader.boolean(raw, "drop_unsupported", "llmitm", False),
+        store=store,
     )
 
 
@@ -289,7 +301,7 @@ def _endpoint(
 def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoint]) -> Route:
     if not isinstance(raw, dict):
         reader.fail(where, "a table", raw)
-    reader.only_keys(raw, where + ".", {"models", "hosts", "endpoints", "model"})
+    reader.only_keys(raw, where + ".", {"models", "hosts", "endpoints", "model", "name"})
     names = reader.strings(raw, "endpoints", where, ())
     if not names:
         reader.fail(f"{where}.endpoints", "at least one endpoint name", raw.get("endpoints"))
@@ -302,4 +314,5 @@ def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoi
         hosts=reader.strings(raw, "hosts", where, ("*",)),
         endpoints=names,
         model=reader.string(raw, "model", where),
+        name=reader.string(raw, "name", where, where),
     )

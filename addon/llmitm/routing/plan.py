@@ -7,7 +7,7 @@ them out. A request no route matches gets no plan and passes through untouched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from urllib.parse import urlencode
 
@@ -29,6 +29,8 @@ class Plan:
     upstream_model: str
     set_headers: dict[str, str] = field(default_factory=dict, repr=False)
     remove_headers: tuple[str, ...] = ()
+    route: str = ""
+    """The name of the route that chose this plan (usage accounting)."""
 
     @property
     def translates(self) -> bool:
@@ -67,7 +69,7 @@ def plan_request(config: Config, client_api: ApiName, model: str, host: str) -> 
     if route is None:
         return None
     endpoint = config.endpoints[route.endpoints[0]]
-    return plan_for_endpoint(endpoint, client_api, route.model or model)
+    return replace(plan_for_endpoint(endpoint, client_api, route.model or model), route=route.name)
 
 
 def plan_for_endpoint(endpoint: Endpoint, client_api: ApiName, model: str) -> Plan:
