@@ -6,6 +6,7 @@ non-blocking write queue every backend shares; ``migrations`` holds the SQLite s
 """
 
 from llmitm.store.api import GROUP_BY, GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
+from llmitm.store.location import default_store_path
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew
 from llmitm.store.sqlite import DEFAULT_APPLIERS, SqliteApplier, SqliteStore
 
@@ -23,4 +24,5 @@ __all__ = [
     "UsageRecord",
     "UsageRow",
     "Write",
+    "default_store_path",
 ]

@@ -32,7 +32,7 @@ from typing import Any
 import aiosqlite
 
 from llmitm.store.api import GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
-from llmitm.store.migrations import MIGRATIONS, Migration, migrate
+from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew, migrate, user_version
 from llmitm.store.sqlite_usage import apply_usage, usage_rows
 from llmitm.store.writer import BatchOutcome, WriteQueue
 
@@ -55,6 +55,10 @@ class SqliteStore(Store):
     waits for another process's lock, tried ``lock_attempts`` times before its batch is
     given up (and counted as failed). ``appliers`` adds write kinds; ``migrations``
     replaces the schema steps (for tests and for kinds added outside this package).
+
+    ``read_only``: for commands that only read (``llmitm usage``) a file a running proxy may
+    be writing: ``open`` neither creates the file nor migrates it (``FileNotFoundError`` when
+    it is missing, ``SchemaTooNew`` when a newer llmitm wrote it), and ``submit`` refuses.
     """
 
     def __init__(
@@ -68,8 +72,10 @@ class SqliteStore(Store):
         appliers: Mapping[type, SqliteApplier] | None = None,
         migrations: Sequence[Migration] = MIGRATIONS,
         warn_interval: float = 10.0,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         self.schema_version = 0
         self._busy_timeout_ms = max(0, round(busy_timeout * 1000))
         self._lock_attempts = max(1, lock_attempts)
@@ -86,6 +92,9 @@ class SqliteStore(Store):
         self._reader: aiosqlite.Connection | None = None
 
     async def open(self) -> None:
+        if self.read_only:
+            await self._open_read_only()
+            return
         if self._writer is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +114,31 @@ class SqliteStore(Store):
         self._writer, self._reader = writer, reader
         self._writes.start()
 
+    async def _open_read_only(self) -> None:
+        if self._reader is not None:
+            return
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: no such database file")
+        reader = await self._connect(read_only=True)
+        try:
+            await reader.execute("PRAGMA query_only = ON")
+            self.schema_version = await user_version(reader)
+            if self.schema_version > len(self._migrations):
+                raise SchemaTooNew(
+                    f"the database has schema version {self.schema_version}; this llmitm "
+                    f"knows up to {len(self._migrations)}"
+                )
+        except BaseException:
+            await reader.close()
+            raise
+        self._reader = reader
+
     async def close(self) -> None:
+        if self.read_only:
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                await reader.close()
+            return
         if self._writer is None:
             return
         try:
@@ -120,6 +153,8 @@ class SqliteStore(Store):
                     await connection.close()
 
     def submit(self, write: Write) -> None:
+        if self.read_only:
+            raise RuntimeError(f"{self.path}: the store was opened read-only")
         if type(write) not in self._appliers:
             raise TypeError(f"the SQLite store has no applier for {type(write).__name__}")
         self._writes.submit(write)
@@ -133,18 +168,25 @@ class SqliteStore(Store):
     async def usage_rows(
         self, since: datetime | None = None, group_by: GroupBy = "endpoint"
     ) -> list[UsageRow]:
-        return await usage_rows(self._read_connection(), since, group_by)
+        reader = self._read_connection()
+        if self.schema_version < 1:
+            return []  # read-only over a file no llmitm has migrated yet: nothing recorded
+        return await usage_rows(reader, since, group_by)
 
     def _read_connection(self) -> aiosqlite.Connection:
         if self._reader is None:
             raise RuntimeError("the store is not open")
         return self._reader
 
-    async def _connect(self) -> aiosqlite.Connection:
+    async def _connect(self, *, read_only: bool = False) -> aiosqlite.Connection:
         # isolation_level=None: autocommit, so the only transactions are the ones this
         # module begins (the sqlite3 module's implicit BEGIN would be DEFERRED and could
         # fail to upgrade to a write lock without waiting for busy_timeout).
-        connection = await aiosqlite.connect(self.path, isolation_level=None)
+        if read_only:
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            connection = await aiosqlite.connect(uri, uri=True, isolation_level=None)
+        else:
+            connection = await aiosqlite.connect(self.path, isolation_level=None)
         try:
             await connection.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms:d}")
         except BaseException:
