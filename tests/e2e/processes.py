@@ -96,6 +96,9 @@ def llmitm_proxy(
         "--set", "flow_detail=0",
         *extra,
     ]  # fmt: skip
+    if not any(item.startswith("llmitm_store=") for item in extra):
+        # Never the user's own store. (mitmproxy refuses a --set repeated for one option.)
+        argv += ["--set", f"llmitm_store={tmp / 'llmitm.db'}"]
     with log.open("wb") as log_file:
         process = subprocess.Popen(
             argv,

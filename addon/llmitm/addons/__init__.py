@@ -6,9 +6,13 @@ from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.responses import LlmResponses
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
+from llmitm.addons.store import LlmStore
+from llmitm.addons.usage import LlmUsage
 
 
 def make_addons() -> list[object]:
     """llmitm's addons, in the order a flow meets them."""
     settings = LlmitmSettings()
-    return [settings, LlmRouter(settings), LlmResponses(), ListenFile()]
+    store = LlmStore(settings)  # opened in running, before the listen file says "ready"
+    # LlmUsage reads a non-streamed body before LlmResponses translates it.
+    return [settings, store, LlmRouter(settings), LlmUsage(store), LlmResponses(), ListenFile()]

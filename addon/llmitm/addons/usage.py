@@ -1,0 +1,70 @@
+"""Token usage accounting: one ``UsageRecord`` per planned flow whose upstream reported usage.
+
+Written in ``response``, which mitmproxy runs after a stream's last chunk has gone through
+the rewriter; the write goes through the store's queue and is never awaited here. A flow
+that ends without usage (an error status, a cut or aborted stream, a passthrough chat stream
+whose client did not ask for ``stream_options.include_usage``) is not recorded: the table
+holds only what an upstream reported. Such flows are counted in ``without_usage``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from mitmproxy import http
+
+from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.addons.store import LlmStore
+from llmitm.exchange.stream import StreamRewriter
+from llmitm.exchange.usage import Tokens, body_tokens, stream_tokens
+from llmitm.store import UsageRecord
+
+logger = logging.getLogger(__name__)
+
+
+def flow_tokens(flow: http.HTTPFlow, state: FlowState) -> Tokens | None:
+    response = flow.response
+    if response is None or response.status_code >= 400:
+        return None
+    if state.streamed:
+        stream = response.stream
+        return stream_tokens(stream.pipeline) if isinstance(stream, StreamRewriter) else None
+    return body_tokens(response.get_content(strict=False))
+
+
+class LlmUsage:
+    name = "llmitm_usage"
+
+    def __init__(self, store: LlmStore) -> None:
+        self.store = store
+        self.recorded = 0
+        self.without_usage = 0
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        state = flow.metadata.get(METADATA_KEY)
+        if not isinstance(state, FlowState):
+            return
+        try:
+            tokens = flow_tokens(flow, state)
+        except Exception:  # accounting must never cost the client its answer
+            logger.exception("llmitm: failed to read the usage of %s", flow.request.pretty_url)
+            return
+        if tokens is None:
+            self.without_usage += 1
+            logger.debug("llmitm: %s: no usage to record", flow.request.pretty_url)
+            return
+        input_tokens, cached, output, reasoning = tokens
+        self.recorded += 1
+        self.store.submit(
+            UsageRecord(
+                at=datetime.now(UTC),
+                endpoint=state.plan.endpoint.name,
+                model=state.context.model or "",
+                route=state.plan.route,
+                input_tokens=input_tokens,
+                cached_tokens=cached,
+                output_tokens=output,
+                reasoning_tokens=reasoning,
+            )
+        )
