@@ -1,6 +1,7 @@
 """The ``llmitm`` command line: argument parsing and I/O only; the work lives in the core.
 
 llmitm translate --to {chat,responses} [--reasoning MODE] [FILE|-]
+llmitm usage [--db PATH] [--since YYYY-MM-DD|7d|24h] [--by endpoint|model|day|route] [--json]
 """
 
 from __future__ import annotations
@@ -69,6 +70,17 @@ def _parser() -> argparse.ArgumentParser:
         help="deterministic ids and clock (reproducible output for tests and diffs)",
     )
     translate.add_argument("file", nargs="?", default="-", help="input file, or - for stdin")
+
+    usage = commands.add_parser(
+        "usage",
+        help="token usage recorded by the proxy, summed per endpoint, model, day or route",
+        description="Sum the token usage the proxy recorded (read-only; safe while it runs).",
+    )
+    usage.add_argument("--db", help="the store's file (default: $XDG_DATA_HOME/llmitm/llmitm.db)")
+    usage.add_argument("--since", help="YYYY-MM-DD (UTC), or a span such as 7d, 24h, 30m")
+    # Checked by the command, not argparse: a mistake is one line, exit 2.
+    usage.add_argument("--by", default="endpoint", help="endpoint (default), model, day, route")
+    usage.add_argument("--json", action="store_true", help="JSON for machines")
     return parser
 
 
@@ -118,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "translate":
         return _translate(args)
+    if args.command == "usage":
+        from llmitm.usage_report import usage_command
+
+        return usage_command(args.db, args.since, args.by, args.json)
     raise AssertionError(f"unhandled command {args.command}")  # argparse requires a command
 
 
