@@ -60,6 +60,7 @@ def run_llmitm(tmp: Path, upstream: Upstream, *command: str) -> subprocess.Compl
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "HTTPS_PROXY")}
     return subprocess.run(
         [str(LLMITM), "run", "--config", str(config), "--set", f"confdir={tmp / 'confdir'}",
+         "--set", "llmitm_store=",
          "-q", "--", *command],
         capture_output=True,
         text=True,
@@ -100,6 +101,7 @@ def test_a_bad_config_fails_at_start_up_naming_file_and_key(tmp_path: Path) -> N
     config.write_text('[endpoints.x]\nkind = "azure"\nbase_url = "ftp://nope"\n')
     result = subprocess.run(
         [str(LLMITM), "run", "--config", str(config), "--set", f"confdir={tmp_path / 'c'}",
+         "--set", "llmitm_store=",
          "--", sys.executable, "-c", "print('never')"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -118,6 +120,7 @@ def test_plain_mitmdump_with_a_bad_config_exits_1_with_one_line(tmp_path: Path) 
     result = subprocess.run(
         [str(Path(sys.executable).with_name("mitmdump")), "-s", str(shim),
          "--set", f"llmitm_config={config}", "--set", f"confdir={tmp_path / 'c'}",
+         "--set", "llmitm_store=",
          "--listen-host", "127.0.0.1", "--listen-port", "0"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -176,7 +179,8 @@ def test_base_url_flag_points_the_command_at_a_reverse_listener(
     config.write_text(CONFIG.format(url=upstream.url).replace('hosts = ["api.openai.com"]\n', ""))
     result = subprocess.run(
         [str(LLMITM), "run", "--config", str(config), "--base-url",
-         "--set", f"confdir={tmp_path / 'confdir'}", "-q", "--", sys.executable, str(client)],
+         "--set", f"confdir={tmp_path / 'confdir'}",
+         "--set", "llmitm_store=", "-q", "--", sys.executable, str(client)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
