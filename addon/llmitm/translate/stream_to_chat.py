@@ -62,6 +62,8 @@ class ResponsesToChatStream:
         # Whether the current message or reasoning item sent deltas; some servers put text
         # only in the *.done events, and it must not be lost.
         self._item_streamed = False
+        self._content_prefix = b""
+        self._content_suffix = b""
         self._summary_key: tuple[Any, Any] | None = None
         self.error: ApiError | None = None
         self.finish_reason: str | None = None
@@ -143,7 +145,35 @@ class ResponsesToChatStream:
         if not self._model:
             model = response.get("model")
             self._model = model if isinstance(model, str) else ""
+        # What _chunk({"content": …}) serialises to around the text, for fast_frame.
+        self._content_prefix = (
+            b'data: {"id":'
+            + orjson.dumps(self._chunk_id)
+            + b',"object":"chat.completion.chunk","created":'
+            + str(self._created).encode()
+            + b',"model":'
+            + orjson.dumps(self._model)
+            + b',"choices":[{"index":0,"delta":{"content":'
+        )
+        self._content_suffix = (
+            b'},"logprobs":null,"finish_reason":null}]'
+            + (b',"usage":null' if self._include_usage else b"")
+            + b"}\n\n"
+        )
         return [self._chunk({"role": "assistant", "content": "", "refusal": None})]
+
+    def fast_frame(self, event: dict[str, Any]) -> bytes | None:
+        """The encoded chunk for a plain text delta, or ``None`` to take the general path.
+        The hot path of this direction: no chunk dict, no generic serialisation."""
+        if (
+            event.get("type") != "response.output_text.delta"
+            or not self._started
+            or self._think_open
+            or self.finished
+        ):
+            return None
+        self._item_streamed = True
+        return self._content_prefix + orjson.dumps(event.get("delta") or "") + self._content_suffix
 
     # -- reasoning ----------------------------------------------------------------------
 

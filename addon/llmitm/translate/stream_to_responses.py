@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.think_stream import ThinkTagSplitter
 from llmitm.translate.tools import origin_of, restore_call
@@ -30,6 +32,10 @@ from llmitm.wire.usage import chat_usage_to_responses
 
 Event = dict[str, Any]
 
+_TEXT_DELTA_PREFIX = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    b'"sequence_number":'
+)
 _FILTERED_REFUSAL = "The response was blocked by the provider's content filter."
 
 
@@ -43,7 +49,7 @@ class _Reasoning:
 
 
 class _Message:
-    __slots__ = ("content", "item_id", "output_index", "part_kind", "parts")
+    __slots__ = ("content", "fast_key", "fast_mid", "item_id", "output_index", "part_kind", "parts")
 
     def __init__(self, item_id: str, output_index: int) -> None:
         self.item_id = item_id
@@ -51,6 +57,8 @@ class _Message:
         self.content: list[dict[str, Any]] = []  # closed parts
         self.part_kind: str | None = None  # "output_text" | "refusal" while a part is open
         self.parts: list[str] = []  # fragments of the open part
+        self.fast_key = -1  # the content index fast_mid was built for
+        self.fast_mid = b""
 
 
 class _Call:
@@ -149,6 +157,59 @@ class ChatToResponsesStream:
         if finish_reason:
             self.finish_reason = finish_reason
         return out
+
+    def fast_frame(self, chunk: dict[str, Any]) -> bytes | None:
+        """The encoded ``output_text.delta`` for a chunk that only adds text to the open text
+        part, or ``None`` to take the general path. The hot path of this direction: no event
+        dict, no generic serialisation — the same bytes the general path writes."""
+        message = self._message
+        if (
+            message is None
+            or message.part_kind != "output_text"
+            or self.finished
+            or not self._think.settled
+            or chunk.get("error")
+            or chunk.get("usage")
+            or not self._response["model"]  # type: ignore[index]  # the general path names it
+        ):
+            return None
+        choices = chunk.get("choices")
+        if type(choices) is not list or len(choices) != 1:
+            return None
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("finish_reason") or choice.get("logprobs"):
+            return None
+        delta = choice.get("delta")
+        if type(delta) is not dict:
+            return None
+        content = delta.get("content")
+        if type(content) is not str or not content:
+            return None
+        for key, value in delta.items():
+            if value is not None and key != "content" and key != "role":
+                return None
+        content_index = len(message.content)
+        if message.fast_key != content_index:
+            message.fast_key = content_index
+            message.fast_mid = (
+                b',"item_id":'
+                + orjson.dumps(message.item_id)
+                + b',"output_index":'
+                + str(message.output_index).encode()
+                + b',"content_index":'
+                + str(content_index).encode()
+                + b',"delta":'
+            )
+        message.parts.append(content)
+        sequence = self._seq
+        self._seq = sequence + 1
+        return (
+            _TEXT_DELTA_PREFIX
+            + str(sequence).encode()
+            + message.fast_mid
+            + orjson.dumps(content)
+            + b',"logprobs":[]}\n\n'
+        )
 
     def done(self) -> list[Event]:
         """The upstream sent ``data: [DONE]``: finish the response."""

@@ -33,6 +33,31 @@ class SSEDecoder:
         # Until the first bytes are seen: a UTF-8 byte-order mark there is not data.
         self._started = False
 
+    def single_event_data(self, chunk: bytes) -> bytes | None:
+        """The data of ``chunk`` if it is exactly one plain event (``data:`` alone, or one
+        ``event:`` line and one ``data:`` line) and nothing is buffered; else ``None``.
+        A pure check: it consumes nothing, so ``feed(chunk)`` is still the fallback."""
+        if (
+            self._buffer
+            or self._pending_cr
+            or not self._started
+            or not chunk.endswith(b"\n\n")
+            or b"\r" in chunk
+        ):
+            return None
+        end = len(chunk) - 2
+        if chunk.startswith(b"data: "):
+            return chunk[6:end] if chunk.find(b"\n", 0, end) < 0 else None
+        if chunk.startswith(b"event: "):
+            newline = chunk.find(b"\n", 0, end)
+            if (
+                newline > 0
+                and chunk.startswith(b"data: ", newline + 1)
+                and chunk.find(b"\n", newline + 1, end) < 0
+            ):
+                return chunk[newline + 7 : end]
+        return None
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if (
             self._started
