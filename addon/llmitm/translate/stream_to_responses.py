@@ -185,9 +185,10 @@ class ChatToResponsesStream:
         content = delta.get("content")
         if type(content) is not str or not content:
             return None
-        for key, value in delta.items():
-            if value is not None and key != "content" and key != "role":
-                return None
+        if len(delta) != 1:  # usually {"content": …} alone; else only role/nulls may ride along
+            for key, value in delta.items():
+                if value is not None and key != "content" and key != "role":
+                    return None
         content_index = len(message.content)
         if message.fast_key != content_index:
             message.fast_key = content_index

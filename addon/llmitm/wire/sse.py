@@ -41,8 +41,8 @@ class SSEDecoder:
             self._buffer
             or self._pending_cr
             or not self._started
-            or not chunk.endswith(b"\n\n")
-            or b"\r" in chunk
+            or chunk[-2:] != b"\n\n"
+            or b"\r" in chunk  # any CR is a line end in SSE: the general path handles it
         ):
             return None
         end = len(chunk) - 2
