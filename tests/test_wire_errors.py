@@ -54,3 +54,10 @@ def test_azure_content_filter_is_non_retryable_for_responses_clients() -> None:
     event = responses_error_event(error, 7)
     assert event["error"]["code"] == event["code"] == "invalid_prompt"
     assert event["sequence_number"] == 7
+
+
+def test_an_innererror_code_of_any_json_type_does_not_crash() -> None:
+    """Found by the property test of error bodies: ``innererror.code`` was a list."""
+    for odd in ([], [1], {}, 3, None):
+        error = normalise_error({"error": {"message": "m", "innererror": {"code": odd}}}, 400)
+        assert error.status == 400 and error.code is None

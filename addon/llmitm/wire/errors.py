@@ -63,6 +63,8 @@ def _str_or_none(value: Any) -> str | None:
 def _canonical_code(code: str | None, type_: str, message: str, inner: Any) -> str | None:
     """Rename the codes that clients branch on to OpenAI's spelling."""
     inner_code = inner.get("code") if isinstance(inner, dict) else None
+    if not isinstance(inner_code, str):
+        inner_code = None  # a provider's odd shape (a list, a number) is no filter verdict
     if code in _CONTENT_FILTER_HINTS or inner_code in _CONTENT_FILTER_HINTS:
         return CONTENT_FILTER
     if code == CONTEXT_LENGTH_EXCEEDED or _CONTEXT_HINTS.search(f"{type_} {code or ''} {message}"):
