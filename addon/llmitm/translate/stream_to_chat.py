@@ -173,7 +173,11 @@ class ResponsesToChatStream:
         ):
             return None
         self._item_streamed = True
-        return self._content_prefix + orjson.dumps(event.get("delta") or "") + self._content_suffix
+        return b"%b%b%b" % (
+            self._content_prefix,
+            orjson.dumps(event.get("delta") or ""),
+            self._content_suffix,
+        )
 
     # -- reasoning ----------------------------------------------------------------------
 
