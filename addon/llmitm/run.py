@@ -27,14 +27,10 @@ import orjson
 import llmitm
 from llmitm.routing.config import ConfigError, load_config
 
-SCRIPT = Path(llmitm.__file__).with_name("mitmproxy_script.py")
+SCRIPT = Path(llmitm.__file__).parent / "addons" / "mitmproxy_script.py"
 OPENAI_ORIGIN = "https://api.openai.com"
 READY_TIMEOUT_S = 60.0
 CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
-
-_MITMDUMP = (
-    "import sys; from mitmproxy.tools.main import mitmdump; sys.exit(mitmdump(sys.argv[1:]))"
-)
 
 
 class RunUsageError(ValueError):
@@ -118,9 +114,9 @@ def run(argv: Sequence[str]) -> int:
             print(f"llmitm run: {exc}", file=sys.stderr)
             return 2
     if not args.command:
-        from mitmproxy.tools.main import mitmdump
+        from llmitm.addons.entry import run_mitmdump
 
-        return mitmdump(mitmdump_argv(args)) or 0
+        return run_mitmdump(mitmdump_argv(args))
     return _run_command(args)
 
 
@@ -128,7 +124,7 @@ def _run_command(args: RunArgs) -> int:
     with tempfile.TemporaryDirectory(prefix="llmitm-run-") as scratch:
         listenfile = Path(scratch) / "listen.json"
         proxy = subprocess.Popen(
-            [sys.executable, "-c", _MITMDUMP, *mitmdump_argv(args, str(listenfile))],
+            [sys.executable, "-m", "llmitm.addons.entry", *mitmdump_argv(args, str(listenfile))],
             stdin=subprocess.DEVNULL,
         )
         try:
