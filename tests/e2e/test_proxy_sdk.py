@@ -288,3 +288,23 @@ def test_proxy_survives_all_of_the_above(client: openai.OpenAI, stack) -> None:
     response = client.responses.create(model="over-chat", input="hi", **scenario("text"))
     assert response.output_text == "Hello from the fake upstream."
     assert "Traceback" not in proxy.log_text()
+
+
+def test_a_client_that_aborts_mid_stream_harms_nothing(client: openai.OpenAI, stack) -> None:
+    """The client hangs up after a few events of a long translated stream: the proxy logs no
+    traceback and the next request is served."""
+    proxy, _chat, _responses = stack
+    stream = client.responses.create(
+        model="over-chat",
+        input="hi",
+        stream=True,
+        **scenario("text;events=2000;event_delay_ms=1"),
+    )
+    for index, _event in enumerate(stream):
+        if index == 5:
+            break
+    stream.close()
+    response = client.responses.create(model="over-chat", input="hi", **scenario("text"))
+    assert response.output_text == "Hello from the fake upstream."
+    assert proxy.process.poll() is None
+    assert "Traceback" not in proxy.log_text()
