@@ -19,6 +19,28 @@ ROOT = Path(__file__).resolve().parents[2]
 LLMITM = Path(sys.executable).with_name("llmitm")
 FAKE_UPSTREAM = ROOT / "scripts" / "fake_upstream.py"
 
+TWO_ENDPOINTS = """
+[endpoints.chat-only]
+kind = "compatible"
+base_url = "{chat}/v1"
+apis = ["chat"]
+
+[endpoints.responses-only]
+kind = "openai"
+base_url = "{responses}/v1"
+apis = ["responses"]
+
+[[routes]]
+models = ["over-chat*"]
+endpoints = ["chat-only"]
+
+[[routes]]
+models = ["over-responses*"]
+endpoints = ["responses-only"]
+"""
+"""A chat-only and a Responses-only fake upstream behind routes chosen by model name
+(``over-chat…`` / ``over-responses…``); format with ``chat=`` and ``responses=`` URLs."""
+
 
 @dataclass
 class Proxy:

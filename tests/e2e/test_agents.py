@@ -27,29 +27,11 @@ from agents import (
 )
 from agents.models.interface import Model
 
+from .processes import TWO_ENDPOINTS as CONFIG
 from .processes import Proxy, Upstream, fake_upstream, llmitm_proxy
 
 pytestmark = pytest.mark.slow
 
-CONFIG = """
-[endpoints.chat-only]
-kind = "compatible"
-base_url = "{chat}/v1"
-apis = ["chat"]
-
-[endpoints.responses-only]
-kind = "openai"
-base_url = "{responses}/v1"
-apis = ["responses"]
-
-[[routes]]
-models = ["over-chat*"]
-endpoints = ["chat-only"]
-
-[[routes]]
-models = ["over-responses*"]
-endpoints = ["responses-only"]
-"""
 
 TOOL_PREFIX = "agents-tool-ok"
 calls: list[str] = []
