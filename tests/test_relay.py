@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 
 from llmitm.relay.client import UpstreamRequest
+from llmitm.relay.jobs import RelayReply
 from llmitm.relay.server import RelayServer
 from llmitm.translate.guard import StreamGuard
 
@@ -140,3 +141,45 @@ def test_guard_closes_a_cut_responses_stream_with_error_and_failed() -> None:
     assert [e["type"] for e in events] == ["error", "response.failed"]
     assert [e["sequence_number"] for e in events] == [2, 3]
     assert events[1]["response"]["id"] == "resp_1"
+
+
+class _Events:
+    """A local job: streams events it makes itself, as stored-response streaming will."""
+
+    async def serve(self, reply: RelayReply) -> None:
+        await reply.start(200, [("content-type", "text/event-stream")])
+        for n in range(3):
+            reply.write([b"data: %d\n\n" % n, b""])  # an empty piece must not end the body
+            await reply.drain()
+
+
+class _Broken:
+    async def serve(self, reply: RelayReply) -> None:
+        raise RuntimeError("a bug in a job")
+
+
+async def test_a_local_job_streams_through_the_relay_and_ends_cleanly() -> None:
+    relay = RelayServer()
+    await relay.start()
+    try:
+        status, headers, body = await _fetch(relay.register(_Events()))
+    finally:
+        relay.close()
+    assert status == 200
+    assert headers["content-type"] == "text/event-stream"
+    assert body == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+
+
+async def test_a_failing_job_answers_an_openai_shaped_500_and_the_token_is_single_use() -> None:
+    relay = RelayServer()
+    await relay.start()
+    try:
+        url = relay.register(_Broken())
+        status, headers, body = await _fetch(url)
+        again, _, _ = await _fetch(url)
+    finally:
+        relay.close()
+    assert status == 500
+    assert headers["content-type"] == "application/json"
+    assert orjson.loads(body)["error"]["type"] == "server_error"
+    assert again == 404

@@ -1,0 +1,125 @@
+"""What the relay serves: a job writes one HTTP response through a :class:`RelayReply`.
+
+A job is anything with ``async serve(reply)``. :class:`UpstreamJob` forwards one request
+upstream (llmitm's own client, so a cut ends cleanly); failover, stored-response streaming and
+paced replay are other jobs behind the same server and token scheme.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Protocol
+
+import orjson
+
+from llmitm.relay.client import HOP_BY_HOP, UpstreamCut, UpstreamError, UpstreamRequest, send
+from llmitm.wire.errors import ApiError, openai_error_body
+
+logger = logging.getLogger(__name__)
+
+DRAIN_ABOVE = 256 * 1024
+
+
+class RelayReply:
+    """One HTTP/1.1 response toward mitmproxy: a head, then chunked pieces, then the end.
+
+    Or, before the head, :meth:`error` with an OpenAI-shaped JSON body."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self.started = False
+        self.finished = False
+
+    async def start(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
+        """Send the head; hop-by-hop headers are replaced by chunked framing."""
+        head = [f"HTTP/1.1 {status} {reason(status)}\r\n".encode()]
+        for name, value in headers:
+            if name.lower() not in HOP_BY_HOP:
+                head.append(f"{name}: {value}\r\n".encode("latin-1"))
+        head.append(b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+        self._writer.write(b"".join(head))
+        self.started = True
+
+    def write(self, pieces: list[bytes]) -> None:
+        """Queue body pieces (empty pieces are skipped: a zero chunk would end the body)."""
+        self._writer.write(
+            b"".join([b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces if piece])
+        )
+
+    async def drain(self) -> None:
+        # Await only when mitmproxy reads slower than the job writes.
+        if self._writer.transport.get_write_buffer_size() > DRAIN_ABOVE:
+            await self._writer.drain()
+
+    async def finish(self) -> None:
+        """End the body cleanly (idempotent)."""
+        if not self.finished:
+            self.finished = True
+            self._writer.write(b"0\r\n\r\n")
+            await self._writer.drain()
+
+    async def error(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str = "upstream_unreachable",
+        type: str = "server_error",
+        headers: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """Answer with an OpenAI-shaped error instead of a body (only before :meth:`start`)."""
+        body = orjson.dumps(
+            openai_error_body(ApiError(message=message, type=type, code=code, status=status))
+        )
+        extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        self._writer.write(
+            f"HTTP/1.1 {status} {reason(status)}\r\ncontent-type: application/json\r\n"
+            f"{extra}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode("latin-1")
+            + body
+        )
+        self.started = self.finished = True
+        await self._writer.drain()
+
+
+class RelayJob(Protocol):
+    async def serve(self, reply: RelayReply) -> None: ...
+
+
+@dataclass(slots=True)
+class UpstreamJob:
+    """Forward one request upstream and stream its answer; a cut ends the body cleanly so the
+    flow's stream callable, seeing no terminal event, closes the client's stream with an
+    error in the client's protocol."""
+
+    request: UpstreamRequest
+    connect_timeout: float = 30.0
+    tls_context: ssl.SSLContext | None = field(default=None)
+
+    async def serve(self, reply: RelayReply) -> None:
+        job = self.request
+        try:
+            response = await send(
+                job, tls_context=self.tls_context, connect_timeout=self.connect_timeout
+            )
+        except UpstreamError as exc:
+            logger.warning("llmitm relay: %s: %s", job.url, exc)
+            await reply.error(502, f"llmitm could not reach the upstream: {exc}")
+            return
+        await reply.start(response.status, response.headers)
+        try:
+            await response.relay_body(reply.write, reply.drain)
+        except UpstreamCut as exc:
+            logger.warning("llmitm relay: %s: the upstream stream was cut: %s", job.url, exc)
+        await reply.finish()
+
+
+def reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
