@@ -109,6 +109,7 @@ def test_a_command_gets_a_free_port() -> None:
     "user",
     [
         ["-p", "9000"],
+        ["-p9000"],
         ["--listen-port", "9000"],
         ["--listen-port=9000"],
         ["--set", "listen_port=9000"],
@@ -157,12 +158,23 @@ def test_base_url_adds_a_reverse_listener_next_to_the_regular_one() -> None:
     assert not modes[1].endswith("@0")
 
 
-def test_base_url_keeps_the_users_mode() -> None:
-    argv = mitmdump_argv(RunArgs(base_url=True, mitmdump=["--mode", "socks5"], command=["x"]))
-    modes = option_value(argv, "--mode")
-    assert "regular" not in modes
-    assert modes[-1] == "socks5"
-    assert any(mode.startswith("reverse:https://api.openai.com") for mode in modes)
+@pytest.mark.parametrize(
+    "user",
+    [
+        ["--mode", "socks5"],
+        ["--mode=socks5"],
+        ["-m", "socks5"],
+        ["-msocks5"],
+        ["--set", "mode=socks5"],
+    ],
+)
+def test_base_url_keeps_the_users_mode(user: list[str]) -> None:
+    argv = mitmdump_argv(RunArgs(base_url=True, mitmdump=user, command=["x"]))
+    assert "regular" not in option_value(argv, "--mode")
+    assert argv[-len(user) :] == user
+    assert any(
+        mode.startswith("reverse:https://api.openai.com") for mode in option_value(argv, "--mode")
+    )
 
 
 def mitmproxy_accepts(argv: list[str]) -> None:

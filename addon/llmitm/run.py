@@ -79,18 +79,13 @@ def mitmdump_argv(args: RunArgs, listenfile: str | None = None) -> list[str]:
     """mitmdump's arguments: llmitm's script and safe defaults, then the user's options
     (which win: mitmdump takes the last value of an option)."""
     argv = ["-s", str(SCRIPT), "--set", "connection_strategy=lazy"]
-    user = " ".join(args.mitmdump)
-    if "listen_host" not in user and "--listen-host" not in user:
+    user = args.mitmdump
+    if not _gives(user, "--listen-host", None, "listen_host"):
         argv += ["--listen-host", "127.0.0.1"]
-    if (
-        args.command
-        and "listen_port" not in user
-        and "--listen-port" not in user
-        and "-p" not in args.mitmdump
-    ):
+    if args.command and not _gives(user, "--listen-port", "-p", "listen_port"):
         argv += ["--listen-port", "0"]  # a free port: the command learns it from us
     if args.base_url:
-        if "--mode" not in args.mitmdump and "-m" not in args.mitmdump:
+        if not _gives(user, "--mode", "-m", "mode"):
             argv += ["--mode", "regular"]
         # On a port of its own: mitmproxy refuses two servers on one address, port 0 included.
         argv += ["--mode", f"reverse:{OPENAI_ORIGIN}@{_free_port()}"]
@@ -99,6 +94,21 @@ def mitmdump_argv(args: RunArgs, listenfile: str | None = None) -> list[str]:
     if listenfile:
         argv += ["--set", f"llmitm_listenfile={listenfile}"]
     return argv + args.mitmdump
+
+
+def _gives(user: Sequence[str], long: str, short: str | None, option: str) -> bool:
+    """Whether the user's mitmdump arguments set ``option`` in any of mitmdump's spellings:
+    ``--long v``, ``--long=v``, ``-s v``, ``-sv``, ``--set option=v``."""
+    for index, item in enumerate(user):
+        if item == long or item.startswith(long + "="):
+            return True
+        if short and item.startswith(short) and not item.startswith("--"):
+            return True
+        if item.startswith(option + "=") and index and user[index - 1] == "--set":
+            return True
+        if item == "--set=" + option or item.startswith(f"--set={option}="):
+            return True
+    return False
 
 
 def run(argv: Sequence[str]) -> int:
