@@ -234,7 +234,7 @@ def test_api_key_env_naming_a_missing_variable(environ: dict[str, str]) -> None:
                 "routes": [{"endpoints": ["e"], "model_glob": "x"}],
             },
             "routes[0].model_glob: unknown key",
-            "known: endpoints, hosts, model, models",
+            "endpoints, first_byte_timeout, hosts, model, models",
         ),
     ],
 )

@@ -23,6 +23,7 @@ OpenAI and Azure traffic pass through unchanged.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
+from llmitm.routing.strategies import STRATEGIES, StrategyName
 from llmitm.translate.context import REASONING_MODES, ReasoningMode
 from llmitm.wire.paths import ApiName
 
@@ -62,6 +64,15 @@ class Endpoint:
     """APIs whose streams need normalising (llama.cpp's Responses stream)."""
     think_open_missing: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
+    weight: float = 1.0
+    """Share of a ``weighted`` route's first attempts (0: only as a fallback)."""
+    max_concurrency: int | None = None
+    """Requests in flight at once on this endpoint (``None``: no cap)."""
+    max_concurrency_per_model: Mapping[str, int] = field(default_factory=dict)
+    """Caps per upstream model (deployment) name, within ``max_concurrency``."""
+    stream_usage: bool = True
+    """Ask a chat upstream for the usage chunk (``stream_options.include_usage``) when the
+    client did not, for accounting; the chunk is stripped before the client sees it."""
 
     @property
     def azure_classic(self) -> bool:
@@ -82,6 +93,49 @@ class Route:
     """Alias: the model name sent upstream instead of the client's."""
     name: str = ""
     """How usage accounting and logs name the route (default ``routes[i]``)."""
+    strategy: StrategyName = "failover"
+    """How the first endpoint is chosen: ``failover`` (in order), ``weighted``, ``least-busy``."""
+    attempts: int | None = None
+    """Attempts in all per request (``None``: each endpoint once). More than the endpoints
+    means retries with backoff."""
+    timeout: float | None = None
+    """Seconds after which no new attempt starts (``None``: ``[routing] timeout``)."""
+    first_byte_timeout: float | None = None
+    """Seconds an attempt may wait for its first byte (``None``: ``[routing]``'s)."""
+    affinity: bool = True
+    """Keep conversations on the endpoint that served them while it is healthy."""
+
+    @property
+    def max_attempts(self) -> int:
+        return self.attempts if self.attempts is not None else len(self.endpoints)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingSettings:
+    """``[routing]``: health, waiting, timeouts and affinity shared by every route."""
+
+    cooldown: float = 5.0
+    """Seconds a failing endpoint rests (a 429 rests for what the upstream asked)."""
+    failure_threshold: int = 1
+    """Failures in a row that start a cooldown."""
+    max_retry_after: float = 300.0
+    """Upper bound of a cooldown or wait taken from an upstream's Retry-After."""
+    connect_timeout: float = 10.0
+    first_byte_timeout: float = 120.0
+    """Seconds an attempt waits for the upstream's first byte before trying elsewhere."""
+    timeout: float = 300.0
+    """The budget: seconds after a request's arrival past which no new attempt starts."""
+    backoff: float = 0.5
+    """The first retry's pause on an endpoint already tried (doubles, with jitter)."""
+    backoff_max: float = 8.0
+    queue_size: int = 100
+    """Requests that may wait for a slot when every endpoint is at its cap."""
+    queue_timeout: float = 30.0
+    """Seconds a request waits for a slot before it gets a 429."""
+    queue_retry_after: float = 1.0
+    """The ``Retry-After`` of that 429."""
+    affinity_ttl: float = 300.0
+    """Seconds a conversation stays pinned to its endpoint after its last turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +154,7 @@ class Config:
     settings: Settings = Settings()
     endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
     routes: tuple[Route, ...] = ()
+    routing: RoutingSettings = RoutingSettings()
 
 
 def default_config() -> Config:
@@ -126,8 +181,9 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
 
 def parse_config(raw: Mapping[str, Any], source: str, environ: Mapping[str, str]) -> Config:
     reader = _Reader(source)
-    reader.only_keys(raw, "", {"llmitm", "endpoints", "routes"})
+    reader.only_keys(raw, "", {"llmitm", "endpoints", "routes", "routing"})
     settings = _settings(reader, reader.table(raw, "llmitm"), Path(source).parent)
+    routing = _routing(reader, reader.table(raw, "routing"))
     endpoints_raw = reader.table(raw, "endpoints")
     endpoints = {
         name: _endpoint(
@@ -142,7 +198,9 @@ def parse_config(raw: Mapping[str, Any], source: str, environ: Mapping[str, str]
         _route(reader, f"routes[{index}]", entry, endpoints)
         for index, entry in enumerate(routes_raw)
     )
-    return Config(source=source, settings=settings, endpoints=endpoints, routes=routes)
+    return Config(
+        source=source, settings=settings, endpoints=endpoints, routes=routes, routing=routing
+    )
 
 
 class _Reader:
@@ -188,6 +246,37 @@ class _Reader:
             self.fail(f"{where}.{key}", "a string or an array of strings", value)
         return tuple(value)
 
+    def number(
+        self,
+        raw: Mapping[str, Any],
+        key: str,
+        where: str,
+        default: Any,
+        *,
+        minimum: float = 0.0,
+        positive: bool = False,
+    ) -> Any:
+        """A number (int or float) >= ``minimum`` (> 0 when ``positive``)."""
+        value = raw.get(key, default)
+        if value is default:
+            return value
+        bad = isinstance(value, bool) or not isinstance(value, int | float)
+        if bad or not math.isfinite(value) or value < minimum or (positive and value <= 0):
+            self.fail(
+                f"{where}.{key}", "a number > 0" if positive else f"a number >= {minimum:g}", value
+            )
+        return float(value)
+
+    def integer(
+        self, raw: Mapping[str, Any], key: str, where: str, default: Any, *, minimum: int = 1
+    ) -> Any:
+        value = raw.get(key, default)
+        if value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.fail(f"{where}.{key}", f"an integer >= {minimum}", value)
+        return value
+
     def choice(self, value: Any, key: str, choices: tuple[str, ...]) -> Any:
         if value not in choices:
             self.fail(key, "one of " + ", ".join(choices), value)
@@ -232,6 +321,10 @@ _ENDPOINT_KEYS = {
     "non_conformant",
     "think_open_missing",
     "headers",
+    "weight",
+    "max_concurrency",
+    "max_concurrency_per_model",
+    "stream_usage",
 }
 _DEFAULT_APIS: dict[str, tuple[str, ...]] = {
     "openai": API_NAMES,
@@ -295,13 +388,26 @@ def _endpoint(
         non_conformant=frozenset(non_conformant),  # type: ignore[arg-type]
         think_open_missing=reader.boolean(raw, "think_open_missing", where, False),
         headers=reader.string_map(raw, "headers", where),
+        weight=reader.number(raw, "weight", where, 1.0),
+        max_concurrency=reader.integer(raw, "max_concurrency", where, None),
+        max_concurrency_per_model=_caps(reader, raw, where),
+        stream_usage=reader.boolean(raw, "stream_usage", where, True),
     )
+
+
+def _caps(reader: _Reader, raw: Mapping[str, Any], where: str) -> dict[str, int]:
+    value = raw.get("max_concurrency_per_model", {})
+    if not isinstance(value, dict):
+        reader.fail(f"{where}.max_concurrency_per_model", "a table of model = cap", value)
+    for model in value:
+        reader.integer(value, model, f"{where}.max_concurrency_per_model", None)
+    return dict(value)
 
 
 def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoint]) -> Route:
     if not isinstance(raw, dict):
         reader.fail(where, "a table", raw)
-    reader.only_keys(raw, where + ".", {"models", "hosts", "endpoints", "model", "name"})
+    reader.only_keys(raw, where + ".", _ROUTE_KEYS)
     names = reader.strings(raw, "endpoints", where, ())
     if not names:
         reader.fail(f"{where}.endpoints", "at least one endpoint name", raw.get("endpoints"))
@@ -315,4 +421,40 @@ def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoi
         endpoints=names,
         model=reader.string(raw, "model", where),
         name=reader.string(raw, "name", where, where),
+        strategy=reader.choice(raw.get("strategy", "failover"), f"{where}.strategy", STRATEGIES),
+        attempts=reader.integer(raw, "attempts", where, None),
+        timeout=reader.number(raw, "timeout", where, None, positive=True),
+        first_byte_timeout=reader.number(raw, "first_byte_timeout", where, None, positive=True),
+        affinity=reader.boolean(raw, "affinity", where, True),
     )
+
+
+_ROUTE_KEYS = {
+    "models",
+    "hosts",
+    "endpoints",
+    "model",
+    "name",
+    "strategy",
+    "attempts",
+    "timeout",
+    "first_byte_timeout",
+    "affinity",
+}
+_POSITIVE = {"connect_timeout", "first_byte_timeout", "timeout", "affinity_ttl"}
+_INTEGERS = {"failure_threshold": 1, "queue_size": 0}
+
+
+def _routing(reader: _Reader, raw: Mapping[str, Any]) -> RoutingSettings:
+    """``[routing]``: every key a number of seconds except the two counts."""
+    defaults = RoutingSettings()
+    keys = set(RoutingSettings.__dataclass_fields__)
+    reader.only_keys(raw, "routing.", keys)
+    values: dict[str, Any] = {}
+    for key in keys:
+        default = getattr(defaults, key)
+        if key in _INTEGERS:
+            values[key] = reader.integer(raw, key, "routing", default, minimum=_INTEGERS[key])
+        else:
+            values[key] = reader.number(raw, key, "routing", default, positive=key in _POSITIVE)
+    return RoutingSettings(**values)
