@@ -139,6 +139,10 @@ class Health:
                 best = (name, when)
         return best
 
+    def models(self, endpoint: str) -> list[str]:
+        """The models of ``endpoint`` something is known about (for the status route)."""
+        return sorted(m for e, m in self._keys if e == endpoint and m is not None)
+
     def state(self, endpoint: str, model: str | None = None) -> KeyHealth:
         """A copy of what is known about one key (for the console and tests)."""
         current = self._state(endpoint, model)
