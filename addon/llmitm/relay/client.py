@@ -69,6 +69,50 @@ class UpstreamResponse:
         self._reader = reader
         self._writer = writer
 
+    async def first_pieces(self) -> list[bytes]:
+        """Read until the body yields its first bytes (or ends); the failover job waits for
+        them before it commits to this answer. :class:`UpstreamCut` when the body breaks
+        first. :meth:`relay_body` then continues after them."""
+        decoder = self._decoder
+        data, self._head_rest = self._head_rest, b""
+        while True:
+            if data:
+                try:
+                    pieces = decoder.feed(data)
+                except FramingError as exc:
+                    raise UpstreamCut(f"the upstream broke the chunked framing ({exc})") from None
+                if pieces or decoder.done:
+                    return pieces
+            if decoder.done:
+                return []
+            try:
+                data = await self._reader.read(READ_SIZE)
+            except (ConnectionError, OSError) as exc:
+                raise UpstreamCut(f"the upstream connection failed ({exc})") from None
+            if not data:
+                if isinstance(decoder, CloseDecoder):
+                    decoder.done = True
+                    return []
+                raise UpstreamCut("the upstream closed the connection mid-body")
+
+    async def read_body(self, limit: int = 1 << 20) -> bytes:
+        """The whole (small) body, e.g. an error's; at most ``limit`` bytes are kept."""
+        pieces: list[bytes] = []
+        size = 0
+
+        def keep(chunk: list[bytes]) -> None:
+            nonlocal size
+            for piece in chunk:
+                if size < limit:
+                    pieces.append(piece[: limit - size])
+                    size += len(piece)
+
+        async def nothing() -> None:
+            return None
+
+        await self.relay_body(keep, nothing)
+        return b"".join(pieces)
+
     async def relay_body(self, write: Callable[[list[bytes]], None], drain: Drain) -> None:
         """Hand each piece of the body to ``write`` as it arrives; :class:`UpstreamCut` when
         it ends early. One read, one decode and one write per network chunk: this loop runs
@@ -76,6 +120,8 @@ class UpstreamResponse:
         decoder = self._decoder
         reader = self._reader
         try:
+            if decoder.done:
+                return
             data = self._head_rest
             while True:
                 if data:

@@ -13,7 +13,7 @@ import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -63,6 +63,20 @@ class RelayReply:
             self._writer.write(b"0\r\n\r\n")
             await self._writer.drain()
 
+    async def json(
+        self, status: int, body: dict[str, Any], headers: Sequence[tuple[str, str]] = ()
+    ) -> None:
+        """Answer with a whole JSON body (only before :meth:`start`)."""
+        data = orjson.dumps(body)
+        extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        self._writer.write(
+            f"HTTP/1.1 {status} {reason(status)}\r\ncontent-type: application/json\r\n"
+            f"{extra}content-length: {len(data)}\r\nconnection: close\r\n\r\n".encode("latin-1")
+            + data
+        )
+        self.started = self.finished = True
+        await self._writer.drain()
+
     async def error(
         self,
         status: int,
@@ -73,17 +87,8 @@ class RelayReply:
         headers: Sequence[tuple[str, str]] = (),
     ) -> None:
         """Answer with an OpenAI-shaped error instead of a body (only before :meth:`start`)."""
-        body = orjson.dumps(
-            openai_error_body(ApiError(message=message, type=type, code=code, status=status))
-        )
-        extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
-        self._writer.write(
-            f"HTTP/1.1 {status} {reason(status)}\r\ncontent-type: application/json\r\n"
-            f"{extra}content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode("latin-1")
-            + body
-        )
-        self.started = self.finished = True
-        await self._writer.drain()
+        body = openai_error_body(ApiError(message=message, type=type, code=code, status=status))
+        await self.json(status, body, headers)
 
 
 class RelayJob(Protocol):

@@ -66,7 +66,7 @@ class RelayServer:
             if job is None:
                 await reply.error(404, "Unknown or used llmitm relay token.", code="not_found")
             else:
-                await job.serve(reply)
+                await _serve_until_abort(job, reply, reader)
                 await reply.finish()
         except (ConnectionError, OSError):
             pass  # mitmproxy went away (the client aborted): nothing to answer
@@ -94,5 +94,39 @@ class RelayServer:
                 target = event.target.decode("latin-1")
                 if not target.startswith(PATH_PREFIX):
                     return None
-                return self._jobs.pop(target[len(PATH_PREFIX) :], None)
+                job = self._jobs.pop(target[len(PATH_PREFIX) :], None)
+                # Read the body mitmproxy sends along (the job has its own): closing a socket
+                # with unread data resets it, and mitmproxy would lose the answer.
+                while job is not None:
+                    event = connection.next_event()
+                    if event is h11.NEED_DATA:
+                        data = await reader.read(65536)
+                        if not data:
+                            return None
+                        connection.receive_data(data)
+                    elif isinstance(event, h11.EndOfMessage):
+                        return job
+                    elif not isinstance(event, h11.Data):
+                        return None
+                return None
             return None
+
+
+async def _serve_until_abort(
+    job: RelayJob, reply: RelayReply, reader: asyncio.StreamReader
+) -> None:
+    """Serve ``job``; cancel it when mitmproxy closes the connection (the client went away),
+    so a job waiting for an upstream, a backoff or a free slot lets go at once and its
+    ``finally`` releases what it holds."""
+    serving = asyncio.ensure_future(job.serve(reply))
+    watching = asyncio.ensure_future(reader.read(1))
+    try:
+        await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not serving.done():
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+            raise ConnectionResetError("mitmproxy closed the relay connection")
+        watching.cancel()
+    serving.result()  # re-raise what the job raised
