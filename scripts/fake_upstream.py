@@ -30,12 +30,17 @@ Options for any scenario: ``status=N`` (+ ``retry_after=S``, ``retry_after_ms=M`
 ``first_byte_delay_ms=M``, ``event_delay_ms=M``, ``garbage`` (an invalid-UTF-8 non-JSON data
 line after 2 events), ``flavor=llamacpp`` (Responses events shaped like llama.cpp's).
 
-Control routes: ``GET /_requests``, ``POST /_reset``, ``GET /_stats``; ``GET /v1/models``.
+Control routes: ``GET /_requests``, ``POST /_reset``, ``GET /_stats`` (requests, in flight
+and the most ever in flight at once), ``POST /_fault`` (body: options such as
+``status=503;retry_after=1`` applied to every request from now on, or only to the next N
+with ``times=N``; empty clears them);
+``GET /v1/models``. ``--fault`` sets the same at start-up: several fakes with different
+faults stand for endpoints that throttle, fail or stall.
 
 Run it as a process (writes the bound port to ``--port-file``, stops on SIGTERM/SIGINT):
 
     python scripts/fake_upstream.py [--host 127.0.0.1] [--port 0] [--port-file FILE]
-                                    [--apis chat,responses] [--log FILE]
+                                    [--apis chat,responses] [--log FILE] [--fault OPTIONS]
 
 or in-process: ``async with FakeUpstream(apis={"chat"}) as fake: fake.base_url``; or from
 synchronous code: ``with serve_in_thread() as fake: ...``.
@@ -46,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import os
 import re
@@ -838,8 +844,11 @@ class FakeUpstream:
         apis: Iterable[str] = API_NAMES,
         log_path: str | os.PathLike[str] | None = None,
         clock: Callable[[], float] = time.time,
+        fault: str = "",
     ) -> None:
         self.host = host
+        self.fault = fault
+        """Scenario options forced on every API request (``status=429;retry_after=1``)."""
         self.apis = frozenset(apis)
         unknown = self.apis - API_NAMES
         if unknown or not self.apis:
@@ -852,6 +861,7 @@ class FakeUpstream:
         self._port = port
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._faulted = 0  # API requests seen since the fault was set (``times=N``)
         self._answers = itertools.count(1)
         self._calls = itertools.count(1)
 
@@ -905,7 +915,7 @@ class FakeUpstream:
         self._tasks.add(task)
         try:
             while (request := await read_request(reader)) is not None:
-                if not await self._dispatch(request, writer):
+                if not await self._dispatch(request, reader, writer):
                     break
         except BadRequest as exc:
             body = error_body(exc.status, message=str(exc))
@@ -917,13 +927,19 @@ class FakeUpstream:
             self._tasks.discard(task)
             writer.close()
 
-    async def _dispatch(self, request: Request, writer: asyncio.StreamWriter) -> bool:
+    async def _dispatch(
+        self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         """Answer one request; return whether the connection may be reused."""
         path, method, keep = request.path, request.method, request.keep_alive
         if method == "GET" and path == "/_requests":
             return await self._send_json(writer, 200, self.requests, keep)
         if method == "GET" and path == "/_stats":
             return await self._send_json(writer, 200, self.stats(), keep)
+        if method == "POST" and path == "/_fault":
+            self.fault = request.body.decode("utf-8", "replace").strip()
+            self._faulted = 0
+            return await self._send_json(writer, 200, {"fault": self.fault}, keep)
         if method == "POST" and path == "/_reset":
             self.reset()
             return await self._send_json(writer, 200, {"ok": True}, keep)
@@ -931,11 +947,17 @@ class FakeUpstream:
             return await self._send_json(writer, 200, models_list(), keep)
         api = api_of(path)
         if method == "POST" and api is not None:
-            return await self._api_request(request, api, writer)
+            return await self._api_request(request, api, reader, writer)
         body = error_body(404, message=f"Invalid URL ({method} {path})")
         return await self._send_json(writer, 404, body, keep)
 
-    async def _api_request(self, request: Request, api: str, writer: asyncio.StreamWriter) -> bool:
+    async def _api_request(
+        self,
+        request: Request,
+        api: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
         try:
             body = orjson.loads(request.body) if request.body else None
         except orjson.JSONDecodeError:
@@ -950,10 +972,29 @@ class FakeUpstream:
             return await self._send_json(writer, 404, error_body(404, message=message), keep)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        counted = True
+
+        def uncount(watch: asyncio.Future[bytes] | None = None) -> None:
+            nonlocal counted
+            if watch is not None and not _hung_up(watch):
+                return
+            if counted:
+                counted = False
+                self.in_flight -= 1
+
+        # A request stops counting the moment its client hangs up (EOF), not when the
+        # answer's next write fails: a proxy that frees a concurrency slot on a client abort
+        # must not look as if it overshot its cap. No new request can arrive before the
+        # answer's last bytes, so watching the reader until then consumes nothing.
+        watch = asyncio.ensure_future(reader.read(1))
+        watch.add_done_callback(uncount)
+        token = _WATCH.set(watch)
         try:
             return await self._answer(request, api, body, writer)
         finally:
-            self.in_flight -= 1
+            _WATCH.reset(token)
+            watch.cancel()
+            uncount()
 
     def _record(self, request: Request, api: str, body: Any) -> None:
         record = {
@@ -974,6 +1015,12 @@ class FakeUpstream:
         model = body.get("model") or azure_deployment(request.path) or "fake-model"
         spec = request.headers.get("x-fake-scenario") or str(model)
         scenario = choose_scenario(spec, body)
+        if self.fault:
+            _name, forced = parse_spec("x;" + self.fault)
+            times = forced.pop("times", None)
+            self._faulted += 1
+            if times is None or not times.isdigit() or self._faulted <= int(times):
+                scenario = Scenario(scenario.name, {**scenario.options, **forced})
         keep = request.keep_alive
         delay = scenario.number("first_byte_delay_ms")
         if delay:
@@ -1004,6 +1051,7 @@ class FakeUpstream:
         keep_alive: bool,
         extra: Iterable[tuple[str, str]] = (),
     ) -> bool:
+        _stop_watch()
         data = orjson.dumps(payload)
         headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
         if not keep_alive:
@@ -1031,12 +1079,41 @@ class FakeUpstream:
                 return False
             if delay and sent:
                 await asyncio.sleep(delay)
+            if reader_gone():
+                writer.transport.abort()
+                return False
             if sent == 2 and scenario.flag("garbage"):
                 await write_chunk(writer, GARBAGE_FRAME)
             await write_chunk(writer, frame)
+        _stop_watch()
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True
+
+
+_WATCH: contextvars.ContextVar[asyncio.Future[bytes] | None] = contextvars.ContextVar(
+    "fake_upstream_watch", default=None
+)
+
+
+def _stop_watch() -> None:
+    """Stop watching the client before the answer's last bytes (after them it may send its
+    next request on the connection, which the watch must not eat)."""
+    watch = _WATCH.get()
+    if watch is not None:
+        watch.cancel()
+
+
+def _hung_up(watch: asyncio.Future[bytes]) -> bool:
+    """Whether a finished watch saw the client go (EOF or a reset), not data."""
+    if not watch.done() or watch.cancelled():
+        return False
+    return watch.exception() is not None or watch.result() == b""
+
+
+def reader_gone() -> bool:
+    watch = _WATCH.get()
+    return watch is not None and _hung_up(watch)
 
 
 async def write_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
@@ -1086,11 +1163,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--port-file", type=Path, help="write the bound port here once listening")
     parser.add_argument("--apis", type=parse_apis, default=API_NAMES, help="chat,responses")
     parser.add_argument("--log", type=Path, help="append every API request as a JSON line")
+    parser.add_argument(
+        "--fault", default="", help="scenario options forced on every request, e.g. status=500"
+    )
     return parser.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> int:
-    fake = FakeUpstream(host=args.host, port=args.port, apis=args.apis, log_path=args.log)
+    fake = FakeUpstream(
+        host=args.host, port=args.port, apis=args.apis, log_path=args.log, fault=args.fault
+    )
     await fake.start()
     if args.port_file:
         partial = args.port_file.with_name(args.port_file.name + ".tmp")

@@ -147,16 +147,20 @@ class Upstream:
 
 
 @contextmanager
-def fake_upstream(tmp: Path, apis: str = "chat,responses") -> Iterator[Upstream]:
-    """The deterministic fake upstream as a process serving ``apis``."""
+def fake_upstream(
+    tmp: Path, apis: str = "chat,responses", *, fault: str = "", name: str = ""
+) -> Iterator[Upstream]:
+    """The deterministic fake upstream as a process serving ``apis`` (``fault``: scenario
+    options forced on every request; ``name`` tells several fakes' files apart)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    port_file = tmp / f"fake-{apis.replace(',', '-')}.port"
-    log = tmp / f"fake-{apis.replace(',', '-')}.log"
+    stem = name or f"fake-{apis.replace(',', '-')}"
+    port_file = tmp / f"{stem}.port"
+    log = tmp / f"{stem}.log"
     port_file.unlink(missing_ok=True)
     with log.open("wb") as log_file:
         process = subprocess.Popen(
             [sys.executable, str(FAKE_UPSTREAM), "--port", "0", "--port-file", str(port_file),
-             "--apis", apis],
+             "--apis", apis, *(["--fault", fault] if fault else [])],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
