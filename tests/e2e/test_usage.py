@@ -49,7 +49,9 @@ endpoints = ["responses-only"]
 
 HEADERS = {"x-fake-scenario": "reasoning"}  # reasoning tokens too, whatever the model
 MESSAGES: Any = [{"role": "user", "content": "Say hello."}]
-NO_USAGE_MODEL = "c-chat-no-usage"
+QUIET_CHAT_MODEL = "c-chat-quiet"
+"""A chat passthrough stream whose client did not ask for usage: llmitm asks the upstream
+for the usage chunk, accounts it, and strips it before the client sees it."""
 
 
 def fake_usage(body: dict[str, Any]) -> tuple[int, int, int, int]:
@@ -88,7 +90,7 @@ def drive(client: openai.OpenAI) -> None:
         model="c-responses", input="Say hello.", stream=True, extra_headers=HEADERS
     ):
         pass
-    # chat passthrough: with the usage chunk, and without (not recorded: nothing reported)
+    # chat passthrough: with the usage chunk, and without (llmitm asks for it and strips it)
     chat.create(model="c-chat", messages=MESSAGES, extra_headers=HEADERS)
     for _ in chat.create(
         model="c-chat",
@@ -98,10 +100,11 @@ def drive(client: openai.OpenAI) -> None:
         stream_options={"include_usage": True},
     ):
         pass  # fmt: skip
-    for _ in chat.create(
-        model=NO_USAGE_MODEL, messages=MESSAGES, stream=True, extra_headers=HEADERS
-    ):
-        pass
+    chunks = list(
+        chat.create(model=QUIET_CHAT_MODEL, messages=MESSAGES, stream=True, extra_headers=HEADERS)
+    )
+    assert chunks and all(chunk.choices for chunk in chunks)  # no usage chunk reached it
+    assert all(chunk.usage is None for chunk in chunks)
 
 
 def usage_json(db: Path, by: str) -> dict[str, Any]:
@@ -131,8 +134,8 @@ def test_usage_totals_equal_what_the_upstream_reported(tmp_path: Path) -> None:
     expected: dict[str, dict[str, list[int]]] = {"endpoint": {}, "model": {}}
     for request in received:
         body = request["body"]
-        if body["model"] == NO_USAGE_MODEL:
-            continue
+        if body["model"] == QUIET_CHAT_MODEL:
+            assert body["stream_options"] == {"include_usage": True}  # llmitm asked for it
         endpoint = "chat-only" if request["api"] == "chat" else "responses-only"
         for by, key in (("endpoint", endpoint), ("model", body["model"])):
             totals = expected[by].setdefault(key, [0, 0, 0, 0, 0])
@@ -155,13 +158,14 @@ def test_usage_totals_equal_what_the_upstream_reported(tmp_path: Path) -> None:
         "r-responses",
         "c-responses",
         "c-chat",
+        QUIET_CHAT_MODEL,
     }
     # Every number is non-trivial, so a field mapped to the wrong column cannot pass.
     assert all(value > 0 for totals in expected["model"].values() for value in totals)
 
     by_route = {row["key"]: row["requests"] for row in usage_json(db, "route")["rows"]}
-    assert by_route == {"to-chat": 4, "routes[1]": 5}
+    assert by_route == {"to-chat": 5, "routes[1]": 5}
     per_route: dict[str, int] = defaultdict(int)
     for row in usage_json(db, "day")["rows"]:
         per_route[row["key"]] += row["requests"]
-    assert sum(per_route.values()) == 9
+    assert sum(per_route.values()) == 10

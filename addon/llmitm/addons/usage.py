@@ -1,10 +1,13 @@
 """Token usage accounting: one ``UsageRecord`` per planned flow whose upstream reported usage.
 
 Written in ``response``, which mitmproxy runs after a stream's last chunk has gone through
-the rewriter; the write goes through the store's queue and is never awaited here. A flow
-that ends without usage (an error status, a cut or aborted stream, a passthrough chat stream
-whose client did not ask for ``stream_options.include_usage``) is not recorded: the table
-holds only what an upstream reported. Such flows are counted in ``without_usage``.
+the rewriter; the write goes through the store's queue and is never awaited here. A chat stream
+relayed unchanged whose client did not ask for ``stream_options.include_usage`` is accounted
+too: the router asked the upstream for the usage chunk and the stream guard strips it. A flow
+that ends without usage (an error status, a cut or aborted stream, an endpoint with
+``stream_usage = false``) is not recorded: the table holds only what an upstream reported.
+Such flows are counted in ``without_usage``. The endpoint is the one that answered (after
+failover, not the route's first).
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ class PreparedRequest:
     context: TranslationContext
     stream: bool
     warnings: list[str] = field(default_factory=list)
+    strip_usage: bool = False
+    """The body asks a chat upstream for the usage chunk the client did not ask for: strip
+    that chunk from the stream before the client sees it."""
 
 
 def parse_body(content: bytes | None) -> dict[str, Any]:
@@ -61,9 +64,19 @@ def client_model(body: dict[str, Any], deployment: str | None) -> str:
 
 
 def prepare_request(
-    content: bytes, body: dict[str, Any], model: str, plan: Plan, options: TranslateOptions
+    content: bytes,
+    body: dict[str, Any],
+    model: str,
+    plan: Plan,
+    options: TranslateOptions,
+    *,
+    ask_usage: bool = False,
 ) -> PreparedRequest:
-    """The body to send upstream and the context its response translation needs."""
+    """The body to send upstream and the context its response translation needs.
+
+    ``ask_usage``: a chat stream relayed to a chat upstream asks for the trailing usage chunk
+    (``stream_options.include_usage``) even when the client did not, so its tokens can be
+    accounted; ``strip_usage`` then tells the stream to drop that chunk."""
     stream = body.get("stream") is True
     if plan.client_api == "chat" and plan.upstream_api == "responses":
         mapped = chat_request_to_responses(dict(body, model=model), options)
@@ -71,6 +84,13 @@ def prepare_request(
         mapped = responses_request_to_chat(dict(body, model=model), options)
     else:
         context = TranslationContext(options=options, model=model)
+        strip = ask_usage and stream and plan.client_api == "chat" and not _asks_usage(body)
+        if strip:
+            options_ = body.get("stream_options")
+            options_ = dict(options_) if isinstance(options_, dict) else {}
+            rewritten = dict(body, model=plan.upstream_model, stream_options=options_)
+            options_["include_usage"] = True
+            return PreparedRequest(orjson.dumps(rewritten), context, stream, strip_usage=True)
         if body.get("model") == plan.upstream_model:
             return PreparedRequest(content, context, stream)
         rewritten = dict(body, model=plan.upstream_model)
@@ -78,3 +98,8 @@ def prepare_request(
     mapped.body["model"] = plan.upstream_model
     mapped.context.model = model  # translated output names the model the client asked for
     return PreparedRequest(orjson.dumps(mapped.body), mapped.context, stream, mapped.warnings)
+
+
+def _asks_usage(body: dict[str, Any]) -> bool:
+    stream_options = body.get("stream_options")
+    return isinstance(stream_options, dict) and stream_options.get("include_usage") is True

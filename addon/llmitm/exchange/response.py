@@ -20,12 +20,15 @@ from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.errors import ApiError, openai_error_body
 
 
-def stream_pipeline(plan: Plan, context: TranslationContext) -> StreamPipeline | StreamGuard:
+def stream_pipeline(
+    plan: Plan, context: TranslationContext, *, strip_usage: bool = False
+) -> StreamPipeline | StreamGuard:
     """The translator for the upstream's SSE, or a guard that relays it byte for byte and
-    only makes sure it ends with a terminal event."""
+    only makes sure it ends with a terminal event (and, with ``strip_usage``, drops the
+    usage chunk llmitm asked for on the client's behalf)."""
     direction = plan.stream_direction
     if direction is None:
-        return StreamGuard(plan.client_api)
+        return StreamGuard(plan.client_api, strip_usage=strip_usage)
     return StreamPipeline(direction, context)
 
 

@@ -37,7 +37,14 @@ CUT = ApiError(
 class StreamGuard:
     """Relay ``api``'s SSE unchanged; close it with an error if the upstream did not."""
 
-    def __init__(self, api: ApiName) -> None:
+    def __new__(cls, api: ApiName, *, strip_usage: bool = False) -> StreamGuard:
+        # The usage-stripping variant is a subclass, so the plain guard's hot path pays
+        # nothing for it.
+        if strip_usage and cls is StreamGuard:
+            cls = UsageStrippingGuard
+        return super().__new__(cls)
+
+    def __init__(self, api: ApiName, *, strip_usage: bool = False) -> None:
         self.api = api
         self._first = True
         self._held = b""
@@ -51,6 +58,12 @@ class StreamGuard:
 
     def start(self) -> bytes:
         return b""
+
+    @property
+    def response_id(self) -> str | None:
+        """A Responses stream's id (from its ``response.created``), once seen."""
+        value = (self._response or {}).get("id")
+        return value if isinstance(value, str) else None
 
     def feed(self, chunk: bytes) -> bytes:
         if not self._held and chunk.endswith((b"\n\n", b"\r\n\r\n")):
@@ -142,6 +155,47 @@ class StreamGuard:
         digits = data[start + 18 : start + 30].split(b",")[0].split(b"}")[0].strip()
         if digits.isdigit():
             self._last_sequence = int(digits)
+
+
+_EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
+
+
+class UsageStrippingGuard(StreamGuard):
+    """A chat stream whose usage chunk llmitm asked for (``stream_options.include_usage``)
+    although the client did not: the chunk is read for accounting, then dropped, so the
+    client sees the stream it asked for. Only a chunk with empty ``choices`` is dropped: a
+    server that puts usage on its last content chunk keeps it (a field more is harmless)."""
+
+    def feed(self, chunk: bytes) -> bytes:
+        out = super().feed(chunk)
+        if out and (_EMPTY_CHOICES[0] in out or _EMPTY_CHOICES[1] in out):
+            out = _drop_usage_chunks(out)
+        return out
+
+
+def _drop_usage_chunks(data: bytes) -> bytes:
+    """``data`` (whole events) without the events that are usage-only chat chunks."""
+    separator = b"\r\n\r\n" if b"\r\n\r\n" in data else b"\n\n"
+    kept = []
+    for frame in data.split(separator):
+        empty = _EMPTY_CHOICES[0] in frame or _EMPTY_CHOICES[1] in frame
+        if empty and b'"usage"' in frame and _is_usage_chunk(frame):
+            continue
+        kept.append(frame)
+    return separator.join(kept)
+
+
+def _is_usage_chunk(frame: bytes) -> bool:
+    payload = frame.partition(b"data:")[2].strip()
+    try:
+        event = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    return (
+        isinstance(event, dict)
+        and event.get("choices") == []
+        and isinstance(event.get("usage"), dict)
+    )
 
 
 def _whole_events(data: bytes) -> bool:
