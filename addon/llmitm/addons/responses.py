@@ -4,13 +4,14 @@ in ``responseheaders`` (with framing fixed), whole bodies and errors in ``respon
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from mitmproxy import http
 from mitmproxy.addonmanager import Loader
 
 from llmitm.addons import cut_streams
-from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.addons.state import METADATA_KEY, FlowState, Routed
 from llmitm.exchange.response import stream_pipeline, translate_body
 from llmitm.exchange.stream import StreamRewriter, decoder_for
 
@@ -36,6 +37,28 @@ def redact_credentials(flow: http.HTTPFlow, state: FlowState) -> None:
         flow.request.headers[endpoint.auth_header] = f"<redacted: ${endpoint.api_key_env}>"
 
 
+def _adopt_winner(state: FlowState, routed: Routed) -> None:
+    """A relayed flow: take the plan of the endpoint that answered (candidates may speak
+    different APIs, so the translator depends on it)."""
+    assert routed.job is not None
+    result = routed.job.result
+    routed.attempts = result.attempts
+    routed.overhead += result.overhead
+    routed.endpoint = result.endpoint
+    if result.endpoint is not None:
+        state.plan, state.context, state.strip_usage = routed.candidates[result.endpoint]
+
+
+def set_facts(response: http.Response, routed: Routed, extra: float) -> None:
+    """The per-flow facts as response headers. mitmproxy scans every response header on each
+    streamed chunk (bench_proxy: ~1.5 us per header per event), so there are exactly the
+    three the issue asks for, appended last."""
+    routed.overhead += extra
+    response.headers["x-llmitm-endpoint"] = routed.endpoint or "llmitm"
+    response.headers["x-llmitm-attempts"] = str(routed.attempts)
+    response.headers["x-llmitm-overhead-ms"] = f"{routed.overhead * 1000:.2f}"
+
+
 class LlmResponses:
     name = "llmitm_responses"
 
@@ -58,14 +81,20 @@ class LlmResponses:
             if is_event_stream(response):
                 response.stream = True  # relay SSE live instead of buffering it whole
             return
-        # One header only: mitmproxy scans every response header on each streamed chunk, so
-        # each one we add costs per event (bench_proxy: ~1.5 us per header). The translation
-        # plan stays in the flow's metadata.
-        response.headers["x-llmitm-endpoint"] = state.plan.endpoint.name
+        started = time.perf_counter()
+        routed = state.routed
+        if routed is not None:
+            if routed.job is not None:
+                _adopt_winner(state, routed)
+            set_facts(response, routed, time.perf_counter() - started)
+            if routed.endpoint is None:
+                return  # llmitm's own error (no endpoint answered): already in OpenAI's shape
+        else:
+            response.headers["x-llmitm-endpoint"] = state.plan.endpoint.name
         if response.status_code >= 400 or not is_event_stream(response):
             return  # buffered; translated whole in response()
         state.streamed = True
-        pipeline = stream_pipeline(state.plan, state.context)
+        pipeline = stream_pipeline(state.plan, state.context, strip_usage=state.strip_usage)
         try:
             decode = decoder_for(response.headers.get("content-encoding"))
         except ValueError as exc:
@@ -85,6 +114,8 @@ class LlmResponses:
         response = flow.response
         if state is None or response is None or state.streamed:
             return
+        if state.routed is not None and state.routed.endpoint is None:
+            return  # llmitm answered itself (all attempts failed, or over the cap)
         try:
             translated = translate_body(
                 response.status_code, response.get_content(strict=False), state.plan, state.context

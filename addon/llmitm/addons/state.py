@@ -2,12 +2,46 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llmitm.routing.plan import Plan
 from llmitm.translate.context import TranslationContext
 
+if TYPE_CHECKING:
+    from llmitm.relay.failover import FailoverJob
+    from llmitm.routing.config import Route
+    from llmitm.routing.limits import Lease
+
 METADATA_KEY = "llmitm"
+
+
+@dataclass(slots=True)
+class Routed:
+    """How the router sent one flow, and the per-flow facts (also in the response headers
+    ``x-llmitm-endpoint``, ``x-llmitm-attempts``, ``x-llmitm-overhead-ms``)."""
+
+    route: Route
+    model: str
+    """The model as the route sends it: health, caps and affinity key on it."""
+    fingerprint: str | None = None
+    previous_response_id: str | None = None
+    overhead: float = 0.0
+    """Seconds llmitm spent on this flow before the answer's head (not upstream time)."""
+    lease: Lease | None = None
+    """The direct path's concurrency slot (the relay's job holds its own)."""
+    job: FailoverJob | None = None
+    """The relay's failover job, when the flow may need more than one attempt."""
+    candidates: dict[str, tuple[Plan, TranslationContext, bool]] = field(default_factory=dict)
+    """Per endpoint of a relayed flow: its plan, translation context and whether the
+    upstream's usage chunk must be stripped."""
+    endpoint: str | None = None
+    """The endpoint that answered (``None``: llmitm answered with an error itself)."""
+    attempts: int = 1
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
 
 
 @dataclass(slots=True)
@@ -18,3 +52,6 @@ class FlowState:
     streamed: bool = False
     upstream_cut: str | None = None
     """Why the upstream's stream ended early, when it did."""
+    strip_usage: bool = False
+    """llmitm asked the chat upstream for a usage chunk the client did not ask for."""
+    routed: Routed | None = None
