@@ -464,3 +464,130 @@ def test_the_store_key(tmp_path: Path, value: str, expected: str) -> None:
 def test_the_store_key_must_be_a_string(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"llmitm\.store: expected a file path"):
         load_config(write(tmp_path, "[llmitm]\nstore = 1\n"), {})
+
+
+# --- routing keys (issue 4) --------------------------------------------------------------
+
+
+ROUTING = """
+[routing]
+cooldown = 2.5
+failure_threshold = 2
+max_retry_after = 60
+connect_timeout = 3
+first_byte_timeout = 20
+timeout = 90
+backoff = 0.25
+backoff_max = 4
+queue_size = 0
+queue_timeout = 5
+queue_retry_after = 2
+affinity_ttl = 600
+
+[endpoints.east]
+kind = "azure"
+base_url = "https://east.openai.azure.com"
+weight = 3
+max_concurrency = 16
+max_concurrency_per_model = { "gpt-5" = 4 }
+stream_usage = false
+
+[endpoints.west]
+kind = "azure"
+base_url = "https://west.openai.azure.com"
+
+[[routes]]
+models = ["gpt-5*"]
+endpoints = ["east", "west"]
+strategy = "weighted"
+attempts = 4
+timeout = 30
+first_byte_timeout = 15.5
+affinity = false
+"""
+
+
+def test_every_routing_key_is_read(tmp_path: Path) -> None:
+    from llmitm.routing.config import RoutingSettings
+
+    config = load_config(write(tmp_path, ROUTING), {})
+    assert config.routing == RoutingSettings(
+        cooldown=2.5,
+        failure_threshold=2,
+        max_retry_after=60.0,
+        connect_timeout=3.0,
+        first_byte_timeout=20.0,
+        timeout=90.0,
+        backoff=0.25,
+        backoff_max=4.0,
+        queue_size=0,
+        queue_timeout=5.0,
+        queue_retry_after=2.0,
+        affinity_ttl=600.0,
+    )
+    east, west = config.endpoints["east"], config.endpoints["west"]
+    assert (east.weight, east.max_concurrency, east.stream_usage) == (3.0, 16, False)
+    assert east.max_concurrency_per_model == {"gpt-5": 4}
+    assert (west.weight, west.max_concurrency, west.stream_usage) == (1.0, None, True)
+    (route,) = config.routes
+    assert (route.strategy, route.attempts, route.timeout) == ("weighted", 4, 30.0)
+    assert (route.first_byte_timeout, route.affinity, route.max_attempts) == (15.5, False, 4)
+
+
+def test_routing_defaults() -> None:
+    config = parse_config(endpoint_toml(kind="openai", base_url="https://h"), "x.toml", {})
+    assert config.routing.timeout > config.routing.first_byte_timeout > 0
+    route = parse_config(
+        {**endpoint_toml(kind="openai", base_url="https://h"), "routes": [{"endpoints": "e"}]},
+        "x.toml",
+        {},
+    ).routes[0]
+    assert (route.strategy, route.attempts, route.max_attempts, route.affinity) == (
+        "failover",
+        None,
+        1,
+        True,
+    )
+
+
+def _with_route(**keys: Any) -> dict[str, Any]:
+    return {
+        **endpoint_toml(kind="openai", base_url="https://h"),
+        "routes": [{"endpoints": ["e"], **keys}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "expected"),
+    [
+        (_with_route(strategy="random"), "routes[0].strategy", "one of failover, weighted"),
+        (_with_route(attempts=0), "routes[0].attempts", "an integer >= 1"),
+        (_with_route(attempts=1.5), "routes[0].attempts", "an integer >= 1"),
+        (_with_route(timeout=0), "routes[0].timeout", "a number > 0"),
+        (_with_route(first_byte_timeout="5s"), "routes[0].first_byte_timeout", "a number > 0"),
+        (_with_route(affinity="yes"), "routes[0].affinity", "true or false"),
+        (endpoint_toml(kind="openai", base_url="https://h", weight=-1), "endpoints.e.weight",
+         "a number >= 0"),
+        (endpoint_toml(kind="openai", base_url="https://h", weight=True), "endpoints.e.weight",
+         "a number >= 0"),
+        (endpoint_toml(kind="openai", base_url="https://h", max_concurrency=0),
+         "endpoints.e.max_concurrency", "an integer >= 1"),
+        (endpoint_toml(kind="openai", base_url="https://h", max_concurrency_per_model={"m": 0}),
+         "endpoints.e.max_concurrency_per_model.m", "an integer >= 1"),
+        (endpoint_toml(kind="openai", base_url="https://h", max_concurrency_per_model=3),
+         "endpoints.e.max_concurrency_per_model", "a table of model = cap"),
+        (endpoint_toml(kind="openai", base_url="https://h", stream_usage=1),
+         "endpoints.e.stream_usage", "true or false"),
+        ({"routing": {"cooldown": -1}}, "routing.cooldown", "a number >= 0"),
+        ({"routing": {"timeout": 0}}, "routing.timeout", "a number > 0"),
+        ({"routing": {"queue_size": -1}}, "routing.queue_size", "an integer >= 0"),
+        ({"routing": {"failure_threshold": 0}}, "routing.failure_threshold", "an integer >= 1"),
+        ({"routing": {"affinity_ttl": float("inf")}}, "routing.affinity_ttl", "a number > 0"),
+        ({"routing": {"retries": 3}}, "routing.retries: unknown key", "known: affinity_ttl"),
+        ({"routing": 3}, "routing", "a table"),
+    ],
+)  # fmt: skip
+def test_wrong_routing_values(raw: dict[str, Any], key: str, expected: str) -> None:
+    message = error_of(raw)
+    assert key in message
+    assert expected in message
