@@ -5,6 +5,7 @@ and what was expected (never a traceback)."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -591,3 +592,16 @@ def test_wrong_routing_values(raw: dict[str, Any], key: str, expected: str) -> N
     message = error_of(raw)
     assert key in message
     assert expected in message
+
+
+def test_the_readme_routing_example_and_the_example_file_load() -> None:
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Routing that survives", 1)[1].split("```toml", 1)[1]
+    environ = {"AZURE_EAST_KEY": "k1", "AZURE_WEST_KEY": "k2", "OPENAI_API_KEY": "k3"}
+    config = parse_config(tomllib.loads(block.split("```", 1)[0]), "README", environ)
+    assert [route.endpoints for route in config.routes] == [
+        ("azure-east", "azure-west", "openai"),
+        ("llamacpp",),
+    ]
+    assert load_config(root / "examples" / "llmitm.toml", {}).routing.cooldown == 5.0
