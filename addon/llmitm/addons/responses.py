@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from mitmproxy import http
 from mitmproxy.addonmanager import Loader
@@ -35,6 +36,31 @@ def redact_credentials(flow: http.HTTPFlow, state: FlowState) -> None:
     endpoint = state.plan.endpoint
     if endpoint.api_key and endpoint.auth_header in flow.request.headers:
         flow.request.headers[endpoint.auth_header] = f"<redacted: ${endpoint.api_key_env}>"
+
+
+class IndexedHeaders(http.Headers):
+    """Response headers whose ``get`` is a dict lookup, for streamed flows.
+
+    mitmproxy reads ``transfer-encoding`` from the response headers for every chunk it sends
+    an HTTP/1 client, and ``Headers.get`` scans and decodes every field each time: a cost
+    per event that grows with each header (the three ``x-llmitm-*`` facts included). The
+    index is rebuilt whenever the fields change (mitmproxy replaces the ``fields`` tuple on
+    every mutation, so an identity check sees it); everything else is ``Headers``' own.
+    """
+
+    _seen: tuple[tuple[bytes, bytes], ...] | None = None
+    _index: dict[str, str] | None = None
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        fields = self.fields
+        if fields is not self._seen or self._index is None:
+            index: dict[str, str] = {}
+            for name_bytes, value_bytes in fields:
+                name = name_bytes.decode("latin-1").lower()
+                value = value_bytes.decode("utf-8", "surrogateescape")
+                index[name] = f"{index[name]}, {value}" if name in index else value
+            self._index, self._seen = index, fields
+        return self._index.get(key.lower() if isinstance(key, str) else key, default)
 
 
 def _adopt_winner(state: FlowState, routed: Routed) -> None:
@@ -108,6 +134,7 @@ class LlmResponses:
         if flow.request.http_version.startswith("HTTP/1"):
             # Without framing an HTTP/1 client can only read to connection close.
             response.headers["transfer-encoding"] = "chunked"
+        response.headers = IndexedHeaders(response.headers.fields)
 
     def response(self, flow: http.HTTPFlow) -> None:
         state: FlowState | None = flow.metadata.get(METADATA_KEY)
