@@ -11,6 +11,8 @@ Setups, the baselines once per client API:
   3 llmitm pass              client → llmitm → an endpoint that speaks the client's API
   4 llmitm responses→chat    Responses client → llmitm → chat-only upstream
   5 llmitm chat→responses    chat client → llmitm → Responses-only upstream
+  6 llmitm failover route    chat client → llmitm → relay (failover job) → the same upstream
+                             as 3: a route with two endpoints, the first healthy
 
 One lean asyncio HTTP/1.1 client in this process (its CPU is never counted) reads every
 stream to its end. Per setup: the median wall time of a ``--events`` stream, the proxy
@@ -91,9 +93,18 @@ kind = "compatible"
 base_url = "{responses}/v1"
 apis = ["responses"]
 
+[endpoints.both-again]
+kind = "compatible"
+base_url = "{both}/v1"
+apis = ["chat", "responses"]
+
 [[routes]]
 models = ["bench-pass"]
 endpoints = ["both"]
+
+[[routes]]
+models = ["bench-failover"]
+endpoints = ["both", "both-again"]
 
 [[routes]]
 models = ["bench-over-chat"]
@@ -181,6 +192,14 @@ def all_setups() -> list[Setup]:
             "responses",
             "llmitm",
             "bench-pass",
+            "both",
+        ),
+        Setup(
+            "llmitm-relay-chat",
+            "6 llmitm failover route · chat",
+            "chat",
+            "llmitm",
+            "bench-failover",
             "both",
         ),
         Setup(
