@@ -230,7 +230,12 @@ class LlmRouter:
                     code="concurrency_limit",
                     status=429,
                 ),
-                {"retry-after": str(retry_after)},
+                {
+                    "retry-after": str(retry_after),
+                    "x-llmitm-endpoint": "llmitm",
+                    "x-llmitm-attempts": "0",
+                    "x-llmitm-overhead-ms": f"{(time.perf_counter() - started) * 1000:.2f}",
+                },
             )
             routed.endpoint = None
             return
@@ -298,6 +303,7 @@ class LlmRouter:
             owner_required=owner_required,
         )
         routed.job = job
+        routed.relayed = True
         state = FlowState(
             plan, prepared.context, prepared.stream, strip_usage=prepared.strip_usage, routed=routed
         )
@@ -314,13 +320,14 @@ class LlmRouter:
             return
         routed = state.routed
         routed.release()
+        routed.forget()  # LlmResponses adopted the winner's plan in responseheaders
         endpoint = routed.endpoint
         response = flow.response
         if endpoint is None or response is None:
             return
         routing = self.routing
         now = time.monotonic()
-        if routed.job is None:
+        if not routed.relayed:
             # The direct path: report what the endpoint did (the relay's job reports its own).
             if state.upstream_cut is not None:
                 outcome = Outcome("cut", after_first_byte=True, message=state.upstream_cut)
@@ -350,7 +357,8 @@ class LlmRouter:
             asyncio.get_running_loop().call_later(_RELEASE_SAFETY_S, routed.release)
         else:
             routed.release()
-        if routed.job is None and routed.endpoint is not None and flow.error is not None:
+        routed.forget()
+        if not routed.relayed and routed.endpoint is not None and flow.error is not None:
             message = flow.error.msg
             if flow.response is None and "client" not in message.lower():
                 # mitmproxy could not reach the endpoint (or lost it before the head).

@@ -30,8 +30,11 @@ class Routed:
     """Seconds llmitm spent on this flow before the answer's head (not upstream time)."""
     lease: Lease | None = None
     """The direct path's concurrency slot (the relay's job holds its own)."""
+    relayed: bool = False
+    """The flow went through the relay's failover job (which reports its own outcomes)."""
     job: FailoverJob | None = None
-    """The relay's failover job, when the flow may need more than one attempt."""
+    """That job, until the flow ends (then dropped, with ``candidates``, to keep flows that
+    mitmweb holds small)."""
     candidates: dict[str, tuple[Plan, TranslationContext, bool]] = field(default_factory=dict)
     """Per endpoint of a relayed flow: its plan, translation context and whether the
     upstream's usage chunk must be stripped."""
@@ -42,6 +45,11 @@ class Routed:
     def release(self) -> None:
         if self.lease is not None:
             self.lease.release()
+
+    def forget(self) -> None:
+        """The flow has ended: keep the facts, drop the job and the prepared requests."""
+        self.job = None
+        self.candidates = {}
 
 
 @dataclass(slots=True)
