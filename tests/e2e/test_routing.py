@@ -234,9 +234,18 @@ def test_connection_refused_goes_to_the_next_endpoint(s) -> None:
 def test_a_slow_first_byte_past_the_timeout_goes_to_the_next_endpoint(s) -> None:
     s.fault("a", "first_byte_delay_ms=3000")
     started = time.monotonic()
-    raw = chat(s, "slow-x")
-    assert facts(raw) == ("b", 2)
-    assert time.monotonic() - started < 2.5  # 0.5 s timeout, not a's 3 s
+    with s.client.chat.completions.with_streaming_response.create(
+        model="slow-x", messages=MESSAGES, stream=True
+    ) as raw:
+        assert facts(raw) == ("b", 2)
+        assert time.monotonic() - started < 2.5  # 0.5 s timeout, not a's 3 s
+        assert [c for c in raw.parse() if c.choices][-1].choices[0].finish_reason == "stop"
+
+
+def test_a_plain_request_may_take_longer_than_the_first_byte_timeout(s) -> None:
+    # Its first byte is its whole answer: only the route's budget bounds it.
+    s.fault("a", "first_byte_delay_ms=1000")
+    assert facts(chat(s, "slow-plain")) == ("a", 1)
 
 
 def test_all_down_gives_one_error_listing_the_attempts(s) -> None:

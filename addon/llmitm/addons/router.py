@@ -144,7 +144,11 @@ class LlmRouter:
         relay = self.relay.ready() if self.relay is not None else None
         if routing.relayed(route) and relay is not None:
             if route.affinity:
-                routed.fingerprint = fingerprint(body)
+                conversation = fingerprint(body)
+                if conversation is not None:
+                    # One conversation per route and model: the same opening sent to another
+                    # model is another conversation (and another prompt cache).
+                    routed.fingerprint = f"{route.name}\x00{sent_model}\x00{conversation}"
             self._relayed(flow, api, content, body, model, routed, relay, started)
             return None
         endpoint = config.endpoints[route.endpoints[0]]
@@ -301,6 +305,7 @@ class LlmRouter:
             previous_response_id=routed.previous_response_id,
             fingerprint=routed.fingerprint,
             owner_required=owner_required,
+            stream=prepared.stream,
         )
         routed.job = job
         routed.relayed = True

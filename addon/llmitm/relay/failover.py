@@ -67,6 +67,10 @@ class FailoverJob:
     previous_response_id: str | None = None
     fingerprint: str | None = None
     owner_required: bool = False
+    stream: bool = True
+    """A streamed request: its first byte is due within the first-byte timeout. A plain
+    one's first byte is its whole answer (a long reasoning call may take minutes), so it is
+    bounded by what is left of the budget instead."""
     clock: Callable[[], float] = time.monotonic
     result: FailoverResult = field(default_factory=FailoverResult)
     _lease: Lease | None = None
@@ -126,7 +130,10 @@ class FailoverJob:
                     continue
             self._lease = lease
             attempt_started = self.clock()
-            response, outcome, first = await self._attempt(request, first_byte_timeout)
+            wait = first_byte_timeout
+            if not self.stream:
+                wait = max(first_byte_timeout, started + policy.max_total - attempt_started)
+            response, outcome, first = await self._attempt(request, wait)
             attempt_ended = self.clock()
             upstream_time += attempt_ended - attempt_started
             log.add(endpoint, outcome, attempt_started, attempt_ended, model)
