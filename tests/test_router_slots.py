@@ -120,3 +120,29 @@ async def test_an_aborted_flow_frees_its_slot_once_the_upstream_connection_close
     assert in_flight(router) == 1  # the upstream may still be answering it
     router.server_disconnected(ServerConnectionHookData(first.server_conn, first.client_conn))
     assert in_flight(router) == 0
+
+
+async def test_the_facts_are_in_the_headers_and_the_metadata(router: LlmRouter) -> None:
+    from llmitm.addons.responses import FACTS_KEY, IndexedHeaders, LlmResponses
+
+    f = flow()
+    body = orjson.loads(f.request.content or b"")
+    f.request.content = orjson.dumps({**body, "stream": True})
+    await request(router, f)
+    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    LlmResponses().responseheaders(f)
+    headers = f.response.headers
+    assert isinstance(headers, IndexedHeaders)  # streamed: looked up per chunk
+    assert (headers["x-llmitm-endpoint"], headers["x-llmitm-attempts"]) == ("small", "1")
+    overhead = float(headers["x-llmitm-overhead-ms"])
+    assert 0 < overhead < 1000
+    assert f.metadata[FACTS_KEY] == {
+        "endpoint": "small",
+        "attempts": 1,
+        "overhead_ms": overhead,
+        "route": "routes[0]",
+    }
+    # The router asked the chat upstream for usage the client did not ask for.
+    assert orjson.loads(f.request.content or b"")["stream_options"] == {"include_usage": True}
+    router.response(f)
+    assert in_flight(router) == 0

@@ -75,14 +75,29 @@ def _adopt_winner(state: FlowState, routed: Routed) -> None:
         state.plan, state.context, state.strip_usage = routed.candidates[result.endpoint]
 
 
-def set_facts(response: http.Response, routed: Routed, extra: float) -> None:
-    """The per-flow facts as response headers. mitmproxy scans every response header on each
-    streamed chunk (bench_proxy: ~1.5 us per header per event), so there are exactly the
-    three the issue asks for, appended last."""
+FACTS_KEY = "llmitm_facts"
+"""``flow.metadata`` key of the per-flow facts as plain data (for saved flows, the console
+and recordings, which cannot keep llmitm's objects)."""
+
+
+def set_facts(flow: http.HTTPFlow, routed: Routed, extra: float) -> None:
+    """The per-flow facts as response headers and metadata. On a streamed flow mitmproxy
+    looks the headers up for every chunk; :class:`IndexedHeaders` keeps that a dict lookup
+    however many there are."""
+    assert flow.response is not None
     routed.overhead += extra
-    response.headers["x-llmitm-endpoint"] = routed.endpoint or "llmitm"
-    response.headers["x-llmitm-attempts"] = str(routed.attempts)
-    response.headers["x-llmitm-overhead-ms"] = f"{routed.overhead * 1000:.2f}"
+    endpoint = routed.endpoint or "llmitm"
+    overhead_ms = round(routed.overhead * 1000, 2)
+    headers = flow.response.headers
+    headers["x-llmitm-endpoint"] = endpoint
+    headers["x-llmitm-attempts"] = str(routed.attempts)
+    headers["x-llmitm-overhead-ms"] = f"{overhead_ms:.2f}"
+    flow.metadata[FACTS_KEY] = {
+        "endpoint": endpoint,
+        "attempts": routed.attempts,
+        "overhead_ms": overhead_ms,
+        "route": routed.route.name,
+    }
 
 
 class LlmResponses:
@@ -112,7 +127,7 @@ class LlmResponses:
         if routed is not None:
             if routed.job is not None:
                 _adopt_winner(state, routed)
-            set_facts(response, routed, time.perf_counter() - started)
+            set_facts(flow, routed, time.perf_counter() - started)
             if routed.endpoint is None:
                 return  # llmitm's own error (no endpoint answered): already in OpenAI's shape
         else:
