@@ -278,7 +278,7 @@ class LlmRouter:
                 continue
             first = first or (plan, prepared)
             routed.candidates[name] = (plan, prepared.context, prepared.strip_usage)
-            remove = set(plan.remove_headers) | set(plan.set_headers)
+            remove = {name.lower() for name in (*plan.remove_headers, *plan.set_headers)}
             headers = [(k, v) for k, v in client_headers if k.lower() not in remove]
             headers += list(plan.set_headers.items())
             headers.append(("accept-encoding", "identity"))
