@@ -207,6 +207,7 @@ def test_429_with_retry_after_fails_over_and_the_endpoint_cools_for_what_it_aske
     assert raw.http_response.status_code == 200
     assert facts(raw) == ("b", 2)
     assert float(raw.headers["x-llmitm-overhead-ms"]) < 200
+    assert raw.headers.get("connection") != "close"  # the relay's hop-by-hop, not the client's
     assert raw.parse().choices[0].message.content == "Hello from the fake upstream."
     # a is cooling: the next request goes straight to b, a sees nothing.
     s.fault("a")

@@ -127,6 +127,10 @@ class LlmResponses:
         if routed is not None:
             if routed.job is not None:
                 _adopt_winner(state, routed)
+            if routed.relayed:
+                # The relay closes its own connection after each answer; that is hop-by-hop
+                # and must not make mitmproxy close the client's keep-alive connection.
+                response.headers.pop("connection", None)
             set_facts(flow, routed, time.perf_counter() - started)
             if routed.endpoint is None:
                 return  # llmitm's own error (no endpoint answered): already in OpenAI's shape
