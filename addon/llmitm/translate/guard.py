@@ -49,6 +49,12 @@ class StreamGuard:
         self._last_sequence = -1
         self._response: dict[str, Any] | None = None
 
+    @property
+    def response_id(self) -> str | None:
+        """The id in a Responses stream's ``response.created`` (for the id's owner)."""
+        response_id = (self._response or {}).get("id")
+        return response_id if isinstance(response_id, str) else None
+
     def start(self) -> bytes:
         return b""
 
