@@ -24,6 +24,7 @@ Scenarios (both APIs, streamed and not):
   content-filter   finish_reason content_filter / response.incomplete (content_filter)
   error-midstream  two text deltas, then a chat error chunk / Responses ``error`` and
                    ``response.failed`` (HTTP 500 when not streamed)
+  echo             "Echo: <the last user message's text>", so each turn's answer differs
 
 Options for any scenario: ``status=N`` (+ ``retry_after=S``, ``retry_after_ms=M``),
 ``context_error`` (llama.cpp's 400), ``disconnect_after=N`` (abort after N events),
@@ -73,6 +74,7 @@ SCENARIOS = (
     "length",
     "content-filter",
     "error-midstream",
+    "echo",
 )
 ANSWER = ("Hello", " from", " the", " fake", " upstream.")
 REASONING = (("The user", " wants", " a short", " greeting."), ("I will", " answer", " briefly."))
@@ -209,6 +211,17 @@ def trailing_tool_results(body: JSON) -> list[str]:
     return results[::-1]
 
 
+def last_user_text(body: JSON) -> str:
+    """The text of the conversation's last user turn (a string input is one)."""
+    turns = body.get("messages", body.get("input"))
+    if isinstance(turns, str):
+        return turns
+    for turn in reversed(turns if isinstance(turns, list) else []):
+        if isinstance(turn, dict) and turn.get("role") == "user":
+            return content_text(turn.get("content"))
+    return ""
+
+
 def example_value(name: str, schema: Any) -> Any:
     """A value that satisfies a property's JSON schema type."""
     schema = schema if isinstance(schema, dict) else {}
@@ -331,6 +344,7 @@ def build_plan(scenario: Scenario, body: JSON, new_call_id: Callable[[], str]) -
         "length": lambda: Plan(text=list(ANSWER[:3]), finish="length"),
         "content-filter": lambda: Plan(text=list(ANSWER[:2]), finish="content_filter"),
         "error-midstream": lambda: Plan(text=list(ANSWER[:2]), finish="error"),
+        "echo": lambda: Plan(text=words("Echo: " + last_user_text(body))),
     }
     return plans.get(name, lambda: Plan(text=answer))()
 

@@ -1,0 +1,241 @@
+"""Responses server state over a chat-only upstream, through a real llmitm process, with the
+openai SDK as client (issue 5; translation-spec §10, checklist items 31–34).
+
+The chat-only fake upstream answers ``Echo: <last user text>`` (scenario ``echo``), so every
+turn's answer differs and the messages it received show exactly which conversation llmitm
+rebuilt. The Responses-only fake stands for a native endpoint whose state is its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import openai
+import orjson
+import pytest
+
+from .processes import Proxy, Upstream, fake_upstream, llmitm_proxy
+
+pytestmark = pytest.mark.slow
+
+SECRET = "sk-upstream-secret-never-on-disk"
+
+CONFIG = """
+[endpoints.chat-only]
+kind = "compatible"
+base_url = "{chat}/v1"
+apis = ["chat"]
+api_key_env = "LLMITM_TEST_CHAT_KEY"
+
+[endpoints.responses-only]
+kind = "openai"
+base_url = "{responses}/v1"
+apis = ["responses"]
+
+[[routes]]
+models = ["over-chat*"]
+endpoints = ["chat-only"]
+
+[[routes]]
+models = ["over-responses*"]
+endpoints = ["responses-only"]
+"""
+
+ECHO = {"x-fake-scenario": "echo"}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proxy, Upstream, Upstream]]:
+    tmp = tmp_path_factory.mktemp("state")
+    with (
+        fake_upstream(tmp, "chat") as chat,
+        fake_upstream(tmp, "responses") as responses,
+        llmitm_proxy(
+            tmp,
+            config=CONFIG.format(chat=chat.url, responses=responses.url),
+            env={"LLMITM_TEST_CHAT_KEY": SECRET},
+        ) as proxy,
+    ):
+        yield proxy, chat, responses
+
+
+@pytest.fixture
+def client(stack: tuple[Proxy, Upstream, Upstream]) -> openai.OpenAI:
+    proxy, chat, responses = stack
+    for upstream in (chat, responses):
+        httpx.post(f"{upstream.url}/_reset")
+    return openai.OpenAI(
+        base_url=proxy.base_url(), api_key="sk-client", max_retries=0, default_headers=ECHO
+    )
+
+
+def upstream_requests(upstream: Upstream) -> list[dict]:
+    return orjson.loads(httpx.get(f"{upstream.url}/_requests").content)
+
+
+def messages_sent(upstream: Upstream) -> list[list[dict]]:
+    return [r["body"]["messages"] for r in upstream_requests(upstream)]
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, str]:
+    return {"role": "assistant", "content": text}
+
+
+def db_path(proxy: Proxy) -> Path:
+    return Path(proxy.log).with_name("llmitm.db")
+
+
+def db_rows(path: Path) -> list[bytes]:
+    with sqlite3.connect(path) as db:
+        return [
+            bytes(r[0]) + bytes(r[1])
+            for r in db.execute("SELECT response, input_items FROM responses")
+        ]
+
+
+def stored_ids(path: Path) -> set[str]:
+    with sqlite3.connect(path) as db:
+        return {row[0] for row in db.execute("SELECT id FROM responses")}
+
+
+# -- create → retrieve → input_items → delete → 404 (checklist 32) ---------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_check_32_create_retrieve_input_items_delete_then_404(
+    client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream], stream: bool
+) -> None:
+    proxy, _chat, _responses = stack
+    items = [
+        {"role": "developer", "content": "Answer briefly."},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+    ]
+    if stream:
+        events = list(client.responses.create(model="over-chat", input=items, stream=True))
+        assert events[0].type == "response.created" and events[-1].type == "response.completed"
+        created = events[-1].response
+        assert created.id == events[0].response.id  # one id: response.created = terminal
+    else:
+        created = client.responses.create(model="over-chat", input=items)
+    assert created.id.startswith("resp_") and created.status == "completed"
+    assert created.output_text == "Echo: hi"
+    assert created.store is True
+
+    got = client.responses.retrieve(created.id)
+    assert got.model_dump() == created.model_dump()  # the same JSON the create returned
+
+    listed = client.responses.input_items.list(created.id, order="asc")
+    assert [(i.type, i.role) for i in listed.data] == [
+        ("message", "developer"),
+        ("message", "user"),
+    ]
+    assert all(i.id and i.id.startswith("msg_") for i in listed.data)
+    assert listed.data[1].content[0].text == "hi"
+    assert listed.first_id == listed.data[0].id and listed.has_more is False
+
+    deleted = client.with_options(max_retries=0).delete(f"/responses/{created.id}", cast_to=object)
+    assert deleted == {"id": created.id, "object": "response", "deleted": True}
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.responses.retrieve(created.id)
+    assert caught.value.body == {
+        "message": f"Response with id '{created.id}' not found.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(created.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list(created.id)
+    assert "Traceback" not in proxy.log_text()
+    # Credentials are headers, and headers are never stored.
+    assert SECRET.encode() not in db_path(proxy).read_bytes()
+
+
+def test_check_32_store_false_leaves_nothing(
+    client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream]
+) -> None:
+    proxy, _chat, _responses = stack
+    before = stored_ids(db_path(proxy))
+    created = client.responses.create(model="over-chat", input="secret plan", store=False)
+    with client.responses.stream(model="over-chat", input="again", store=False) as events:
+        streamed = events.get_final_response()
+    assert created.store is False and streamed.store is False
+    for response_id in (created.id, streamed.id):
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(response_id)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(
+                model="over-chat", input="next", previous_response_id=response_id
+            )
+        assert caught.value.code == "previous_response_not_found"
+    stored = client.responses.create(model="over-chat", input="a stored one")
+    client.responses.retrieve(stored.id)  # reads wait for the writes before them
+    assert stored_ids(db_path(proxy)) - before == {stored.id}
+    assert not any(b"secret plan" in r for r in db_rows(db_path(proxy)))
+
+
+# -- previous_response_id chains (checklist 31) ------------------------------------------------
+
+
+def test_check_31_five_turn_chain_rebuilds_exactly_its_ancestors_and_branches(
+    client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream]
+) -> None:
+    _proxy, chat, _responses = stack
+    ids: list[str] = []
+    previous = None
+    for turn in range(1, 6):
+        kwargs: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+        instructions = f"System rule {turn}." if turn in (1, 4) else None
+        if turn % 2:  # odd turns stream, even ones do not: one chain either way
+            with client.responses.stream(
+                model="over-chat", input=f"turn {turn}", instructions=instructions, **kwargs
+            ) as events:
+                response = events.get_final_response()
+        else:
+            response = client.responses.create(
+                model="over-chat", input=f"turn {turn}", instructions=instructions, **kwargs
+            )
+        assert response.output_text == f"Echo: turn {turn}"
+        assert response.previous_response_id == previous
+        ids.append(previous := response.id)
+
+    def history(upto: int) -> list[dict]:
+        out: list[dict] = []
+        for k in range(1, upto + 1):
+            out += [user(f"turn {k}"), assistant(f"Echo: turn {k}")]
+        return out
+
+    sent = messages_sent(chat)
+    assert len(sent) == 5
+    assert sent[0] == [{"role": "system", "content": "System rule 1."}, user("turn 1")]
+    assert sent[1] == [*history(1), user("turn 2")]  # turn 1's instructions are not carried
+    assert sent[2] == [*history(2), user("turn 3")]
+    assert sent[3] == [{"role": "system", "content": "System rule 4."}, *history(3), user("turn 4")]
+    assert sent[4] == [*history(4), user("turn 5")]
+
+    # Branch from turn 2: only its ancestors, nothing of turns 3–5.
+    branch = client.responses.create(model="over-chat", input="branch", previous_response_id=ids[1])
+    assert messages_sent(chat)[-1] == [*history(2), user("branch")]
+    assert branch.output_text == "Echo: branch"
+    assert client.responses.retrieve(ids[4]).previous_response_id == ids[3]
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="over-chat", input="x", previous_response_id="resp_does_not_exist"
+        )
+    assert caught.value.body == {
+        "message": "Previous response with id 'resp_does_not_exist' not found.",
+        "type": "invalid_request_error",
+        "param": "previous_response_id",
+        "code": "previous_response_not_found",
+    }
+    assert len(messages_sent(chat)) == 6  # the unknown id never reached the upstream
