@@ -8,6 +8,7 @@ rebuilt. The Responses-only fake stands for a native endpoint whose state is its
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,3 +240,90 @@ def test_check_31_five_turn_chain_rebuilds_exactly_its_ancestors_and_branches(
         "code": "previous_response_not_found",
     }
     assert len(messages_sent(chat)) == 6  # the unknown id never reached the upstream
+
+
+def test_check_33_input_items_pages_through_the_sdk(client: openai.OpenAI) -> None:
+    created = client.responses.create(
+        model="over-chat", input=[user(f"part {k}") for k in range(5)]
+    )
+    page = client.responses.input_items.list(created.id, limit=2, order="asc")
+    texts = [item.content[0].text for item in page.data]
+    assert texts == ["part 0", "part 1"] and page.has_more is True
+    every = [
+        item.content[0].text
+        for item in client.responses.input_items.list(created.id, limit=2, order="asc")
+    ]  # the SDK's auto-pagination follows after= until has_more is false
+    assert every == [f"part {k}" for k in range(5)]
+    newest = client.responses.input_items.list(created.id, limit=1)
+    assert newest.data[0].content[0].text == "part 4"  # order defaults to desc
+    after = client.responses.input_items.list(created.id, after=newest.data[0].id, limit=100)
+    assert [i.content[0].text for i in after.data] == [f"part {k}" for k in (3, 2, 1, 0)]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.input_items.list(created.id, limit=101)
+    assert caught.value.param == "limit"
+
+
+# -- restart, parallel chains ---------------------------------------------------------------------
+
+
+def test_state_survives_a_restart_between_turns(tmp_path: Path) -> None:
+    with fake_upstream(tmp_path, "chat") as chat:
+        config = CONFIG.format(chat=chat.url, responses="http://127.0.0.1:9")
+        env = {"LLMITM_TEST_CHAT_KEY": SECRET}
+
+        def client_of(proxy: Proxy) -> openai.OpenAI:
+            return openai.OpenAI(
+                base_url=proxy.base_url(), api_key="k", max_retries=0, default_headers=ECHO
+            )
+
+        store = ["--set", f"llmitm_store={tmp_path / 'state.db'}"]
+        with llmitm_proxy(tmp_path / "one", config=config, env=env, extra=store) as proxy:
+            first = client_of(proxy).responses.create(model="over-chat", input="before")
+        with llmitm_proxy(tmp_path / "two", config=config, env=env, extra=store) as proxy:
+            client = client_of(proxy)
+            assert client.responses.retrieve(first.id).output_text == "Echo: before"
+            second = client.responses.create(
+                model="over-chat", input="after", previous_response_id=first.id
+            )
+        assert second.output_text == "Echo: after"
+        assert messages_sent(chat)[-1] == [user("before"), assistant("Echo: before"), user("after")]
+
+
+async def test_twenty_chains_in_parallel_do_not_mix(
+    stack: tuple[Proxy, Upstream, Upstream],
+) -> None:
+    proxy, chat, _responses = stack
+    httpx.post(f"{chat.url}/_reset")
+    client = openai.AsyncOpenAI(
+        base_url=proxy.base_url(), api_key="k", max_retries=0, default_headers=ECHO
+    )
+
+    async def chain(n: int) -> str:
+        previous = None
+        for turn in range(3):
+            kwargs: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+            response = await client.responses.create(
+                model="over-chat", input=f"chain {n} turn {turn}", stream=False, **kwargs
+            )
+            assert response.output_text == f"Echo: chain {n} turn {turn}"
+            previous = response.id
+        assert previous is not None
+        return previous
+
+    try:
+        last_ids = await asyncio.gather(*(chain(n) for n in range(20)))
+    finally:
+        await client.close()
+    sent = messages_sent(chat)
+    assert len(sent) == 60
+    for messages in sent:
+        chains = {m["content"].split()[1] for m in messages if m["role"] == "user"}
+        assert len(chains) == 1, messages  # one conversation per upstream request
+        turns = [m["content"] for m in messages]
+        n = chains.pop()
+        depth = len([m for m in messages if m["role"] == "user"])
+        expected: list[str] = []
+        for turn in range(depth):
+            expected += [f"chain {n} turn {turn}", f"Echo: chain {n} turn {turn}"]
+        assert turns == expected[:-1]
+    assert len(set(last_ids)) == 20
