@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -327,3 +328,97 @@ async def test_twenty_chains_in_parallel_do_not_mix(
             expected += [f"chain {n} turn {turn}", f"Echo: chain {n} turn {turn}"]
         assert turns == expected[:-1]
     assert len(set(last_ids)) == 20
+
+
+# -- background, cancel, stream resume (checklist 34) --------------------------------------------
+
+
+def slow(events: int, delay_ms: int) -> dict[str, Any]:
+    return {"extra_headers": {"x-fake-scenario": f"text;events={events};event_delay_ms={delay_ms}"}}
+
+
+def wait_for(client: openai.OpenAI, response_id: str, statuses: set[str], timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.responses.retrieve(response_id)
+        if response.status in statuses or time.monotonic() > deadline:
+            return response
+        time.sleep(0.05)
+
+
+def test_check_34_background_returns_at_once_and_completes(client: openai.OpenAI) -> None:
+    started = time.monotonic()
+    created = client.responses.create(
+        model="over-chat",
+        input="in the background",
+        background=True,
+        extra_headers={"x-fake-scenario": "text;events=10;first_byte_delay_ms=2500"},
+    )
+    assert time.monotonic() - started < 1.5  # the upstream needs 2.5 s: nobody waited for it
+    assert created.status in ("queued", "in_progress") and created.background is True
+    done = wait_for(client, created.id, {"completed", "failed"})
+    assert done.status == "completed", done
+    assert done.id == created.id and done.background is True
+    assert done.output_text == "Hello from the fake upstream. Hello from the fake upstream."
+    assert time.monotonic() - started >= 2.5
+    assert done.usage is not None and done.usage.output_tokens > 0
+    listed = client.responses.input_items.list(created.id)
+    assert [i.content[0].text for i in listed.data] == ["in the background"]
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="over-chat", input="x", background=True, store=False)
+    assert caught.value.param == "background"
+    with pytest.raises(openai.BadRequestError):  # only background responses can be cancelled
+        client.responses.cancel(client.responses.create(model="over-chat", input="y").id)
+
+
+def test_check_34_cancel_stops_a_long_background_response(
+    client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream]
+) -> None:
+    _proxy, chat, _responses = stack
+    created = client.responses.create(
+        model="over-chat", input="long", background=True, **slow(400, 25)
+    )
+    wait_for(client, created.id, {"in_progress"})
+    time.sleep(0.3)  # some events in
+    cancelled = client.responses.cancel(created.id)
+    assert cancelled.id == created.id and cancelled.status == "cancelled"
+    deadline = time.monotonic() + 5
+    while httpx.get(f"{chat.url}/_stats").json()["in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert httpx.get(f"{chat.url}/_stats").json()["in_flight"] == 0  # the upstream call ended
+    time.sleep(0.3)
+    assert client.responses.retrieve(created.id).status == "cancelled"  # and stays so
+    assert client.responses.cancel(created.id).status == "cancelled"  # idempotent
+
+
+def test_check_34_background_stream_resumes_from_starting_after(
+    client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream]
+) -> None:
+    stream = client.responses.create(
+        model="over-chat", input="stream it", background=True, stream=True, **slow(30, 20)
+    )
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if event.sequence_number == 8:
+            break
+    stream.close()  # the client goes away; the response goes on
+    assert seen[0].type == "response.created" and seen[0].response.status == "queued"
+    response_id = seen[0].response.id
+    resumed = list(client.responses.retrieve(response_id, stream=True, starting_after=8))
+    assert [e.sequence_number for e in resumed] == list(range(9, 9 + len(resumed)))
+    assert resumed[-1].type == "response.completed"
+    deltas = [e.delta for e in [*seen, *resumed] if e.type == "response.output_text.delta"]
+    assert "".join(deltas) == resumed[-1].response.output_text
+    assert len(deltas) == 30
+    # Finished: replayed from the store, the same events again.
+    again = list(client.responses.retrieve(response_id, stream=True, starting_after=8))
+    assert [e.model_dump() for e in again] == [e.model_dump() for e in resumed]
+    with pytest.raises(openai.BadRequestError) as caught:  # not a background response
+        client.responses.retrieve(
+            client.responses.create(model="over-chat", input="z").id, stream=True
+        )
+    assert caught.value.param == "stream"
+    log = stack[0].log_text()
+    assert "Traceback" not in log and "socket.send() raised" not in log, log[-3000:]

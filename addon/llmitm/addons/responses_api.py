@@ -518,6 +518,8 @@ class FramesJob:
         headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
         await reply.start(200, headers)
         async for data in self.frames:
+            if reply.gone:
+                return  # the client left; a background run goes on without it
             reply.write([data])
             await reply.drain()
 
