@@ -18,7 +18,8 @@ Scenarios (both APIs, streamed and not):
   tool-loop        after a tool result: "Tool result: <output>"; else one call of the first
                    function tool, arguments built from its JSON schema (a ``cmd`` string
                    property gets "echo llmitm-tool-ok")
-  tools-parallel   the same with two calls (of ``lookup`` if no tool is declared)
+  tools-parallel   the same with two calls (of ``lookup`` if no tool is declared);
+                   option ``reasoning``: reasoning before each answer
   refusal          a refusal instead of text
   length           a cut answer: finish_reason length / response.incomplete (max_output_tokens)
   content-filter   finish_reason content_filter / response.incomplete (content_filter)
@@ -325,18 +326,20 @@ def build_plan(scenario: Scenario, body: JSON, new_call_id: Callable[[], str]) -
     """Decide what to answer for this scenario and request."""
     name = scenario.name
     answer = answer_deltas(scenario)
+    reasoning = [list(part) for part in REASONING]
     if name in ("tool-loop", "tools-parallel"):
+        # Option ``reasoning``: the model thinks before each answer (Codex's reasoning loop).
+        thought = reasoning if scenario.flag("reasoning") else []
         results = trailing_tool_results(body)
         if results:
-            return Plan(text=words("Tool result: " + "; ".join(results)))
+            return Plan(reasoning=thought, text=words("Tool result: " + "; ".join(results)))
         tool = (declared_functions(body) or [LOOKUP_TOOL])[0]
         count = 2 if name == "tools-parallel" else 1
         calls = [
             Call(new_call_id(), tool["name"], example_arguments(tool["parameters"]))
             for _ in range(count)
         ]
-        return Plan(calls=calls, finish="tool_calls")
-    reasoning = [list(part) for part in REASONING]
+        return Plan(reasoning=thought, calls=calls, finish="tool_calls")
     plans = {
         "reasoning": lambda: Plan(reasoning=reasoning, text=answer),
         "think": lambda: inline_think(Plan(reasoning=reasoning, text=answer)),

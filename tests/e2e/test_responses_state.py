@@ -422,3 +422,84 @@ def test_check_34_background_stream_resumes_from_starting_after(
     assert caught.value.param == "stream"
     log = stack[0].log_text()
     assert "Traceback" not in log and "socket.send() raised" not in log, log[-3000:]
+
+
+# -- reasoning continuity for store:false clients -------------------------------------------------
+
+THOUGHT = "The user wants a short greeting.\n\nI will answer briefly."  # the fake's reasoning
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_store_false_reasoning_comes_back_from_encrypted_content(
+    client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream], stream: bool
+) -> None:
+    _proxy, chat, _responses = stack
+    ask: dict[str, Any] = {
+        "model": "over-chat",
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "extra_headers": {"x-fake-scenario": "reasoning"},
+    }
+    if stream:
+        events = list(client.responses.create(input="hi", stream=True, **ask))
+        first = events[-1].response
+        done = [e.item for e in events if e.type == "response.output_item.done"]
+        assert [i.model_dump() for i in done] == [i.model_dump() for i in first.output]
+    else:
+        first = client.responses.create(input="hi", **ask)
+    reasoning, message = first.output
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content
+    assert "greeting" not in reasoning.encrypted_content  # opaque
+    plain = client.responses.create(
+        input="hi", model="over-chat", store=False, extra_headers=ask["extra_headers"]
+    )
+    assert plain.output[0].type == "reasoning" and plain.output[0].encrypted_content is None
+
+    def second_turn(token: str) -> dict:
+        returned = dict(
+            reasoning.model_dump(exclude_none=True), summary=[], encrypted_content=token
+        )
+        client.responses.create(
+            model="over-chat",
+            store=False,
+            input=[user("hi"), returned, message.model_dump(exclude_none=True), user("and?")],
+        )
+        return messages_sent(chat)[-1][1]  # the assistant turn after "hi"
+
+    restored = second_turn(reasoning.encrypted_content)
+    assert restored["role"] == "assistant" and restored["reasoning_content"] == THOUGHT
+    forged = reasoning.encrypted_content[:-4] + "AAAA"
+    assert "reasoning_content" not in second_turn(forged)  # not llmitm's token: nothing restored
+
+
+# -- native Responses endpoints keep their own state --------------------------------------------
+
+
+def test_native_endpoint_owns_its_ids(
+    client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream]
+) -> None:
+    _proxy, chat, responses = stack
+    created = client.responses.create(model="over-responses", input="native")
+    with client.responses.stream(model="over-responses", input="native stream") as events:
+        streamed = events.get_final_response()
+    for response_id in (created.id, streamed.id):
+        # The fake upstream serves no state calls: its 404 names the path it received, which
+        # proves the call reached the owning endpoint, not llmitm's store.
+        rid = response_id
+        for call, path in (
+            (lambda r=rid: client.responses.retrieve(r), f"GET /v1/responses/{rid}"),
+            (lambda r=rid: client.responses.delete(r), f"DELETE /v1/responses/{rid}"),
+            (
+                lambda r=rid: client.responses.input_items.list(r, limit=3),
+                f"GET /v1/responses/{rid}/input_items",
+            ),
+            (lambda r=rid: client.responses.cancel(r), f"POST /v1/responses/{rid}/cancel"),
+        ):
+            with pytest.raises(openai.NotFoundError) as caught:
+                call()
+            assert caught.value.message.endswith(f"Invalid URL ({path})"), caught.value.message
+    # A continuation passes through with previous_response_id: the state is the endpoint's.
+    client.responses.create(model="over-responses", input="more", previous_response_id=created.id)
+    sent = upstream_requests(responses)[-1]["body"]
+    assert sent["previous_response_id"] == created.id and sent["input"] == "more"
+    assert upstream_requests(chat) == []
