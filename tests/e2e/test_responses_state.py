@@ -48,6 +48,7 @@ endpoints = ["responses-only"]
 """
 
 ECHO = {"x-fake-scenario": "echo"}
+KEY_ENV = {"LLMITM_TEST_CHAT_KEY": SECRET}
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +104,11 @@ def db_rows(path: Path) -> list[bytes]:
         ]
 
 
+def usage_rows(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT count(*) FROM usage").fetchone()[0])
+
+
 def stored_ids(path: Path) -> set[str]:
     with sqlite3.connect(path) as db:
         return {row[0] for row in db.execute("SELECT id FROM responses")}
@@ -133,6 +139,13 @@ def test_check_32_create_retrieve_input_items_delete_then_404(
 
     got = client.responses.retrieve(created.id)
     assert got.model_dump() == created.model_dump()  # the same JSON the create returned
+    raw = httpx.get(f"{proxy.base_url()}/responses/{created.id}").json()
+    root = proxy.base_url().removesuffix("/v1")
+    for azure in (  # Azure's classic and v1 paths reach the same stored response
+        f"{root}/openai/responses/{created.id}?api-version=2025-04-01-preview",
+        f"{root}/openai/v1/responses/{created.id}",
+    ):
+        assert httpx.get(azure, headers={"api-key": "k"}).json() == raw
 
     listed = client.responses.input_items.list(created.id, order="asc")
     assert [(i.type, i.role) for i in listed.data] == [
@@ -346,7 +359,10 @@ def wait_for(client: openai.OpenAI, response_id: str, statuses: set[str], timeou
         time.sleep(0.05)
 
 
-def test_check_34_background_returns_at_once_and_completes(client: openai.OpenAI) -> None:
+def test_check_34_background_returns_at_once_and_completes(
+    client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream]
+) -> None:
+    usage_before = usage_rows(db_path(stack[0]))
     started = time.monotonic()
     created = client.responses.create(
         model="over-chat",
@@ -362,6 +378,8 @@ def test_check_34_background_returns_at_once_and_completes(client: openai.OpenAI
     assert done.output_text == "Hello from the fake upstream. Hello from the fake upstream."
     assert time.monotonic() - started >= 2.5
     assert done.usage is not None and done.usage.output_tokens > 0
+    # No flow carried the upstream call; its usage is accounted all the same.
+    assert usage_rows(db_path(stack[0])) == usage_before + 1
     listed = client.responses.input_items.list(created.id)
     assert [i.content[0].text for i in listed.data] == ["in the background"]
 
@@ -503,3 +521,39 @@ def test_native_endpoint_owns_its_ids(
     sent = upstream_requests(responses)[-1]["body"]
     assert sent["previous_response_id"] == created.id and sent["input"] == "more"
     assert upstream_requests(chat) == []
+
+
+def test_without_a_store_state_lives_in_memory(tmp_path: Path) -> None:
+    with fake_upstream(tmp_path, "chat") as chat:
+        config = CONFIG.format(chat=chat.url, responses="http://127.0.0.1:9")
+        no_store = ["--set", "llmitm_store="]
+        with llmitm_proxy(tmp_path, config=config, extra=no_store, env=KEY_ENV) as proxy:
+            client = openai.OpenAI(
+                base_url=proxy.base_url(), api_key="k", max_retries=0, default_headers=ECHO
+            )
+            first = client.responses.create(model="over-chat", input="one")
+            second = client.responses.create(
+                model="over-chat", input="two", previous_response_id=first.id
+            )
+            assert client.responses.retrieve(second.id).output_text == "Echo: two"
+            assert messages_sent(chat)[-1] == [user("one"), assistant("Echo: one"), user("two")]
+        assert not (tmp_path / "llmitm.db").exists()
+
+
+def test_a_stop_mid_background_ends_it_failed_not_in_progress(tmp_path: Path) -> None:
+    with fake_upstream(tmp_path, "chat") as chat:
+        config = CONFIG.format(chat=chat.url, responses="http://127.0.0.1:9")
+        store = ["--set", f"llmitm_store={tmp_path / 'state.db'}"]
+        with llmitm_proxy(tmp_path / "one", config=config, extra=store, env=KEY_ENV) as proxy:
+            client = openai.OpenAI(base_url=proxy.base_url(), api_key="k", max_retries=0)
+            created = client.responses.create(
+                model="over-chat", input="long", background=True, **slow(400, 25)
+            )
+            wait_for(client, created.id, {"in_progress"})
+        with llmitm_proxy(tmp_path / "two", config=config, extra=store, env=KEY_ENV) as proxy:
+            client = openai.OpenAI(base_url=proxy.base_url(), api_key="k", max_retries=0)
+            after = client.responses.retrieve(created.id)
+            assert after.status == "failed" and after.error is not None
+            assert "stopped" in after.error.message
+            resumed = list(client.responses.retrieve(created.id, stream=True, starting_after=1))
+            assert resumed and resumed[0].sequence_number == 2  # stored events replay

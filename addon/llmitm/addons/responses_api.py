@@ -24,6 +24,7 @@ import copy
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -46,6 +47,8 @@ from llmitm.responses_api.items import input_items
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
 from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
 from llmitm.routing.plan import plan_for_endpoint
+from llmitm.store.api import UsageRecord, Write
+from llmitm.store.memory_responses import MemoryResponses
 from llmitm.store.responses import (
     ResponseDeleted,
     ResponseEvents,
@@ -60,6 +63,7 @@ from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import random_id
 from llmitm.wire.objects import response_object
 from llmitm.wire.paths import classify_path
+from llmitm.wire.usage import usage_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -105,25 +109,31 @@ class ResponsesState:
         self.runs: dict[str, BackgroundRun] = {}
         self.owners: dict[str, str] = {}
         """Native ids seen by this process → endpoint (the store has them all)."""
+        self.memory = MemoryResponses()
         self._seal: ReasoningSeal | None = None
         self._purged = False
 
-    async def reader(self) -> ResponseReader | None:
+    async def reader(self) -> ResponseReader:
+        """The store's Responses state, or the in-memory one when llmitm keeps no store."""
         opening = self.store._opening
         if opening is not None and not opening.done():
             await asyncio.shield(opening)
-        store = self.store.store
-        if not isinstance(store, ResponseReader):
-            return None
         if not self._purged:
             self._purged = True
-            self.store.submit(ResponsesPurged(time.time()))
-        return store
+            self.submit(ResponsesPurged(time.time()))
+        store = self.store.store
+        return store if isinstance(store, ResponseReader) else self.memory
+
+    def submit(self, write: Write) -> None:
+        """Hand a write to the store's queue (never awaited), or apply it in memory."""
+        if isinstance(self.store.store, ResponseReader):
+            self.store.submit(write)
+        else:
+            self.memory.apply(write)
 
     async def seal(self) -> ReasoningSeal:
         if self._seal is None:
-            reader = await self.reader()
-            key = await reader.seal_key() if reader is not None else None
+            key = await (await self.reader()).seal_key()
             # Without a store the key lives as long as the process: tokens then only carry
             # reasoning within one run, which is all a store-less proxy can promise.
             self._seal = ReasoningSeal(key)
@@ -138,7 +148,7 @@ class ResponsesState:
         return self.owners.get(response_id)
 
     def save(self, record: StoredResponse) -> None:
-        self.store.submit(ResponseSaved(record))
+        self.submit(ResponseSaved(record))
 
 
 class LlmResponsesApi:
@@ -232,9 +242,9 @@ class LlmResponsesApi:
         """Replace ``previous_response_id`` by the stored conversation it names; ``False``
         when llmitm does not store it (a native endpoint may own it, or nobody does)."""
         reader = await self.state.reader()
-        chain = await reader.chain(previous) if reader is not None else []
+        chain = await reader.chain(previous)
         if not chain:
-            owner = await reader.owner(previous) if reader is not None else None
+            owner = await reader.owner(previous)
             create.previous_owner = owner.endpoint if owner else self.state.owners.get(previous)
             return False
         new_input = body.get("input")
@@ -251,7 +261,7 @@ class LlmResponsesApi:
 
     async def _state_call(self, flow: http.HTTPFlow, call: StateCall) -> None:
         reader = await self.state.reader()
-        record = await reader.response(call.response_id) if reader is not None else None
+        record = await reader.response(call.response_id)
         run = self.state.runs.get(call.response_id)
         if record is None:
             await self._not_stored(flow, call, reader)
@@ -268,7 +278,7 @@ class LlmResponsesApi:
             if run is not None:
                 run.cancel()
                 self.state.runs.pop(record.id, None)
-            self.state.store.submit(ResponseDeleted(record.id))
+            self.state.submit(ResponseDeleted(record.id))
             answer(flow, answers.deleted(record.id))
         elif call.action == "input_items":
             answer(flow, answers.input_items_page(record, call))
@@ -276,10 +286,10 @@ class LlmResponsesApi:
             self._cancel(flow, record, run)
 
     async def _not_stored(
-        self, flow: http.HTTPFlow, call: StateCall, reader: ResponseReader | None
+        self, flow: http.HTTPFlow, call: StateCall, reader: ResponseReader
     ) -> None:
         endpoint_name = self.state.owners.get(call.response_id)
-        if endpoint_name is None and reader is not None:
+        if endpoint_name is None:
             owner = await reader.owner(call.response_id)
             endpoint_name = owner.endpoint if owner else None
         endpoint = self.state.settings.config.endpoints.get(endpoint_name or "")
@@ -319,7 +329,7 @@ class LlmResponsesApi:
         flow: http.HTTPFlow,
         call: StateCall,
         record: StoredResponse,
-        reader: ResponseReader | None,
+        reader: ResponseReader,
     ) -> None:
         starting_after = call.param("starting_after")
         refusal = answers.stream_refusal(record, starting_after)
@@ -331,7 +341,7 @@ class LlmResponsesApi:
         if run is not None:
             job: FramesJob = FramesJob(run.follow(after))
         else:
-            frames = await reader.events(record.id, after) if reader is not None else []
+            frames = await reader.events(record.id, after)
             job = FramesJob(_iterate(frames))
         await point_at_relay(flow, self.state.relay, job)
 
@@ -408,12 +418,30 @@ class LlmResponsesRecorder:
         state = self.state
 
         def record_events(batch: list[tuple[int, bytes]]) -> None:
-            state.store.submit(ResponseEvents(record.id, tuple(batch)))
+            state.submit(ResponseEvents(record.id, tuple(batch)))
+
+        plan = flow_state.plan
 
         def record_state(response: dict[str, Any]) -> None:
             state.save(replace(record, response=response))
-            if response.get("status") in answers.TERMINAL_STATUSES:
-                state.runs.pop(record.id, None)
+            if response.get("status") not in answers.TERMINAL_STATUSES:
+                return
+            state.runs.pop(record.id, None)
+            # No flow carries this upstream call, so LlmUsage never sees it: account here.
+            tokens = usage_tokens(response.get("usage"))
+            if tokens is not None:
+                input_tokens, cached, output, reasoning = tokens
+                usage = UsageRecord(
+                    at=datetime.now(UTC),
+                    endpoint=plan.endpoint.name,
+                    model=context.model or "",
+                    route=plan.route,
+                    input_tokens=input_tokens,
+                    cached_tokens=cached,
+                    output_tokens=output,
+                    reasoning_tokens=reasoning,
+                )
+                state.store.submit(usage)
 
         state.save(record)
         run = BackgroundRun(queued, context, record_events=record_events, record_state=record_state)
@@ -476,7 +504,7 @@ class LlmResponsesRecorder:
             return
         now = time.time()
         self.state.owners[response_id] = endpoint
-        self.state.store.submit(
+        self.state.submit(
             ResponseOwned(ResponseOwner(response_id, endpoint, now, self.state.expires_at(now)))
         )
 
