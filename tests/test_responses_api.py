@@ -267,7 +267,11 @@ def test_reasoning_seal_round_trip_and_refusals() -> None:
     assert "I think" not in token
     assert seal.open(token) == "I think."
     assert ReasoningSeal(b"o" * 32).open(token) is None  # another key: not ours
-    assert seal.open(token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1]) is None
+    middle = len(token) // 2  # inside the ciphertext: every bit of this character counts
+    assert (
+        seal.open(token[:middle] + ("Q" if token[middle] != "Q" else "A") + token[middle + 1 :])
+        is None
+    )
     assert seal.open("gAAAAABnot-a-token") is None
     assert seal.open(None) is None
     returned = [
