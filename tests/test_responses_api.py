@@ -401,3 +401,18 @@ async def test_upstream_error_fails_the_background_response() -> None:
 
 async def _collect(run: BackgroundRun) -> list[bytes]:
     return [frame async for frame in run.follow()]
+
+
+def test_native_streams_name_their_response_id() -> None:
+    """The owner of a native id is learned from the stream that minted it, whether relayed
+    byte for byte (StreamGuard) or normalised (llama.cpp's Responses stream)."""
+    from llmitm.translate.guard import StreamGuard
+    from llmitm.translate.normalise import ResponsesNormaliser
+
+    created = {"type": "response.created", "response": {"id": "resp_up", "output": []}}
+    guard = StreamGuard("responses")
+    guard.feed(b"event: response.created\ndata: " + orjson.dumps(created) + b"\n\n")
+    assert guard.response_id == "resp_up"
+    normaliser = ResponsesNormaliser()
+    normaliser.feed(created)
+    assert normaliser.response_id == "resp_up"
