@@ -281,24 +281,36 @@ def test_check_33_input_items_pages_through_the_sdk(client: openai.OpenAI) -> No
 
 
 def test_state_survives_a_restart_between_turns(tmp_path: Path) -> None:
+    """Stop llmitm between two turns (and in the middle of a background response): the next
+    process continues the chain from the store, and the cut background response reads
+    ``failed`` (llmitm ended it on the way out) instead of in_progress forever."""
     with fake_upstream(tmp_path, "chat") as chat:
         config = CONFIG.format(chat=chat.url, responses="http://127.0.0.1:9")
-        env = {"LLMITM_TEST_CHAT_KEY": SECRET}
+        store = ["--set", f"llmitm_store={tmp_path / 'state.db'}"]
 
         def client_of(proxy: Proxy) -> openai.OpenAI:
             return openai.OpenAI(
                 base_url=proxy.base_url(), api_key="k", max_retries=0, default_headers=ECHO
             )
 
-        store = ["--set", f"llmitm_store={tmp_path / 'state.db'}"]
-        with llmitm_proxy(tmp_path / "one", config=config, env=env, extra=store) as proxy:
-            first = client_of(proxy).responses.create(model="over-chat", input="before")
-        with llmitm_proxy(tmp_path / "two", config=config, env=env, extra=store) as proxy:
+        with llmitm_proxy(tmp_path / "one", config=config, env=KEY_ENV, extra=store) as proxy:
+            client = client_of(proxy)
+            first = client.responses.create(model="over-chat", input="before")
+            running = client.responses.create(
+                model="over-chat", input="long", background=True, **slow(400, 25)
+            )
+            wait_for(client, running.id, {"in_progress"})
+        with llmitm_proxy(tmp_path / "two", config=config, env=KEY_ENV, extra=store) as proxy:
             client = client_of(proxy)
             assert client.responses.retrieve(first.id).output_text == "Echo: before"
             second = client.responses.create(
                 model="over-chat", input="after", previous_response_id=first.id
             )
+            cut = client.responses.retrieve(running.id)
+            assert cut.status == "failed" and cut.error is not None
+            assert "stopped" in cut.error.message
+            replayed = list(client.responses.retrieve(running.id, stream=True, starting_after=1))
+            assert replayed and replayed[0].sequence_number == 2  # its events were stored
         assert second.output_text == "Echo: after"
         assert messages_sent(chat)[-1] == [user("before"), assistant("Echo: before"), user("after")]
 
@@ -538,22 +550,3 @@ def test_without_a_store_state_lives_in_memory(tmp_path: Path) -> None:
             assert client.responses.retrieve(second.id).output_text == "Echo: two"
             assert messages_sent(chat)[-1] == [user("one"), assistant("Echo: one"), user("two")]
         assert not (tmp_path / "llmitm.db").exists()
-
-
-def test_a_stop_mid_background_ends_it_failed_not_in_progress(tmp_path: Path) -> None:
-    with fake_upstream(tmp_path, "chat") as chat:
-        config = CONFIG.format(chat=chat.url, responses="http://127.0.0.1:9")
-        store = ["--set", f"llmitm_store={tmp_path / 'state.db'}"]
-        with llmitm_proxy(tmp_path / "one", config=config, extra=store, env=KEY_ENV) as proxy:
-            client = openai.OpenAI(base_url=proxy.base_url(), api_key="k", max_retries=0)
-            created = client.responses.create(
-                model="over-chat", input="long", background=True, **slow(400, 25)
-            )
-            wait_for(client, created.id, {"in_progress"})
-        with llmitm_proxy(tmp_path / "two", config=config, extra=store, env=KEY_ENV) as proxy:
-            client = openai.OpenAI(base_url=proxy.base_url(), api_key="k", max_retries=0)
-            after = client.responses.retrieve(created.id)
-            assert after.status == "failed" and after.error is not None
-            assert "stopped" in after.error.message
-            resumed = list(client.responses.retrieve(created.id, stream=True, starting_after=1))
-            assert resumed and resumed[0].sequence_number == 2  # stored events replay

@@ -19,7 +19,6 @@ Reads await the store (they answer the client); writes go through its queue.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import time
@@ -46,6 +45,7 @@ from llmitm.responses_api.chain import history_items
 from llmitm.responses_api.items import input_items
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
 from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
+from llmitm.routing.affinity import TtlLru
 from llmitm.routing.plan import plan_for_endpoint
 from llmitm.store.api import UsageRecord, Write
 from llmitm.store.memory_responses import MemoryResponses
@@ -83,8 +83,6 @@ class CreateCall:
     input_items: list[dict[str, Any]] = field(default_factory=list)
     """The request's own input, with ids (what ``input_items`` lists), when it is stored."""
     previous_response_id: str | None = None
-    inlined: bool = False
-    """The stored chain of ``previous_response_id`` was inlined into ``input``."""
     previous_owner: str | None = None
     """The native endpoint that owns ``previous_response_id`` (for the router's affinity)."""
     response_id: str | None = None
@@ -107,21 +105,19 @@ class ResponsesState:
         self.store = store
         self.relay = relay
         self.runs: dict[str, BackgroundRun] = {}
-        self.owners: dict[str, str] = {}
-        """Native ids seen by this process → endpoint (the store has them all)."""
+        self.owners: TtlLru[str, str] = TtlLru(100_000, 24 * 3600.0)
+        """Native ids this process saw minted → endpoint, for synchronous lookups (the
+        store has them all, for as long as the TTL option says)."""
         self.memory = MemoryResponses()
         self._seal: ReasoningSeal | None = None
         self._purged = False
 
     async def reader(self) -> ResponseReader:
         """The store's Responses state, or the in-memory one when llmitm keeps no store."""
-        opening = self.store._opening
-        if opening is not None and not opening.done():
-            await asyncio.shield(opening)
+        store = await self.store.ready()
         if not self._purged:
             self._purged = True
             self.submit(ResponsesPurged(time.time()))
-        store = self.store.store
         return store if isinstance(store, ResponseReader) else self.memory
 
     def submit(self, write: Write) -> None:
@@ -145,7 +141,7 @@ class ResponsesState:
 
     def owner_endpoint(self, response_id: str) -> str | None:
         """The native endpoint known to own ``response_id`` (for the router's affinity)."""
-        return self.owners.get(response_id)
+        return self.owners.get(response_id, time.monotonic())
 
     def save(self, record: StoredResponse) -> None:
         self.submit(ResponseSaved(record))
@@ -245,7 +241,7 @@ class LlmResponsesApi:
         chain = await reader.chain(previous)
         if not chain:
             owner = await reader.owner(previous)
-            create.previous_owner = owner.endpoint if owner else self.state.owners.get(previous)
+            create.previous_owner = owner.endpoint if owner else self.state.owner_endpoint(previous)
             return False
         new_input = body.get("input")
         if isinstance(new_input, str):
@@ -254,7 +250,6 @@ class LlmResponsesApi:
             new_input = []
         body["input"] = history_items(chain) + (new_input if isinstance(new_input, list) else [])
         del body["previous_response_id"]
-        create.inlined = True
         return True
 
     # -- state calls ----------------------------------------------------------------------
@@ -288,7 +283,7 @@ class LlmResponsesApi:
     async def _not_stored(
         self, flow: http.HTTPFlow, call: StateCall, reader: ResponseReader
     ) -> None:
-        endpoint_name = self.state.owners.get(call.response_id)
+        endpoint_name = self.state.owner_endpoint(call.response_id)
         if endpoint_name is None:
             owner = await reader.owner(call.response_id)
             endpoint_name = owner.endpoint if owner else None
@@ -503,7 +498,7 @@ class LlmResponsesRecorder:
         if not isinstance(response_id, str) or not response_id:
             return
         now = time.time()
-        self.state.owners[response_id] = endpoint
+        self.state.owners.put(response_id, endpoint, time.monotonic())
         self.state.submit(
             ResponseOwned(ResponseOwner(response_id, endpoint, now, self.state.expires_at(now)))
         )
