@@ -445,6 +445,8 @@ def test_check_34_background_stream_resumes_from_starting_after(
     # Finished: replayed from the store, the same events again.
     again = list(client.responses.retrieve(response_id, stream=True, starting_after=8))
     assert [e.model_dump() for e in again] == [e.model_dump() for e in resumed]
+    everything = list(client.responses.retrieve(response_id, stream=True, starting_after=-7))
+    assert [e.sequence_number for e in everything] == list(range(9 + len(resumed)))
     with pytest.raises(openai.BadRequestError) as caught:  # not a background response
         client.responses.retrieve(
             client.responses.create(model="over-chat", input="z").id, stream=True

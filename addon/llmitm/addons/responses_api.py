@@ -331,7 +331,8 @@ class LlmResponsesApi:
         if refusal is not None:
             answer(flow, refusal)
             return
-        after = int(starting_after) if starting_after else -1
+        # Sequence numbers start at 0: anything below replays from the start.
+        after = max(int(starting_after), -1) if starting_after else -1
         run = self.state.runs.get(record.id)
         if run is not None:
             job: FramesJob = FramesJob(run.follow(after))

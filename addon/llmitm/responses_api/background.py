@@ -101,7 +101,7 @@ class BackgroundRun:
 
     async def follow(self, after: int = -1) -> AsyncIterator[bytes]:
         """The frames with ``sequence_number > after``, then each new one until the end."""
-        position = after + 1
+        position = max(after, -1) + 1  # a negative position would index from the end
         while True:
             while position < len(self.frames):
                 yield self.frames[position]
