@@ -20,6 +20,7 @@ from llmitm.responses_api.paths import classify_state_path, owner_url
 from llmitm.responses_api.seal import ReasoningSeal, reasoning_text, restore_reasoning
 from llmitm.routing.config import Endpoint
 from llmitm.store import SqliteStore
+from llmitm.store.memory_responses import MemoryResponses
 from llmitm.store.responses import (
     ResponseDeleted,
     ResponseEvents,
@@ -215,6 +216,9 @@ async def test_check_31_sqlite_chain_branches_and_stops_at_a_deleted_ancestor(
         store.submit(ResponseDeleted("r1"))
         assert [r.id for r in await store.chain("r3")] == ["r2", "r3"]
         assert await store.response("r1") is None
+        found = await store.items(["msg_r3", "msg_0001", "nope"])
+        assert found["msg_r3"]["content"][0]["text"] == "c"
+        assert set(found) == {"msg_r3", "msg_0001"}  # msg_0001: an input id r2 and r3 share
         store.submit(ResponseEvents("r3", ((0, b"a"), (1, b"b"), (2, b"c"))))
         assert await store.events("r3", after=0) == [b"b", b"c"]
         store.submit(ResponseOwned(ResponseOwner("resp_native", "azure", 1.0)))
@@ -416,3 +420,18 @@ def test_native_streams_name_their_response_id() -> None:
     normaliser = ResponsesNormaliser()
     normaliser.feed(created)
     assert normaliser.response_id == "resp_up"
+
+
+async def test_memory_responses_read_like_sqlite() -> None:
+    memory = MemoryResponses()
+    for record in (
+        _record("r1", None, "1", "a"),
+        _record("r2", "r1", "2", "b"),
+        _record("b2", "r1", "x", "y"),
+    ):
+        memory.apply(ResponseSaved(record))
+    assert [r.id for r in await memory.chain("b2")] == ["r1", "b2"]
+    assert (await memory.items(["msg_r2"]))["msg_r2"]["content"][0]["text"] == "b"
+    memory.apply(ResponseDeleted("r1"))
+    assert [r.id for r in await memory.chain("r2")] == ["r2"]
+    assert await memory.items(["msg_r1"]) == {}

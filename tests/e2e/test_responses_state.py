@@ -256,6 +256,36 @@ def test_check_31_five_turn_chain_rebuilds_exactly_its_ancestors_and_branches(
     assert len(messages_sent(chat)) == 6  # the unknown id never reached the upstream
 
 
+def test_item_references_resolve_to_stored_items(
+    client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream]
+) -> None:
+    _proxy, chat, _responses = stack
+    first = client.responses.create(model="over-chat", input="remember me")
+    [asked] = client.responses.input_items.list(first.id).data
+    [answered] = first.output
+    second = client.responses.create(
+        model="over-chat",
+        input=[
+            {"type": "item_reference", "id": asked.id},
+            {"type": "item_reference", "id": answered.id},
+            user("and now?"),
+        ],
+    )
+    assert second.output_text == "Echo: and now?"
+    assert messages_sent(chat)[-1] == [
+        user("remember me"),
+        assistant("Echo: remember me"),
+        user("and now?"),
+    ]
+    listed = client.responses.input_items.list(second.id, order="asc").data
+    assert [i.id for i in listed[:2]] == [asked.id, answered.id]  # stored as resolved
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="over-chat", input=[{"type": "item_reference", "id": "msg_unknown"}]
+        )
+    assert caught.value.param == "input"
+
+
 def test_check_33_input_items_pages_through_the_sdk(client: openai.OpenAI) -> None:
     created = client.responses.create(
         model="over-chat", input=[user(f"part {k}") for k in range(5)]

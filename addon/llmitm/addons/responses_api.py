@@ -221,9 +221,11 @@ class LlmResponsesApi:
             background=body.get("background") is True,
             include_encrypted=isinstance(include, list) and ENCRYPTED_INCLUDE in include,
         )
+        changed = False
+        if b'"item_reference"' in content and isinstance(body.get("input"), list):
+            changed = await self._resolve_references(body["input"])
         if create.store:
             create.input_items = input_items(copy.deepcopy(body.get("input")), random_id)
-        changed = False
         previous = body.get("previous_response_id")
         if isinstance(previous, str) and previous:
             create.previous_response_id = previous
@@ -233,6 +235,27 @@ class LlmResponsesApi:
         if changed:
             flow.request.content = orjson.dumps(body)
         flow.metadata[CREATE_KEY] = create
+
+    async def _resolve_references(self, items: list[Any]) -> bool:
+        """Replace ``item_reference`` items by the stored items they name (in place). One
+        llmitm does not store stays: a native endpoint may own it, and a chat endpoint's
+        request mapping refuses it with a 400."""
+        wanted = [
+            item["id"]
+            for item in items
+            if isinstance(item, dict)
+            and item.get("type") == "item_reference"
+            and isinstance(item.get("id"), str)
+        ]
+        if not wanted:
+            return False
+        found = await (await self.state.reader()).items(wanted)
+        for index, item in enumerate(items):
+            if isinstance(item, dict) and item.get("type") == "item_reference":
+                stored = found.get(item.get("id"))  # type: ignore[arg-type]
+                if stored is not None:
+                    items[index] = copy.deepcopy(stored)
+        return bool(found)
 
     async def _inline_chain(self, body: dict[str, Any], previous: str, create: CreateCall) -> bool:
         """Replace ``previous_response_id`` by the stored conversation it names; ``False``

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
 
 from llmitm.store.responses import (
     ResponseDeleted,
@@ -65,6 +67,19 @@ class MemoryResponses(ResponseReader):
             chain.append(record)
             next_id = record.previous_response_id
         return chain[::-1]
+
+    async def items(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        wanted = set(item_ids)
+        found: dict[str, dict[str, Any]] = {}
+        now = time.time()
+        for record in reversed(self._responses.values()):  # newest first, as in SQLite
+            if record.expired(now):
+                continue
+            for item in record.items():
+                item_id = item.get("id")
+                if item_id in wanted and item_id not in found:
+                    found[item_id] = item
+        return found
 
     async def events(self, response_id: str, after: int = -1) -> list[bytes]:
         events = self._events.get(response_id, {})

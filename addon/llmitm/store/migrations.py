@@ -70,6 +70,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             )
             """,
             "CREATE INDEX responses_expires ON responses (expires_at) WHERE expires_at IS NOT NULL",
+            # Every input and output item with an id, for input item_reference {id}.
+            """
+            CREATE TABLE response_items (
+                item_id TEXT NOT NULL,
+                response_id TEXT NOT NULL,
+                item BLOB NOT NULL,
+                PRIMARY KEY (item_id, response_id)
+            ) WITHOUT ROWID
+            """,
+            "CREATE INDEX response_items_response ON response_items (response_id)",
             # Events of background responses, for GET ?stream=true&starting_after=N.
             """
             CREATE TABLE response_events (

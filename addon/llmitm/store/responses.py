@@ -15,6 +15,7 @@ Times are seconds since the epoch (floats); ``expires_at`` ``None`` means kept u
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -40,6 +41,12 @@ class StoredResponse:
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
+
+    def items(self) -> list[dict[str, Any]]:
+        """Its input items, then its output items."""
+        output = self.response.get("output")
+        items = [*self.input_items, *(output if isinstance(output, list) else [])]
+        return [item for item in items if isinstance(item, dict)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,11 @@ class ResponseReader(abc.ABC):
     async def chain(self, response_id: str, max_depth: int = 10_000) -> list[StoredResponse]:
         """``response_id`` and its ancestors, oldest first (empty when it is unknown). The
         walk stops at an ancestor that is no longer stored."""
+
+    @abc.abstractmethod
+    async def items(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Stored input or output items by id (for ``item_reference``); unknown ids are
+        left out."""
 
     @abc.abstractmethod
     async def events(self, response_id: str, after: int = -1) -> list[bytes]:

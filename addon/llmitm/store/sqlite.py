@@ -51,6 +51,7 @@ from llmitm.store.sqlite_responses import (
     apply_saved,
     read_chain,
     read_events,
+    read_items,
     read_owner,
     read_response,
     read_seal_key,
@@ -220,6 +221,10 @@ class SqliteStore(Store, ResponseReader):
     async def chain(self, response_id: str, max_depth: int = 10_000) -> list[StoredResponse]:
         reader = await self._responses_reader()
         return [] if reader is None else await read_chain(reader, response_id, max_depth)
+
+    async def items(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        reader = await self._responses_reader()
+        return {} if reader is None else await read_items(reader, item_ids)
 
     async def events(self, response_id: str, after: int = -1) -> list[bytes]:
         reader = await self._responses_reader()

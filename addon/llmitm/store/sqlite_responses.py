@@ -32,6 +32,19 @@ _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 
 
 async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved]) -> None:
+    # A response is saved again at each status change: its items are replaced with it.
+    await db.executemany(
+        "DELETE FROM response_items WHERE response_id = ?", [(w.record.id,) for w in writes]
+    )
+    await db.executemany(
+        "INSERT OR REPLACE INTO response_items (item_id, response_id, item) VALUES (?, ?, ?)",
+        [
+            (item["id"], w.record.id, orjson.dumps(item))
+            for w in writes
+            for item in w.record.items()
+            if isinstance(item.get("id"), str)
+        ],
+    )
     await db.executemany(
         f"INSERT OR REPLACE INTO responses ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
         [
@@ -51,6 +64,7 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
 async def apply_deleted(db: aiosqlite.Connection, writes: Sequence[ResponseDeleted]) -> None:
     ids = [(w.id,) for w in writes]
     await db.executemany("DELETE FROM responses WHERE id = ?", ids)
+    await db.executemany("DELETE FROM response_items WHERE response_id = ?", ids)
     await db.executemany("DELETE FROM response_events WHERE response_id = ?", ids)
     await db.executemany("DELETE FROM response_owners WHERE id = ?", ids)
 
@@ -74,6 +88,11 @@ async def apply_purged(db: aiosqlite.Connection, writes: Sequence[ResponsesPurge
     now = max(w.now for w in writes)
     await db.execute(
         "DELETE FROM response_events WHERE response_id IN "
+        "(SELECT id FROM responses WHERE expires_at <= ?)",
+        (now,),
+    )
+    await db.execute(
+        "DELETE FROM response_items WHERE response_id IN "
         "(SELECT id FROM responses WHERE expires_at <= ?)",
         (now,),
     )
@@ -128,6 +147,21 @@ async def read_chain(
             break
         unbroken.append(record)
     return unbroken[::-1]
+
+
+async def read_items(db: aiosqlite.Connection, item_ids: Sequence[str]) -> dict[str, dict]:
+    found: dict[str, dict] = {}
+    for item_id in dict.fromkeys(item_ids):
+        sql = """
+            SELECT i.item FROM response_items AS i JOIN responses AS r ON r.id = i.response_id
+            WHERE i.item_id = ? AND (r.expires_at IS NULL OR r.expires_at > ?)
+            ORDER BY r.created_at DESC LIMIT 1
+        """
+        async with db.execute(sql, (item_id, time.time())) as cursor:
+            row = await cursor.fetchone()
+        if row:
+            found[item_id] = orjson.loads(row[0])
+    return found
 
 
 async def read_events(db: aiosqlite.Connection, response_id: str, after: int) -> list[bytes]:
