@@ -567,11 +567,13 @@ def test_native_endpoint_owns_its_ids(
     assert upstream_requests(chat) == []
 
 
-def test_without_a_store_state_lives_in_memory(tmp_path: Path) -> None:
+def test_without_a_store_state_lives_in_memory_with_the_configured_default_and_ttl(
+    tmp_path: Path,
+) -> None:
     with fake_upstream(tmp_path, "chat") as chat:
         config = CONFIG.format(chat=chat.url, responses="http://127.0.0.1:9")
-        no_store = ["--set", "llmitm_store="]
-        with llmitm_proxy(tmp_path, config=config, extra=no_store, env=KEY_ENV) as proxy:
+        options = ["--set", "llmitm_store=", "--set", "llmitm_responses_ttl=2"]
+        with llmitm_proxy(tmp_path, config=config, extra=options, env=KEY_ENV) as proxy:
             client = openai.OpenAI(
                 base_url=proxy.base_url(), api_key="k", max_retries=0, default_headers=ECHO
             )
@@ -581,4 +583,16 @@ def test_without_a_store_state_lives_in_memory(tmp_path: Path) -> None:
             )
             assert client.responses.retrieve(second.id).output_text == "Echo: two"
             assert messages_sent(chat)[-1] == [user("one"), assistant("Echo: one"), user("two")]
+            time.sleep(2.1)  # llmitm_responses_ttl=2: gone after two seconds
+            with pytest.raises(openai.NotFoundError):
+                client.responses.retrieve(second.id)
         assert not (tmp_path / "llmitm.db").exists()
+        no_default = ["--set", "llmitm_responses_store=false"]
+        with llmitm_proxy(tmp_path / "b", config=config, extra=no_default, env=KEY_ENV) as proxy:
+            client = openai.OpenAI(base_url=proxy.base_url(), api_key="k", max_retries=0)
+            unsaid = client.responses.create(model="over-chat", input="not stored")
+            assert unsaid.store is False
+            with pytest.raises(openai.NotFoundError):
+                client.responses.retrieve(unsaid.id)
+            asked = client.responses.create(model="over-chat", input="stored", store=True)
+            assert client.responses.retrieve(asked.id).store is True
