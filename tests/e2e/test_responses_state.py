@@ -279,6 +279,17 @@ def test_item_references_resolve_to_stored_items(
     ]
     listed = client.responses.input_items.list(second.id, order="asc").data
     assert [i.id for i in listed[:2]] == [asked.id, answered.id]  # stored as resolved
+    # With previous_response_id too: the chain first, then the resolved reference.
+    client.responses.create(
+        model="over-chat",
+        input=[{"type": "item_reference", "id": asked.id}],
+        previous_response_id=first.id,
+    )
+    assert messages_sent(chat)[-1] == [
+        user("remember me"),
+        assistant("Echo: remember me"),
+        user("remember me"),
+    ]
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(
             model="over-chat", input=[{"type": "item_reference", "id": "msg_unknown"}]

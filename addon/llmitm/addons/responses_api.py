@@ -229,7 +229,7 @@ class LlmResponsesApi:
         previous = body.get("previous_response_id")
         if isinstance(previous, str) and previous:
             create.previous_response_id = previous
-            changed = await self._inline_chain(body, previous, create)
+            changed = await self._inline_chain(body, previous, create) or changed
         if b'"encrypted_content"' in content and isinstance(body.get("input"), list):
             changed = restore_reasoning(body["input"], await self.state.seal()) > 0 or changed
         if changed:
