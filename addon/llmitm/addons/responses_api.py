@@ -19,10 +19,9 @@ Reads await the store (they answer the client); writes go through its queue.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,14 +36,13 @@ from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.addons.store import LlmStore
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import UpstreamRequest, send
-from llmitm.relay.jobs import RelayReply
+from llmitm.relay.frames import FramesJob, iterate
 from llmitm.responses_api import answers
 from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
-from llmitm.responses_api.chain import history_items
-from llmitm.responses_api.items import input_items
+from llmitm.responses_api.create import CreateCall, prepare_create
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
-from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
+from llmitm.responses_api.seal import ReasoningSeal
 from llmitm.routing.affinity import TtlLru
 from llmitm.routing.plan import plan_for_endpoint
 from llmitm.store.api import UsageRecord, Write
@@ -69,24 +67,6 @@ logger = logging.getLogger(__name__)
 
 CREATE_KEY = "llmitm_responses_create"
 """``flow.metadata`` key of a Responses create call's :class:`CreateCall`."""
-
-ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
-
-
-@dataclass(slots=True)
-class CreateCall:
-    """What the local Responses API learned about one create call before routing."""
-
-    store: bool
-    background: bool
-    include_encrypted: bool
-    input_items: list[dict[str, Any]] = field(default_factory=list)
-    """The request's own input, with ids (what ``input_items`` lists), when it is stored."""
-    previous_response_id: str | None = None
-    previous_owner: str | None = None
-    """The native endpoint that owns ``previous_response_id`` (for the router's affinity)."""
-    response_id: str | None = None
-    native_endpoint: str | None = None
 
 
 def answer(flow: http.HTTPFlow, local: LocalAnswer) -> None:
@@ -214,66 +194,18 @@ class LlmResponsesApi:
             return  # the router answers the 400
         if not isinstance(body, dict):
             return
-        include = body.get("include")
-        store = body.get("store")
-        create = CreateCall(
-            store=store if isinstance(store, bool) else bool(ctx.options.llmitm_responses_store),
-            background=body.get("background") is True,
-            include_encrypted=isinstance(include, list) and ENCRYPTED_INCLUDE in include,
+        create, changed = await prepare_create(
+            body,
+            content,
+            await self.state.reader(),
+            self.state.seal,
+            store_default=bool(ctx.options.llmitm_responses_store),
+            ids=random_id,
+            known_owner=self.state.owner_endpoint,
         )
-        changed = False
-        if b'"item_reference"' in content and isinstance(body.get("input"), list):
-            changed = await self._resolve_references(body["input"])
-        if create.store:
-            create.input_items = input_items(copy.deepcopy(body.get("input")), random_id)
-        previous = body.get("previous_response_id")
-        if isinstance(previous, str) and previous:
-            create.previous_response_id = previous
-            changed = await self._inline_chain(body, previous, create) or changed
-        if b'"encrypted_content"' in content and isinstance(body.get("input"), list):
-            changed = restore_reasoning(body["input"], await self.state.seal()) > 0 or changed
         if changed:
             flow.request.content = orjson.dumps(body)
         flow.metadata[CREATE_KEY] = create
-
-    async def _resolve_references(self, items: list[Any]) -> bool:
-        """Replace ``item_reference`` items by the stored items they name (in place). One
-        llmitm does not store stays: a native endpoint may own it, and a chat endpoint's
-        request mapping refuses it with a 400."""
-        wanted = [
-            item["id"]
-            for item in items
-            if isinstance(item, dict)
-            and item.get("type") == "item_reference"
-            and isinstance(item.get("id"), str)
-        ]
-        if not wanted:
-            return False
-        found = await (await self.state.reader()).items(wanted)
-        for index, item in enumerate(items):
-            if isinstance(item, dict) and item.get("type") == "item_reference":
-                stored = found.get(item.get("id"))  # type: ignore[arg-type]
-                if stored is not None:
-                    items[index] = copy.deepcopy(stored)
-        return bool(found)
-
-    async def _inline_chain(self, body: dict[str, Any], previous: str, create: CreateCall) -> bool:
-        """Replace ``previous_response_id`` by the stored conversation it names; ``False``
-        when llmitm does not store it (a native endpoint may own it, or nobody does)."""
-        reader = await self.state.reader()
-        chain = await reader.chain(previous)
-        if not chain:
-            owner = await reader.owner(previous)
-            create.previous_owner = owner.endpoint if owner else self.state.owner_endpoint(previous)
-            return False
-        new_input = body.get("input")
-        if isinstance(new_input, str):
-            new_input = [{"role": "user", "content": new_input}]
-        elif new_input is None:
-            new_input = []
-        body["input"] = history_items(chain) + (new_input if isinstance(new_input, list) else [])
-        del body["previous_response_id"]
-        return True
 
     # -- state calls ----------------------------------------------------------------------
 
@@ -361,7 +293,7 @@ class LlmResponsesApi:
             job: FramesJob = FramesJob(run.follow(after))
         else:
             frames = await reader.events(record.id, after)
-            job = FramesJob(_iterate(frames))
+            job = FramesJob(iterate(frames))
         await point_at_relay(flow, self.state.relay, job)
 
 
@@ -550,30 +482,6 @@ def _json(content: bytes | None) -> Any:
         return orjson.loads(content or b"")
     except orjson.JSONDecodeError:
         return None
-
-
-# -- relay jobs ----------------------------------------------------------------------------
-
-
-class FramesJob:
-    """Serve SSE frames from an async iterator (a live run, or stored events)."""
-
-    def __init__(self, frames: Any) -> None:
-        self.frames = frames
-
-    async def serve(self, reply: RelayReply) -> None:
-        headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
-        await reply.start(200, headers)
-        async for data in self.frames:
-            if reply.gone:
-                return  # the client left; a background run goes on without it
-            reply.write([data])
-            await reply.drain()
-
-
-async def _iterate(frames: list[bytes]) -> Any:
-    for data in frames:
-        yield data
 
 
 async def point_at_relay(flow: http.HTTPFlow, relay: LlmRelay, job: FramesJob) -> None:

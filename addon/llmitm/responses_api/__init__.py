@@ -9,6 +9,8 @@ shell is ``llmitm.addons.responses_api``.
 
 - :mod:`.paths`: which requests are state calls (OpenAI and Azure forms), and their URL on
   the native endpoint that owns an id;
+- :mod:`.create`: a create call before routing (references resolved, chain inlined,
+  sealed reasoning restored) and what is remembered about it;
 - :mod:`.items`: input items with ids, the ``input_items`` list page;
 - :mod:`.chain`: a stored ancestor chain → the conversation the next request continues;
 - :mod:`.answers`: OpenAI's bodies and errors for retrieve, delete, list and cancel;
