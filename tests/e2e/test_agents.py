@@ -225,6 +225,8 @@ async def test_responses_model_multi_turn_with_previous_response_id_over_chat_up
         ("tool", f"{TOOL_PREFIX}:x"),
     ]
     # The agent sent previous_response_id, not the history: the stored chain says so.
+    # (A read through the proxy first: it waits for the writes queued before it.)
+    assert httpx.get(f"{proxy.base_url()}/responses/resp_flush").status_code == 404
     with sqlite3.connect(proxy.log.with_name("llmitm.db")) as db:
         parents = dict(db.execute("SELECT id, previous_response_id FROM responses").fetchall())
     chain = [previous]

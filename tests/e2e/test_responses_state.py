@@ -179,6 +179,8 @@ def test_check_32_store_false_leaves_nothing(
     client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream]
 ) -> None:
     proxy, _chat, _responses = stack
+    with pytest.raises(openai.NotFoundError):  # a read flushes the writes queued before it
+        client.responses.retrieve("resp_flush")
     before = stored_ids(db_path(proxy))
     created = client.responses.create(model="over-chat", input="secret plan", store=False)
     with client.responses.stream(model="over-chat", input="again", store=False) as events:
@@ -415,21 +417,23 @@ def wait_for(client: openai.OpenAI, response_id: str, statuses: set[str], timeou
 def test_check_34_background_returns_at_once_and_completes(
     client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream]
 ) -> None:
+    with pytest.raises(openai.NotFoundError):  # a read flushes the writes queued before it
+        client.responses.retrieve("resp_flush")
     usage_before = usage_rows(db_path(stack[0]))
     started = time.monotonic()
     created = client.responses.create(
         model="over-chat",
         input="in the background",
         background=True,
-        extra_headers={"x-fake-scenario": "text;events=10;first_byte_delay_ms=2500"},
+        extra_headers={"x-fake-scenario": "text;events=10;first_byte_delay_ms=3000"},
     )
-    assert time.monotonic() - started < 1.5  # the upstream needs 2.5 s: nobody waited for it
+    assert time.monotonic() - started < 2.5  # the upstream needs 3 s: nobody waited for it
     assert created.status in ("queued", "in_progress") and created.background is True
     done = wait_for(client, created.id, {"completed", "failed"})
     assert done.status == "completed", done
     assert done.id == created.id and done.background is True
     assert done.output_text == "Hello from the fake upstream. Hello from the fake upstream."
-    assert time.monotonic() - started >= 2.5
+    assert time.monotonic() - started >= 3
     assert done.usage is not None and done.usage.output_tokens > 0
     # No flow carried the upstream call; its usage is accounted all the same.
     assert usage_rows(db_path(stack[0])) == usage_before + 1
