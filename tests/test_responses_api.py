@@ -15,6 +15,7 @@ import pytest
 from llmitm.responses_api import answers
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.chain import history_items
+from llmitm.responses_api.create import prepare_create
 from llmitm.responses_api.items import PageError, input_items, list_page
 from llmitm.responses_api.paths import classify_state_path, owner_url
 from llmitm.responses_api.seal import ReasoningSeal, reasoning_text, restore_reasoning
@@ -435,3 +436,45 @@ async def test_memory_responses_read_like_sqlite() -> None:
     memory.apply(ResponseDeleted("r1"))
     assert [r.id for r in await memory.chain("r2")] == ["r2"]
     assert await memory.items(["msg_r1"]) == {}
+
+
+# -- a create call before routing ------------------------------------------------------------------
+
+
+async def test_prepare_create_inlines_the_chain_and_remembers_the_new_input() -> None:
+    memory = MemoryResponses()
+    memory.apply(ResponseSaved(_record("r1", None, "one", "1")))
+    memory.apply(ResponseOwned(ResponseOwner("resp_native", "azure", 1.0)))
+    seal = ReasoningSeal()
+
+    async def sealer() -> ReasoningSeal:
+        return seal
+
+    body: dict[str, Any] = {"model": "m", "input": "two", "previous_response_id": "r1"}
+    create, changed = await prepare_create(
+        body, orjson.dumps(body), memory, sealer, store_default=True, ids=CountingIds()
+    )
+    assert changed and "previous_response_id" not in body
+    assert [i.get("role") for i in body["input"]] == ["user", "assistant", "user"]
+    assert create.previous_response_id == "r1" and create.store is True
+    assert [i["content"][0]["text"] for i in create.input_items] == ["two"]  # only the new
+
+    native = {"model": "m", "input": "x", "previous_response_id": "resp_native", "store": False}
+    create, changed = await prepare_create(
+        native, orjson.dumps(native), memory, sealer, store_default=True, ids=CountingIds()
+    )
+    assert not changed and native["previous_response_id"] == "resp_native"
+    assert create.previous_owner == "azure" and create.store is False
+    assert create.input_items == []  # not stored: nothing kept
+
+    token = seal.seal({"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]})
+    sealed = {
+        "model": "m",
+        "include": ["reasoning.encrypted_content"],
+        "input": [{"type": "reasoning", "summary": [], "encrypted_content": token}],
+    }
+    create, changed = await prepare_create(
+        sealed, orjson.dumps(sealed), memory, sealer, store_default=False, ids=CountingIds()
+    )
+    assert changed and create.include_encrypted and create.store is False
+    assert sealed["input"][0]["content"] == [{"type": "reasoning_text", "text": "t"}]
