@@ -18,12 +18,14 @@ Scenarios (both APIs, streamed and not):
   tool-loop        after a tool result: "Tool result: <output>"; else one call of the first
                    function tool, arguments built from its JSON schema (a ``cmd`` string
                    property gets "echo llmitm-tool-ok")
-  tools-parallel   the same with two calls (of ``lookup`` if no tool is declared)
+  tools-parallel   the same with two calls (of ``lookup`` if no tool is declared);
+                   option ``reasoning``: reasoning before each answer
   refusal          a refusal instead of text
   length           a cut answer: finish_reason length / response.incomplete (max_output_tokens)
   content-filter   finish_reason content_filter / response.incomplete (content_filter)
   error-midstream  two text deltas, then a chat error chunk / Responses ``error`` and
                    ``response.failed`` (HTTP 500 when not streamed)
+  echo             "Echo: <the last user message's text>", so each turn's answer differs
 
 Options for any scenario: ``status=N`` (+ ``retry_after=S``, ``retry_after_ms=M``),
 ``context_error`` (llama.cpp's 400), ``disconnect_after=N`` (abort after N events),
@@ -79,6 +81,7 @@ SCENARIOS = (
     "length",
     "content-filter",
     "error-midstream",
+    "echo",
 )
 ANSWER = ("Hello", " from", " the", " fake", " upstream.")
 REASONING = (("The user", " wants", " a short", " greeting."), ("I will", " answer", " briefly."))
@@ -215,6 +218,17 @@ def trailing_tool_results(body: JSON) -> list[str]:
     return results[::-1]
 
 
+def last_user_text(body: JSON) -> str:
+    """The text of the conversation's last user turn (a string input is one)."""
+    turns = body.get("messages", body.get("input"))
+    if isinstance(turns, str):
+        return turns
+    for turn in reversed(turns if isinstance(turns, list) else []):
+        if isinstance(turn, dict) and turn.get("role") == "user":
+            return content_text(turn.get("content"))
+    return ""
+
+
 def example_value(name: str, schema: Any) -> Any:
     """A value that satisfies a property's JSON schema type."""
     schema = schema if isinstance(schema, dict) else {}
@@ -318,18 +332,20 @@ def build_plan(scenario: Scenario, body: JSON, new_call_id: Callable[[], str]) -
     """Decide what to answer for this scenario and request."""
     name = scenario.name
     answer = answer_deltas(scenario)
+    reasoning = [list(part) for part in REASONING]
     if name in ("tool-loop", "tools-parallel"):
+        # Option ``reasoning``: the model thinks before each answer (Codex's reasoning loop).
+        thought = reasoning if scenario.flag("reasoning") else []
         results = trailing_tool_results(body)
         if results:
-            return Plan(text=words("Tool result: " + "; ".join(results)))
+            return Plan(reasoning=thought, text=words("Tool result: " + "; ".join(results)))
         tool = (declared_functions(body) or [LOOKUP_TOOL])[0]
         count = 2 if name == "tools-parallel" else 1
         calls = [
             Call(new_call_id(), tool["name"], example_arguments(tool["parameters"]))
             for _ in range(count)
         ]
-        return Plan(calls=calls, finish="tool_calls")
-    reasoning = [list(part) for part in REASONING]
+        return Plan(reasoning=thought, calls=calls, finish="tool_calls")
     plans = {
         "reasoning": lambda: Plan(reasoning=reasoning, text=answer),
         "think": lambda: inline_think(Plan(reasoning=reasoning, text=answer)),
@@ -337,6 +353,7 @@ def build_plan(scenario: Scenario, body: JSON, new_call_id: Callable[[], str]) -
         "length": lambda: Plan(text=list(ANSWER[:3]), finish="length"),
         "content-filter": lambda: Plan(text=list(ANSWER[:2]), finish="content_filter"),
         "error-midstream": lambda: Plan(text=list(ANSWER[:2]), finish="error"),
+        "echo": lambda: Plan(text=words("Echo: " + last_user_text(body))),
     }
     return plans.get(name, lambda: Plan(text=answer))()
 

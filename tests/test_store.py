@@ -49,7 +49,10 @@ class Note:
     text: str
 
 
-NOTES = Migration(2, "notes", ("CREATE TABLE notes (text TEXT NOT NULL CHECK (text != 'bad'))",))
+# The steps a test adds go after llmitm's own, whatever their number.
+NOTES = Migration(
+    len(MIGRATIONS) + 1, "notes", ("CREATE TABLE notes (text TEXT NOT NULL CHECK (text != 'bad'))",)
+)
 
 
 async def apply_notes(db: aiosqlite.Connection, notes: Sequence[Note]) -> None:
@@ -222,19 +225,20 @@ async def test_unknown_write_kind_is_refused_at_submit(tmp_path: Path) -> None:
 
 async def test_migrations_run_once_and_set_user_version(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    seed = Migration(3, "seed", ("INSERT INTO notes (text) VALUES ('seeded')",))
+    latest = len(MIGRATIONS) + 2
+    seed = Migration(latest, "seed", ("INSERT INTO notes (text) VALUES ('seeded')",))
     steps = (*MIGRATIONS, NOTES, seed)
     for _ in range(2):
         async with SqliteStore(path, migrations=steps) as store:
-            assert store.schema_version == 3
+            assert store.schema_version == latest
     assert count(path, "notes") == 1
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
-    with pytest.raises(SchemaTooNew, match="schema version 3"):
+        assert db.execute("PRAGMA user_version").fetchone()[0] == latest
+    with pytest.raises(SchemaTooNew, match=f"schema version {latest}"):
         await SqliteStore(path).open()  # an older llmitm must not touch a newer file
-    with pytest.raises(ValueError, match="version 5"):
+    with pytest.raises(ValueError, match=f"version {latest + 3}"):
         await SqliteStore(
-            tmp_path / "t.db", migrations=(*MIGRATIONS, replace(seed, version=5))
+            tmp_path / "t.db", migrations=(*MIGRATIONS, replace(seed, version=latest + 3))
         ).open()
 
 

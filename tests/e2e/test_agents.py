@@ -11,7 +11,9 @@ result went back upstream in the upstream's own API.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
+from typing import Any
 
 import httpx2 as httpx
 import openai
@@ -165,4 +167,70 @@ async def test_chat_model_over_responses_upstream(
     assert output["call_id"] == call["call_id"]
     assert f"{TOOL_PREFIX}:x" in str(output["output"])
     assert items.index(call) < items.index(output)
+    assert "Traceback" not in proxy.log_text()
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_responses_model_multi_turn_with_previous_response_id_over_chat_upstream(
+    proxy: Proxy, stack: tuple[Proxy, Upstream, Upstream], streamed: bool
+) -> None:
+    """Two agent turns chained by ``previous_response_id`` (the agent sends only the new
+    items; every model call inside a turn chains on the one before): llmitm stores each
+    response and rebuilds the whole conversation for the chat upstream."""
+    _proxy, chat, _responses = stack
+    client = client_for(proxy)
+    agent = Agent(
+        name="coder",
+        instructions="Use lookup_code, then answer with what it returned.",
+        model=OpenAIResponsesModel(model="over-chat", openai_client=client),
+        tools=[lookup_code],
+    )
+    try:
+        previous = None
+        for question in ("What is the code for x?", "And for y?"):
+            if streamed:
+                running = Runner.run_streamed(
+                    agent, question, previous_response_id=previous, auto_previous_response_id=True
+                )
+                [_ async for _ in running.stream_events()]
+                result: Any = running
+            else:
+                result = await Runner.run(
+                    agent, question, previous_response_id=previous, auto_previous_response_id=True
+                )
+            previous = result.last_response_id
+            assert previous
+        final = str(result.final_output)
+    finally:
+        await client.close()
+
+    assert calls == ["x", "x"]  # the fake fills every string argument with "x"
+    assert f"{TOOL_PREFIX}:x" in final
+    sent = upstream_requests(chat)
+    assert len(sent) == 4  # two model calls per turn: the tool call, then the answer
+    last = sent[-1]["body"]["messages"]
+    conversation = [
+        (m["role"], m.get("content") if m["role"] != "assistant" or not m.get("tool_calls")
+         else orjson.loads(m["tool_calls"][0]["function"]["arguments"])["topic"])
+        for m in last
+    ]  # fmt: skip
+    assert conversation == [
+        ("system", "Use lookup_code, then answer with what it returned."),
+        ("user", "What is the code for x?"),
+        ("assistant", "x"),
+        ("tool", f"{TOOL_PREFIX}:x"),
+        ("assistant", f"Tool result: {TOOL_PREFIX}:x"),
+        ("user", "And for y?"),
+        ("assistant", "x"),
+        ("tool", f"{TOOL_PREFIX}:x"),
+    ]
+    # The agent sent previous_response_id, not the history: the stored chain says so.
+    # (A read through the proxy first: it waits for the writes queued before it.)
+    assert httpx.get(f"{proxy.base_url()}/responses/resp_flush").status_code == 404
+    with sqlite3.connect(proxy.log.with_name("llmitm.db")) as db:
+        parents = dict(db.execute("SELECT id, previous_response_id FROM responses").fetchall())
+    chain = [previous]
+    while parents.get(chain[-1]):
+        chain.append(parents[chain[-1]])
+    assert len(chain) == 4, chain
     assert "Traceback" not in proxy.log_text()

@@ -100,3 +100,48 @@ def test_codex_tool_loop_over_chat_upstream(
     log = proxy.log_text()
     assert log.count("dropped hosted tool 'web_search'") == 2, log[-3000:]  # once per turn
     assert "Traceback" not in log, log[-3000:]
+
+
+THOUGHT = "The user wants a short greeting.\n\nI will answer briefly."  # the fake's reasoning
+
+
+def test_codex_store_false_reasoning_round_trip_over_chat_upstream(
+    stack: tuple[Proxy, Upstream], run_codex: Callable[..., CodexResult], tmp_path: Path
+) -> None:
+    """Codex keeps its conversation itself (``store: false``, ``include:
+    ["reasoning.encrypted_content"]``): llmitm gives its reasoning items an opaque token,
+    Codex sends them back with the next turn, and the chat upstream sees turn 1's reasoning
+    on the assistant turn that made the tool call (backends with interleaved thinking need
+    it). That the token alone restores it is test_responses_state's
+    ``test_store_false_reasoning_comes_back_from_encrypted_content``."""
+    proxy, chat = stack
+    httpx.post(f"{chat.url}/_reset")
+    home = tmp_path / "codex-home"
+    result = run_codex(
+        "Run the command.",
+        f"http://127.0.0.1:{proxy.port('reverse')}/v1",
+        tmp_path / "work",
+        timeout=120,
+        model="codex-test",
+        provider={"http_headers": {"x-fake-scenario": "tool-loop;reasoning"}},
+        codex_home=home,
+    )
+    output = f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, output
+    assert TOOL_OUTPUT in result.stdout, output
+
+    rollout = [
+        orjson.loads(line)["payload"]
+        for path in home.glob("sessions/**/rollout-*.jsonl")
+        for line in path.read_text().splitlines()
+        if '"type":"reasoning"' in line
+    ]
+    tokens = [item["encrypted_content"] for item in rollout if item.get("type") == "reasoning"]
+    assert len(tokens) == 2, rollout  # one reasoning item per turn, each with llmitm's token
+    assert all(token.startswith("gAAAAA") and "greeting" not in token for token in tokens)
+
+    first, second = (sent["body"] for sent in upstream_requests(chat))
+    assert all(m.get("reasoning_content") is None for m in first["messages"])
+    assistant = next(m for m in second["messages"] if m.get("tool_calls"))
+    assert assistant["reasoning_content"] == THOUGHT
+    assert "Traceback" not in proxy.log_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import LlmResponses
+from llmitm.addons.responses_api import LlmResponsesApi, LlmResponsesRecorder, ResponsesState
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.store import LlmStore
@@ -15,14 +16,20 @@ def make_addons() -> list[object]:
     """llmitm's addons, in the order a flow meets them."""
     settings = LlmitmSettings()
     store = LlmStore(settings)  # opened in running, before the listen file says "ready"
-    relay = LlmRelay()  # started in running: failover goes through it
-    # LlmUsage reads a non-streamed body before LlmResponses translates it.
+    relay = LlmRelay()  # started in running: failover, background runs and resumes use it
+    state = ResponsesState(settings, store, relay)
+    # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
+    # its done() (ending live background runs) comes before the store closes. LlmUsage reads
+    # a non-streamed body before LlmResponses translates it; LlmResponsesRecorder stores the
+    # translated one.
     return [
         settings,
+        LlmResponsesApi(state),
         store,
         relay,
         LlmRouter(settings, relay),
         LlmUsage(store),
         LlmResponses(),
+        LlmResponsesRecorder(state),
         ListenFile(),
     ]

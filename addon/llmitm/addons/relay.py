@@ -40,6 +40,7 @@ class LlmRelay:
 
     def __init__(self) -> None:
         self.server: RelayServer | None = None
+        """The listening server; ``None`` before ``running`` has started it and after ``done``."""
         self._starting: asyncio.Task[None] | None = None
 
     def running(self) -> asyncio.Task[None] | None:
@@ -63,8 +64,16 @@ class LlmRelay:
             return
         self.server = server
 
-    def ready(self) -> RelayServer | None:
-        """The running server, ``None`` while it is not listening."""
+    def listening(self) -> RelayServer | None:
+        """The running server, ``None`` while it is not listening (never waits)."""
+        return self.server
+
+    async def ready(self) -> RelayServer:
+        """The listening server, waiting for start-up if a flow arrives during it."""
+        if self.server is None and self._starting is not None:
+            await asyncio.shield(self._starting)
+        if self.server is None:
+            raise RuntimeError("llmitm's relay is not running")
         return self.server
 
     def point(self, flow: http.HTTPFlow, url: str) -> None:

@@ -141,7 +141,7 @@ class LlmRouter:
         previous = body.get("previous_response_id")
         if isinstance(previous, str) and previous:
             routed.previous_response_id = previous
-        relay = self.relay.ready() if self.relay is not None else None
+        relay = self.relay.listening() if self.relay is not None else None
         if routing.relayed(route) and relay is not None:
             if route.affinity:
                 conversation = fingerprint(body)

@@ -84,6 +84,13 @@ class LlmStore:
         for write in pending:
             store.submit(write)
 
+    async def ready(self) -> Store | None:
+        """The store once it is open (waiting while it opens), ``None`` when there is none."""
+        opening = self._opening
+        if opening is not None and not opening.done():
+            await asyncio.shield(opening)
+        return self.store
+
     def submit(self, write: Write) -> None:
         """Hand ``write`` to the store without waiting; a no-op when there is none."""
         store = self.store

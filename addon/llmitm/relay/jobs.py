@@ -51,6 +51,11 @@ class RelayReply:
             b"".join([b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces if piece])
         )
 
+    @property
+    def gone(self) -> bool:
+        """mitmproxy closed this connection (its client went away): stop writing."""
+        return self._writer.transport.is_closing()
+
     async def drain(self) -> None:
         # Await only when mitmproxy reads slower than the job writes.
         if self._writer.transport.get_write_buffer_size() > DRAIN_ABOVE:

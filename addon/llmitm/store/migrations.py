@@ -53,6 +53,58 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX usage_at ON usage (at_us)",
         ),
     ),
+    Migration(
+        2,
+        "responses",
+        (
+            # Responses llmitm answers over chat-only endpoints (store.sqlite_responses).
+            # JSON blobs: only the sans-IO local Responses API looks inside them.
+            """
+            CREATE TABLE responses (
+                id TEXT PRIMARY KEY,
+                response BLOB NOT NULL,
+                input_items BLOB NOT NULL,
+                previous_response_id TEXT,
+                created_at REAL NOT NULL,
+                expires_at REAL
+            )
+            """,
+            "CREATE INDEX responses_expires ON responses (expires_at) WHERE expires_at IS NOT NULL",
+            # Every input and output item with an id, for input item_reference {id}.
+            """
+            CREATE TABLE response_items (
+                item_id TEXT NOT NULL,
+                response_id TEXT NOT NULL,
+                item BLOB NOT NULL,
+                PRIMARY KEY (item_id, response_id)
+            ) WITHOUT ROWID
+            """,
+            "CREATE INDEX response_items_response ON response_items (response_id)",
+            # Events of background responses, for GET ?stream=true&starting_after=N.
+            """
+            CREATE TABLE response_events (
+                response_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                event BLOB NOT NULL,
+                PRIMARY KEY (response_id, seq)
+            ) WITHOUT ROWID
+            """,
+            # Ids minted by native Responses endpoints: where their retrieve/delete/… go.
+            """
+            CREATE TABLE response_owners (
+                id TEXT PRIMARY KEY,
+                endpoint TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                expires_at REAL
+            )
+            """,
+            # The key that seals reasoning into encrypted_content, made once, with the schema,
+            # under the migration's lock: every process sharing this file agrees on it, and
+            # tokens stay valid across restarts. It never leaves the (0600) database.
+            "CREATE TABLE llmitm_secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
+            "INSERT INTO llmitm_secrets (name, value) VALUES ('reasoning-seal', randomblob(32))",
+        ),
+    ),
 )
 
 

@@ -33,6 +33,29 @@ import aiosqlite
 
 from llmitm.store.api import GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew, migrate, user_version
+from llmitm.store.responses import (
+    ResponseDeleted,
+    ResponseEvents,
+    ResponseOwned,
+    ResponseOwner,
+    ResponseReader,
+    ResponseSaved,
+    ResponsesPurged,
+    StoredResponse,
+)
+from llmitm.store.sqlite_responses import (
+    apply_deleted,
+    apply_events,
+    apply_owned,
+    apply_purged,
+    apply_saved,
+    read_chain,
+    read_events,
+    read_items,
+    read_owner,
+    read_response,
+    read_seal_key,
+)
 from llmitm.store.sqlite_usage import apply_usage, usage_rows
 from llmitm.store.writer import BatchOutcome, WriteQueue
 
@@ -42,12 +65,19 @@ SqliteApplier = Callable[[aiosqlite.Connection, Sequence[Any]], Awaitable[None]]
 
 DEFAULT_APPLIERS: Mapping[type, SqliteApplier] = {
     UsageRecord: apply_usage,
+    ResponseSaved: apply_saved,
+    ResponseDeleted: apply_deleted,
+    ResponseEvents: apply_events,
+    ResponseOwned: apply_owned,
+    ResponsesPurged: apply_purged,
 }
+
+_RESPONSES_SCHEMA = 2  # the migration that created the Responses state tables
 
 _BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 
 
-class SqliteStore(Store):
+class SqliteStore(Store, ResponseReader):
     """The store in the SQLite file at ``path`` (created, with its folder, mode 0600).
 
     ``max_queue``: writes waiting for the writer before ``submit`` starts dropping.
@@ -172,6 +202,41 @@ class SqliteStore(Store):
         if self.schema_version < 1:
             return []  # read-only over a file no llmitm has migrated yet: nothing recorded
         return await usage_rows(reader, since, group_by)
+
+    # -- Responses state (store.responses): read after the writes submitted before the call,
+    # so a client that retrieves right after its create sees it.
+
+    async def _responses_reader(self) -> aiosqlite.Connection | None:
+        reader = self._read_connection()
+        if self.schema_version < _RESPONSES_SCHEMA:
+            return None
+        if not self.read_only:
+            await self.flush()
+        return reader
+
+    async def response(self, response_id: str) -> StoredResponse | None:
+        reader = await self._responses_reader()
+        return None if reader is None else await read_response(reader, response_id)
+
+    async def chain(self, response_id: str, max_depth: int = 10_000) -> list[StoredResponse]:
+        reader = await self._responses_reader()
+        return [] if reader is None else await read_chain(reader, response_id, max_depth)
+
+    async def items(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        reader = await self._responses_reader()
+        return {} if reader is None else await read_items(reader, item_ids)
+
+    async def events(self, response_id: str, after: int = -1) -> list[bytes]:
+        reader = await self._responses_reader()
+        return [] if reader is None else await read_events(reader, response_id, after)
+
+    async def owner(self, response_id: str) -> ResponseOwner | None:
+        reader = await self._responses_reader()
+        return None if reader is None else await read_owner(reader, response_id)
+
+    async def seal_key(self) -> bytes | None:
+        reader = await self._responses_reader()
+        return None if reader is None else await read_seal_key(reader)
 
     def _read_connection(self) -> aiosqlite.Connection:
         if self._reader is None:

@@ -226,6 +226,8 @@ def chat_completion_to_response(
     output: list[dict[str, Any]] = []
     if reasoning:
         output.append(reasoning_item(ids("rs"), [reasoning]))
+        if context.seal_reasoning is not None:
+            output[-1]["encrypted_content"] = context.seal_reasoning(output[-1])
 
     has_calls = bool(message.get("tool_calls")) or isinstance(message.get("function_call"), dict)
     parts: list[dict[str, Any]] = []

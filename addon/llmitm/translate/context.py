@@ -9,6 +9,7 @@ stream translators of the same exchange.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -70,6 +71,9 @@ class TranslationContext:
     """Chat function name → the Responses tool it stands for (custom and namespaced tools)."""
     response_id: str | None = None
     """Id for the synthesized Response (store emulation assigns it); minted when ``None``."""
+    seal_reasoning: Callable[[dict[str, Any]], str] | None = None
+    """Makes a reasoning item's ``encrypted_content`` (the local Responses API sets it when
+    the client asked for ``reasoning.encrypted_content``); called once per reasoning item."""
 
 
 @dataclass(slots=True)

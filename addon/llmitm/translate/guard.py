@@ -56,14 +56,14 @@ class StreamGuard:
         self._last_sequence = -1
         self._response: dict[str, Any] | None = None
 
-    def start(self) -> bytes:
-        return b""
-
     @property
     def response_id(self) -> str | None:
-        """A Responses stream's id (from its ``response.created``), once seen."""
-        value = (self._response or {}).get("id")
-        return value if isinstance(value, str) else None
+        """The id in a Responses stream's ``response.created`` (for the id's owner)."""
+        response_id = (self._response or {}).get("id")
+        return response_id if isinstance(response_id, str) else None
+
+    def start(self) -> bytes:
+        return b""
 
     def feed(self, chunk: bytes) -> bytes:
         if not self._held and chunk.endswith((b"\n\n", b"\r\n\r\n")):

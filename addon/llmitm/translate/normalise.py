@@ -122,6 +122,11 @@ class ResponsesNormaliser:
         self.usage: dict[str, Any] | None = None
         """The upstream terminal event's usage (Responses shape), for accounting."""
 
+    @property
+    def response_id(self) -> str | None:
+        """The upstream's response id (the endpoint that minted it owns its state)."""
+        return self._response["id"] if self._response is not None else None
+
     def feed(self, event: dict[str, Any]) -> list[Event]:
         if self.finished:
             return []

@@ -116,14 +116,22 @@ def responses_request_to_chat(
 def _require_history(body: dict[str, Any], history: list[dict[str, Any]] | None) -> None:
     if history is not None:
         return
-    for field in ("previous_response_id", "conversation"):
-        if body.get(field) is not None:
-            raise TranslationError(
-                f"{field} refers to server-side state that llmitm's response store must "
-                "resolve first; enable the store or resend the full conversation in input.",
-                param=field,
-                code="previous_response_not_found",
-            )
+    previous = body.get("previous_response_id")
+    if previous is not None:
+        # The local Responses API inlines the chains it stores: this id is unknown (OpenAI's
+        # own 400, word for word).
+        raise TranslationError(
+            f"Previous response with id '{previous}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    if body.get("conversation") is not None:
+        raise TranslationError(
+            "conversation refers to server-side state that llmitm's response store must "
+            "resolve first; enable the store or resend the full conversation in input.",
+            param="conversation",
+            code="previous_response_not_found",
+        )
 
 
 def _messages(

@@ -95,6 +95,8 @@ class ChatToResponsesStream:
         self.finished = False
         self._saw_done = False
         self.error: ApiError | None = None
+        self.final_response: dict[str, Any] | None = None
+        """The terminal event's Response object (what the store keeps), once finished."""
         self.anomalies: list[str] = []
         """Upstream oddities worth a log line (deltas for a call already closed, …)."""
 
@@ -504,6 +506,8 @@ class ChatToResponsesStream:
         }
         if status != "completed":
             item["status"] = status
+        if self.context.seal_reasoning is not None:
+            item["encrypted_content"] = self.context.seal_reasoning(item)
         self._done_item(item, reasoning.output_index, out)
 
     def _close_part(self, message: _Message, out: list[Event]) -> None:
@@ -590,6 +594,7 @@ class ChatToResponsesStream:
         response["output"] = list(self._output)
         response["usage"] = chat_usage_to_responses(self.usage)
         out.append(self._event(event_type, response=response))
+        self.final_response = response
         self.finished = True
 
     def _fail(self, error: ApiError, out: list[Event], *, with_error_event: bool) -> None:
@@ -604,6 +609,7 @@ class ChatToResponsesStream:
         response["output"] = list(self._output)
         response["usage"] = chat_usage_to_responses(self.usage)
         out.append(self._event("response.failed", response=response))
+        self.final_response = response
         self.finished = True
 
     def _terminal_response(self) -> dict[str, Any]:

@@ -1,0 +1,19 @@
+"""The local Responses API: OpenAI's server state (``store``, ``previous_response_id``,
+retrieve, delete, ``input_items``, ``background``, cancel, stream resume, reasoning
+continuity) for Responses clients whose endpoint only speaks Chat Completions.
+
+Sans-IO like the translators: dicts and records in, answers and writes out. The store is
+reached only through :class:`llmitm.store.responses.ResponseReader` (reads) and ``submit``
+(writes), the upstream only through an injected opener (:mod:`.background`); the mitmproxy
+shell is ``llmitm.addons.responses_api``.
+
+- :mod:`.paths`: which requests are state calls (OpenAI and Azure forms), and their URL on
+  the native endpoint that owns an id;
+- :mod:`.create`: a create call before routing (references resolved, chain inlined,
+  sealed reasoning restored) and what is remembered about it;
+- :mod:`.items`: input items with ids, the ``input_items`` list page;
+- :mod:`.chain`: a stored ancestor chain → the conversation the next request continues;
+- :mod:`.answers`: OpenAI's bodies and errors for retrieve, delete, list and cancel;
+- :mod:`.seal`: reasoning sealed into ``encrypted_content`` and opened again;
+- :mod:`.background`: a background response run by llmitm itself, resumable by sequence.
+"""

@@ -1,0 +1,117 @@
+"""A Responses create call before routing: what the local Responses API must remember about
+it, and the stateless request the router will translate.
+
+- ``item_reference`` items become the stored items they name;
+- ``previous_response_id`` becomes its stored chain, inlined before the new input (and is
+  removed, so the chat translation sees a plain conversation); an id llmitm does not store
+  is left alone — a native endpoint may own it (:attr:`CreateCall.previous_owner`), or it
+  is unknown and request mapping answers OpenAI's 400;
+- reasoning items carrying llmitm's ``encrypted_content`` get their reasoning back.
+
+The request's own input, with ids, is kept for ``input_items`` when it is stored.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmitm.responses_api.chain import history_items
+from llmitm.responses_api.items import input_items
+from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
+from llmitm.store.responses import ResponseReader
+from llmitm.wire.ids import IdFactory
+
+ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
+
+
+@dataclass(slots=True)
+class CreateCall:
+    """What the local Responses API learned about one create call before routing."""
+
+    store: bool
+    background: bool
+    include_encrypted: bool
+    input_items: list[dict[str, Any]] = field(default_factory=list)
+    """The request's own input, with ids (what ``input_items`` lists), when it is stored."""
+    previous_response_id: str | None = None
+    previous_owner: str | None = None
+    """The native endpoint that owns ``previous_response_id`` (for the router's affinity)."""
+    response_id: str | None = None
+    """The id llmitm gives a translated response (set once the router has planned it)."""
+    native_endpoint: str | None = None
+    """The native endpoint the call went to, which owns the id it mints."""
+
+
+async def prepare_create(
+    body: dict[str, Any],
+    content: bytes,
+    reader: ResponseReader,
+    seal: Callable[[], Awaitable[ReasoningSeal]],
+    *,
+    store_default: bool,
+    ids: IdFactory,
+    known_owner: Callable[[str], str | None] = lambda _id: None,
+) -> tuple[CreateCall, bool]:
+    """The create call's facts, and whether ``body`` was changed (in place). ``content`` is
+    the raw body, for cheap checks before looking at items."""
+    include = body.get("include")
+    store = body.get("store")
+    create = CreateCall(
+        store=store if isinstance(store, bool) else store_default,
+        background=body.get("background") is True,
+        include_encrypted=isinstance(include, list) and ENCRYPTED_INCLUDE in include,
+    )
+    changed = False
+    if b'"item_reference"' in content and isinstance(body.get("input"), list):
+        changed = await resolve_references(body["input"], reader)
+    if create.store:
+        create.input_items = input_items(copy.deepcopy(body.get("input")), ids)
+    previous = body.get("previous_response_id")
+    if isinstance(previous, str) and previous:
+        create.previous_response_id = previous
+        chain = await reader.chain(previous)
+        if chain:
+            inline_chain(body, history_items(chain))
+            changed = True
+        else:
+            owner = await reader.owner(previous)
+            create.previous_owner = owner.endpoint if owner else known_owner(previous)
+    if b'"encrypted_content"' in content and isinstance(body.get("input"), list):
+        changed = restore_reasoning(body["input"], await seal()) > 0 or changed
+    return create, changed
+
+
+async def resolve_references(items: list[Any], reader: ResponseReader) -> bool:
+    """Replace ``item_reference`` items by the stored items they name (in place); whether
+    any was. One llmitm does not store stays: a native endpoint may own it, and a chat
+    endpoint's request mapping refuses it with a 400."""
+    wanted = [
+        item["id"]
+        for item in items
+        if isinstance(item, dict)
+        and item.get("type") == "item_reference"
+        and isinstance(item.get("id"), str)
+    ]
+    if not wanted:
+        return False
+    found = await reader.items(wanted)
+    for index, item in enumerate(items):
+        if isinstance(item, dict) and item.get("type") == "item_reference":
+            stored = found.get(item.get("id"))  # type: ignore[arg-type]
+            if stored is not None:
+                items[index] = copy.deepcopy(stored)
+    return bool(found)
+
+
+def inline_chain(body: dict[str, Any], history: list[dict[str, Any]]) -> None:
+    """``history`` before the new input, and no ``previous_response_id`` any more."""
+    new_input = body.get("input")
+    if isinstance(new_input, str):
+        new_input = [{"role": "user", "content": new_input}]
+    elif not isinstance(new_input, list):
+        new_input = []
+    body["input"] = history + new_input
+    del body["previous_response_id"]

@@ -1,0 +1,107 @@
+"""Input items as OpenAI stores them, and the ``input_items`` list page.
+
+A request's ``input`` (a string or items, some without ``type``, ``id`` or ``status``) is
+stored as OpenAI lists it back: every item typed and with an id, message content as parts.
+Ids the client sent are kept (they name items of earlier responses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llmitm.wire.ids import IdFactory
+
+_ID_PREFIX = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "reasoning": "rs",
+    "item_reference": "ref",
+}
+
+
+def input_items(value: Any, ids: IdFactory) -> list[dict[str, Any]]:
+    """``input`` as stored items: a string is one user message; each item gets a type, an
+    id and (messages) a list of content parts. Non-object items are left out here: request
+    mapping rejects them with a 400 before anything is stored."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [{"role": "user", "content": value}]
+    if not isinstance(value, list):
+        return []
+    return [_item(item, ids) for item in value if isinstance(item, dict)]
+
+
+def _item(item: dict[str, Any], ids: IdFactory) -> dict[str, Any]:
+    kind = item.get("type") or ("message" if "role" in item else "item")
+    stored: dict[str, Any] = {"id": item.get("id") or ids(_ID_PREFIX.get(kind, "item"))}
+    stored.update(item)
+    stored["type"] = kind
+    if kind == "message":
+        role = item.get("role")
+        content = item.get("content")
+        if isinstance(content, str):
+            part = "output_text" if role == "assistant" else "input_text"
+            stored["content"] = [{"type": part, "text": content}]
+        elif content is None:
+            stored["content"] = []
+        stored.setdefault("status", "completed")
+    elif kind in ("function_call", "function_call_output", "custom_tool_call_output"):
+        stored.setdefault("status", "completed")
+    return stored
+
+
+@dataclass(frozen=True, slots=True)
+class PageError(Exception):
+    """A list parameter OpenAI would refuse (400)."""
+
+    message: str
+    param: str
+
+
+def list_page(
+    items: list[dict[str, Any]],
+    *,
+    limit: str | None = None,
+    order: str | None = None,
+    after: str | None = None,
+) -> dict[str, Any]:
+    """OpenAI's list object over ``items`` (stored oldest first): ``order`` ``desc`` (the
+    default) lists newest first, ``after`` starts past that item id, ``limit`` 1–100
+    (default 20), ``has_more`` says whether items remain past the page."""
+    size = _limit(limit)
+    if order not in (None, "asc", "desc"):
+        raise PageError(f"Invalid order {order!r}: expected 'asc' or 'desc'.", "order")
+    ordered = items if order == "asc" else items[::-1]
+    start = 0
+    if after:
+        positions = [i for i, item in enumerate(ordered) if item.get("id") == after]
+        # An unknown cursor lists nothing (there is nothing "after" it), as a stale cursor
+        # on OpenAI's list endpoints does.
+        start = positions[0] + 1 if positions else len(ordered)
+    data = ordered[start : start + size]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": start + size < len(ordered),
+    }
+
+
+def _limit(value: str | None) -> int:
+    if value is None or value == "":
+        return 20
+    try:
+        limit = int(value)
+    except ValueError:
+        raise PageError(f"Invalid limit {value!r}: expected an integer.", "limit") from None
+    if not 1 <= limit <= 100:
+        raise PageError(
+            f"Invalid limit {limit}: expected a value between 1 and 100.", "limit"
+        ) from None
+    return limit

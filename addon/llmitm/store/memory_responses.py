@@ -1,0 +1,95 @@
+"""Responses state in memory, for a proxy that keeps no store (``llmitm_store=""``).
+
+The same reads as the SQLite store and the same writes, applied at once; everything is
+lost when the process ends (and the reasoning seal key with it). Bounded: past
+``max_responses`` the oldest responses (and their events) are forgotten first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from llmitm.store.responses import (
+    ResponseDeleted,
+    ResponseEvents,
+    ResponseOwned,
+    ResponseOwner,
+    ResponseReader,
+    ResponseSaved,
+    ResponsesPurged,
+    StoredResponse,
+)
+
+
+class MemoryResponses(ResponseReader):
+    def __init__(self, max_responses: int = 10_000) -> None:
+        self.max_responses = max_responses
+        self._responses: OrderedDict[str, StoredResponse] = OrderedDict()
+        self._events: dict[str, dict[int, bytes]] = {}
+        self._owners: OrderedDict[str, ResponseOwner] = OrderedDict()
+
+    def apply(self, write: object) -> None:
+        """Apply one write of ``store.responses`` (others are not this store's)."""
+        if isinstance(write, ResponseSaved):
+            self._responses[write.record.id] = write.record
+            self._responses.move_to_end(write.record.id)
+            while len(self._responses) > self.max_responses:
+                old, _ = self._responses.popitem(last=False)
+                self._events.pop(old, None)
+        elif isinstance(write, ResponseDeleted):
+            self._responses.pop(write.id, None)
+            self._events.pop(write.id, None)
+            self._owners.pop(write.id, None)
+        elif isinstance(write, ResponseEvents):
+            self._events.setdefault(write.response_id, {}).update(write.events)
+        elif isinstance(write, ResponseOwned):
+            self._owners[write.owner.id] = write.owner
+            while len(self._owners) > self.max_responses:
+                self._owners.popitem(last=False)
+        elif isinstance(write, ResponsesPurged):
+            for rid in [r.id for r in self._responses.values() if r.expired(write.now)]:
+                self.apply(ResponseDeleted(rid))
+
+    async def response(self, response_id: str) -> StoredResponse | None:
+        record = self._responses.get(response_id)
+        return None if record is None or record.expired(time.time()) else record
+
+    async def chain(self, response_id: str, max_depth: int = 10_000) -> list[StoredResponse]:
+        chain: list[StoredResponse] = []
+        next_id: str | None = response_id
+        while next_id is not None and len(chain) <= max_depth:
+            record = await self.response(next_id)
+            if record is None:
+                break
+            chain.append(record)
+            next_id = record.previous_response_id
+        return chain[::-1]
+
+    async def items(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        wanted = set(item_ids)
+        found: dict[str, dict[str, Any]] = {}
+        now = time.time()
+        for record in reversed(self._responses.values()):  # newest first, as in SQLite
+            if record.expired(now):
+                continue
+            for item in record.items():
+                item_id = item.get("id")
+                if item_id in wanted and item_id not in found:
+                    found[item_id] = item
+        return found
+
+    async def events(self, response_id: str, after: int = -1) -> list[bytes]:
+        events = self._events.get(response_id, {})
+        return [events[seq] for seq in sorted(events) if seq > after]
+
+    async def owner(self, response_id: str) -> ResponseOwner | None:
+        owner = self._owners.get(response_id)
+        if owner is None or (owner.expires_at is not None and time.time() >= owner.expires_at):
+            return None
+        return owner
+
+    async def seal_key(self) -> bytes | None:
+        return None  # the seal makes a per-process key
