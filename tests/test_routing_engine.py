@@ -112,6 +112,14 @@ def test_the_owner_of_a_previous_response_is_required_when_asked() -> None:
     assert r.owner("resp_1", 2.0) == "west"
 
 
+def test_an_owner_remembered_by_the_store_leads_the_order_after_a_restart() -> None:
+    r = routing()  # a fresh process: its memory knows no response ids
+    assert r.owner("resp_9", 0.0) is None
+    assert r.owner("resp_9", 0.0, remembered="nowhere") is None  # not an endpoint of ours
+    assert r.owner("resp_9", 0.0, remembered="spare") == "spare"
+    assert r.order(route(r, 0), "w", 1.0, previous_response_id="resp_9").endpoints[0] == "spare"
+
+
 def test_the_snapshot_shows_counters_caps_and_cooldowns() -> None:
     r = routing()
     lease = r.limiter.try_acquire("spare", "big")

@@ -32,7 +32,7 @@ from mitmproxy.addonmanager import Loader
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import redact_credentials
 from llmitm.addons.settings import LlmitmSettings
-from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.addons.state import METADATA_KEY, RESPONSES_CREATE_KEY, FlowState
 from llmitm.addons.store import LlmStore
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import UpstreamRequest, send
@@ -65,8 +65,7 @@ from llmitm.wire.usage import usage_tokens
 
 logger = logging.getLogger(__name__)
 
-CREATE_KEY = "llmitm_responses_create"
-"""``flow.metadata`` key of a Responses create call's :class:`CreateCall`."""
+CREATE_KEY = RESPONSES_CREATE_KEY
 
 
 def answer(flow: http.HTTPFlow, local: LocalAnswer) -> None:

@@ -34,7 +34,7 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
-from llmitm.addons.state import METADATA_KEY, FlowState, Routed
+from llmitm.addons.state import METADATA_KEY, RESPONSES_CREATE_KEY, FlowState, Routed
 from llmitm.exchange.request import PreparedRequest, client_model, parse_body, prepare_request
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import HOP_BY_HOP, UpstreamRequest
@@ -141,6 +141,8 @@ class LlmRouter:
         previous = body.get("previous_response_id")
         if isinstance(previous, str) and previous:
             routed.previous_response_id = previous
+            create = flow.metadata.get(RESPONSES_CREATE_KEY)
+            routed.previous_owner = getattr(create, "previous_owner", None)
         relay = self.relay.listening() if self.relay is not None else None
         if routing.relayed(route) and relay is not None:
             if route.affinity:
@@ -288,7 +290,9 @@ class LlmRouter:
             raise first_error
         plan, prepared = first
         routing = self.routing
-        owner = routing.owner(routed.previous_response_id, time.monotonic())
+        owner = routing.owner(
+            routed.previous_response_id, time.monotonic(), remembered=routed.previous_owner
+        )
         owner_required = (
             owner is not None
             and owner in routed.candidates

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from llmitm.routing.limits import Lease
 
 METADATA_KEY = "llmitm"
+RESPONSES_CREATE_KEY = "llmitm_responses_create"
+"""A Responses create call's state facts (``responses_api.CreateCall``), set before routing."""
 
 
 @dataclass(slots=True)
@@ -26,6 +28,8 @@ class Routed:
     """The model as the route sends it: health, caps and affinity key on it."""
     fingerprint: str | None = None
     previous_response_id: str | None = None
+    previous_owner: str | None = None
+    """The endpoint the store remembers minting ``previous_response_id`` (survives restarts)."""
     overhead: float = 0.0
     """Seconds llmitm spent on this flow before the answer's head (not upstream time)."""
     lease: Lease | None = None

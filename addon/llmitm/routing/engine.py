@@ -139,11 +139,19 @@ class Routing:
         )
         return Order(tuple(ordered), choice, required)
 
-    def owner(self, previous_response_id: str | None, now: float) -> str | None:
-        """The endpoint that produced ``previous_response_id``, if known."""
+    def owner(
+        self, previous_response_id: str | None, now: float, *, remembered: str | None = None
+    ) -> str | None:
+        """The endpoint that produced ``previous_response_id``, if known: from this process's
+        memory, else ``remembered`` (the store's owner, from before a restart), which then
+        seeds the memory so the attempt order puts that endpoint first."""
         if not previous_response_id:
             return None
-        return self.affinity.owner_of(previous_response_id, now)
+        owner = self.affinity.owner_of(previous_response_id, now)
+        if owner is None and remembered is not None and remembered in self.config.endpoints:
+            self.affinity.served(remembered, now, response_id=previous_response_id)
+            owner = remembered
+        return owner
 
     # --- outcomes -------------------------------------------------------------------------
 
