@@ -228,12 +228,14 @@ def chat_streams(draw: st.DrawFn) -> dict[str, Any]:
         )
     body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
     text = "".join(content)
+    refused = "".join(refusal)
     return {
         "body": body + b"data: [DONE]\n\n",
-        # Whitespace-only content is held back (a <think> might follow) and never sent.
-        "text": text if text.strip() else "",
+        # Whitespace-only content is held back (a <think> might follow): it never opens a
+        # message of its own, but joins the message a refusal opens.
+        "text": text if text.strip() or refused else "",
         "reasoning": "".join(reasoning),
-        "refusal": "".join(refusal),
+        "refusal": refused,
         "calls": [(call_id, name, arguments) for call_id, name, arguments, _ in calls],
         "finish": finish,
         "usage": usage,
