@@ -21,6 +21,7 @@ from llmitm.routing.config import (
     load_config,
     parse_config,
 )
+from llmitm.routing.plan import endpoint_url
 
 FULL = """
 [llmitm]
@@ -168,6 +169,36 @@ def test_defaults_per_kind(kind: str, apis: set[str], auth_header: str) -> None:
 def test_azure_without_api_version_is_the_v1_form() -> None:
     config = parse_config(endpoint_toml(kind="azure", base_url="https://r.azure.com"), "f", {})
     assert not config.endpoints["e"].azure_classic
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "https://r.azure.com/openai/v1",
+        "https://r.azure.com/openai/v1/",
+        "https://r.azure.com/openai",
+    ],
+)
+def test_an_azure_base_url_with_the_openai_path_is_not_doubled(base_url: str) -> None:
+    endpoint = parse_config(endpoint_toml(kind="azure", base_url=base_url), "f", {}).endpoints["e"]
+    assert endpoint_url(endpoint, "responses", "m") == "https://r.azure.com/openai/v1/responses"
+
+
+def test_an_azure_v1_base_url_with_an_api_version_is_refused() -> None:
+    raw = endpoint_toml(kind="azure", base_url="https://r.azure.com/openai/v1")
+    raw["endpoints"]["e"]["api_version"] = "2025-04-01-preview"
+    with pytest.raises(ConfigError, match=r"f: endpoints\.e\.base_url: expected the resource URL"):
+        parse_config(raw, "f", {})
+
+
+@pytest.mark.parametrize("key", ["models", "hosts"])
+def test_a_route_with_an_empty_list_is_refused_rather_than_never_matching(key: str) -> None:
+    raw = {
+        **endpoint_toml(kind="openai", base_url="https://h"),
+        "routes": [{"endpoints": ["e"], key: []}],
+    }
+    with pytest.raises(ConfigError, match=rf"routes\[0\]\.{key}: expected at least one glob"):
+        parse_config(raw, "f", {})
 
 
 def test_route_defaults_match_every_model_and_host() -> None:

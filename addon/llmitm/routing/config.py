@@ -237,13 +237,22 @@ class _Reader:
         return value
 
     def strings(
-        self, raw: Mapping[str, Any], key: str, where: str, default: tuple[str, ...]
+        self,
+        raw: Mapping[str, Any],
+        key: str,
+        where: str,
+        default: tuple[str, ...],
+        *,
+        non_empty: bool = False,
     ) -> tuple[str, ...]:
         value = raw.get(key, default)
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
             self.fail(f"{where}.{key}", "a string or an array of strings", value)
+        if non_empty and not value:
+            # An empty list would make a route that silently never matches.
+            self.fail(f"{where}.{key}", "at least one glob (leave the key out for all)", value)
         return tuple(value)
 
     def number(
@@ -333,6 +342,26 @@ _DEFAULT_APIS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _azure_resource_root(
+    reader: _Reader, where: str, base_url: str, api_version: str | None
+) -> str:
+    """Azure's resource URL, as llmitm builds both API forms from it. A base URL copied from
+    Azure's v1 docs (``…/openai/v1``) means the v1 form; its path is dropped, not doubled."""
+    lowered = base_url.lower()
+    if lowered.endswith("/openai/v1"):
+        if api_version is not None:
+            reader.fail(
+                where,
+                "the resource URL (https://NAME.openai.azure.com) with api_version, "
+                "or …/openai/v1 without it",
+                base_url,
+            )
+        return base_url[: -len("/openai/v1")]
+    if lowered.endswith("/openai"):
+        return base_url[: -len("/openai")]
+    return base_url
+
+
 def _endpoint(
     reader: _Reader, name: str, raw: Mapping[str, Any], environ: Mapping[str, str]
 ) -> Endpoint:
@@ -375,10 +404,13 @@ def _endpoint(
         reader.fail(
             f"{where}.kind", '"azure" (api_version and deployments are Azure settings)', kind
         )
+    base_url = base_url.rstrip("/")
+    if kind == "azure":
+        base_url = _azure_resource_root(reader, f"{where}.base_url", base_url, api_version)
     return Endpoint(
         name=name,
         kind=kind,
-        base_url=base_url.rstrip("/"),
+        base_url=base_url,
         apis=frozenset(apis),  # type: ignore[arg-type]
         api_key_env=api_key_env,
         api_key=api_key,
@@ -416,8 +448,8 @@ def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoi
             known = ", ".join(sorted(endpoints)) or "none defined"
             reader.fail(f"{where}.endpoints", f"a defined endpoint ({known})", name)
     return Route(
-        models=reader.strings(raw, "models", where, ("*",)),
-        hosts=reader.strings(raw, "hosts", where, ("*",)),
+        models=reader.strings(raw, "models", where, ("*",), non_empty=True),
+        hosts=reader.strings(raw, "hosts", where, ("*",), non_empty=True),
         endpoints=names,
         model=reader.string(raw, "model", where),
         name=reader.string(raw, "name", where, where),
