@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import LlmResponses
@@ -31,5 +32,6 @@ def make_addons() -> list[object]:
         LlmUsage(store),
         LlmResponses(),
         LlmResponsesRecorder(state),
+        LlmContentview(),
         ListenFile(),
     ]
