@@ -105,6 +105,14 @@ def test_a_command_gets_a_free_port() -> None:
     assert option_value(argv, "--listen-host") == ["127.0.0.1"]
 
 
+def test_a_command_owns_the_terminal_so_the_console_is_off_unless_asked() -> None:
+    assert "llmitm_console=off" in option_value(mitmdump_argv(RunArgs(command=["pytest"])), "--set")
+    assert "llmitm_console=off" not in option_value(mitmdump_argv(RunArgs()), "--set")
+    user = ["--set", "llmitm_console=lines"]
+    argv = mitmdump_argv(RunArgs(mitmdump=user, command=["pytest"]))
+    assert [s for s in option_value(argv, "--set") if "console" in s] == ["llmitm_console=lines"]
+
+
 @pytest.mark.parametrize(
     "user",
     [

@@ -89,6 +89,10 @@ def mitmdump_argv(args: RunArgs, listenfile: str | None = None) -> list[str]:
             argv += ["--mode", "regular"]
         # On a port of its own: mitmproxy refuses two servers on one address, port 0 included.
         argv += ["--mode", f"reverse:{OPENAI_ORIGIN}@{_free_port()}"]
+    if args.command and "llmitm_console" not in user:
+        # The command owns the terminal: a live display (or summary lines in its stdout)
+        # would fight with its output. ``--set llmitm_console=lines`` brings them back.
+        argv += ["--set", "llmitm_console=off"]
     if args.config:
         argv += ["--set", f"llmitm_config={args.config}"]
     if listenfile:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.relay import LlmRelay
@@ -32,6 +33,7 @@ def make_addons() -> list[object]:
         LlmUsage(store),
         LlmResponses(),
         LlmResponsesRecorder(state),
+        LlmConsole(),  # after LlmResponses: it taps the stream callable installed there
         LlmContentview(),
         ListenFile(),
     ]

@@ -1,0 +1,318 @@
+"""The live console: a rich panel per LLM stream in flight, one summary line per finished flow.
+
+``llmitm_console``: ``live`` (panels refreshed in place, summary lines above them), ``lines``
+(summary lines only), ``off``, or ``auto`` (the default): live on a terminal, lines when
+stdout is not one, off with ``-q`` and in mitmproxy's own UIs (which show flows themselves,
+with the llmitm content view). ``live`` without a terminal falls back to lines.
+
+Cost on the proxy's hot path: a watched stream's callable is wrapped by a ``Tap`` that appends
+``(time, chunk)`` to a list — nothing else per chunk. Parsing and drawing happen in one task on
+the event loop, a few times a second at most, and less often when drawing gets expensive
+(drawing is kept to about 2% of a core). Nothing is wrapped when the console is off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from typing import Any
+
+from mitmproxy import ctx, http
+from mitmproxy.addonmanager import Loader
+
+from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.exchange.request import client_model, parse_body
+from llmitm.view.conversation import assemble_body
+from llmitm.view.live import FlowInfo, StreamWatch, Summary
+from llmitm.view.panels import live_view, summary_line
+from llmitm.wire.paths import classify_path
+
+logger = logging.getLogger(__name__)
+
+MODES = ("auto", "live", "lines", "off")
+RECORDING_KEY = "llmitm.recording"
+"""Where the recorder (issue 6) leaves a flow's recording id for the summary line."""
+MIN_INTERVAL_S = 0.25
+MAX_INTERVAL_S = 2.0
+DRAW_BUDGET = 0.02
+"""The share of one core the live display may spend drawing; slower draws refresh less often."""
+_now = time.time  # mitmproxy's timestamps are epoch seconds
+
+
+def resolve_mode(option: str, *, terminal: bool, quiet: bool, ui: str | None) -> str:
+    """The mode the console runs in. ``ui``: ``console`` (mitmproxy's TUI owns the terminal),
+    ``web`` (mitmweb), ``None`` (mitmdump, llmitm run)."""
+    if ui == "console":
+        return "off"
+    if option == "auto":
+        if quiet or ui:
+            return "off"
+        option = "live"
+    if option == "live" and (not terminal or ui):
+        return "lines"
+    return option
+
+
+class Tap:
+    """Wraps a flow's stream callable (or ``True``, a plain relay): hands each chunk with its
+    arrival time to a ``StreamWatch`` and passes it on unchanged. At the end of the body it
+    puts the original back, so later hooks (usage) see the rewriter they installed."""
+
+    __slots__ = ("inner", "pending", "response")
+
+    def __init__(self, response: http.Response, inner: Any, pending: list) -> None:
+        self.response = response
+        self.inner = inner if callable(inner) else None
+        self.pending = pending
+
+    def __call__(self, data: bytes) -> Any:
+        self.pending.append((_now(), data))
+        inner = self.inner
+        if data:
+            if inner is None:
+                return [data]
+            return inner(data)
+        out = [] if inner is None else inner(data)
+        self.response.stream = inner if inner is not None else True
+        return out
+
+
+def flow_info(flow: http.HTTPFlow) -> FlowInfo | None:
+    """What the console says about a flow, or ``None`` for flows that are not LLM calls."""
+    state = flow.metadata.get(METADATA_KEY)
+    started = flow.request.timestamp_start or _now()
+    if isinstance(state, FlowState):
+        plan = state.plan
+        return FlowInfo(
+            client_api=plan.client_api,
+            upstream_api=plan.upstream_api,
+            model=state.context.model or plan.upstream_model,
+            endpoint=plan.endpoint.name,
+            upstream_model=plan.upstream_model,
+            route=plan.route,
+            started=started,
+        )
+    classified = classify_path(flow.request.path)
+    if classified is None:
+        return None
+    try:
+        model = client_model(parse_body(flow.request.get_content(strict=False) or b""), None)
+    except Exception:
+        model = ""
+    return FlowInfo(
+        client_api=classified.api,
+        upstream_api=classified.api,
+        model=model or classified.deployment or "",
+        endpoint=flow.request.pretty_host,
+        started=started,
+    )
+
+
+class LlmConsole:
+    name = "llmitm_console"
+
+    def __init__(self, out: Any = None) -> None:
+        self._given_out = out  # a rich Console (tests record one); default: stdout
+        self.mode = "off"
+        self.infos: dict[str, FlowInfo] = {}
+        self.watches: dict[str, StreamWatch] = {}
+        self._running = False
+        self._out: Any = None  # rich Console
+        self._live: Any = None  # rich Live
+        self._task: asyncio.Task[None] | None = None
+        self._restore: list[tuple[object, str, object]] = []
+
+    def load(self, loader: Loader) -> None:
+        loader.add_option(
+            "llmitm_console",
+            str,
+            "auto",
+            "llmitm's console: live (a panel per stream in flight), lines (a summary line "
+            "per flow), off; auto: live on a terminal, lines otherwise, off with -q and in "
+            "mitmproxy's own UIs.",
+            choices=list(MODES),
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if self._running and updated & {"llmitm_console", "termlog_verbosity"}:
+            self._stop()
+            self._start()
+
+    def running(self) -> None:
+        self._running = True
+        self._start()
+
+    def done(self) -> None:
+        self._running = False
+        self._stop()
+
+    # --- flows
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if self.mode == "off":
+            return
+        try:
+            info = flow_info(flow)
+        except Exception:
+            logger.debug("llmitm console: cannot describe %s", flow.id, exc_info=True)
+            return
+        if info is not None:
+            self.infos[flow.id] = info
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        info = self.infos.get(flow.id)
+        if info is None or response is None or not response.stream:
+            return
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            return
+        watch = StreamWatch(info)
+        response.stream = Tap(response, response.stream, watch.pending)
+        self.watches[flow.id] = watch
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        info = self.infos.pop(flow.id, None)
+        watch = self.watches.pop(flow.id, None)
+        if info is None:
+            return
+        try:
+            self._print(self._summary(flow, info, watch))
+        except Exception:
+            logger.exception("llmitm console: cannot summarise %s", flow.request.pretty_url)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self.response(flow)  # once: response() forgets the flow
+
+    def _summary(self, flow: http.HTTPFlow, info: FlowInfo, watch: StreamWatch | None) -> Summary:
+        response = flow.response
+        state = flow.metadata.get(METADATA_KEY)
+        attempts = getattr(state, "attempts", 1)
+        summary = Summary(
+            info=info,
+            status="",
+            ok=True,
+            duration=None,
+            attempts=attempts if isinstance(attempts, int) else 1,
+            recorded=flow.metadata.get(RECORDING_KEY),
+        )
+        end = (response.timestamp_end if response else None) or _now()
+        summary.duration = max(0.0, end - info.started)
+        if response is not None:
+            summary.status = str(response.status_code)
+            summary.ok = response.status_code < 400
+        if watch is not None:
+            watch.drain()
+            conversation = watch.conversation
+            summary.ttft = watch.ttft()
+        elif response is not None and response.raw_content:
+            conversation = _body_conversation(response)
+        else:
+            conversation = None
+        if conversation is not None:
+            summary.usage = conversation.usage
+            summary.finish = conversation.finish
+            if conversation.error:
+                summary.ok = False
+                summary.status += f" ✖ {conversation.error}"
+        if flow.error is not None:
+            summary.ok = False
+            summary.status = f"{summary.status} error: {flow.error.msg}".strip()
+        return summary
+
+    # --- output
+
+    def _print(self, summary: Summary) -> None:
+        if self._out is not None:
+            self._out.print(summary_line(summary), soft_wrap=True, highlight=False)
+
+    def _start(self) -> None:
+        from rich.console import Console
+
+        master = ctx.master
+        ui = None
+        if type(master).__name__ == "ConsoleMaster":
+            ui = "console"
+        elif master.addons.get("view") is not None:
+            ui = "web"
+        out = self._given_out or Console(file=sys.stdout, highlight=False)
+        options = ctx.options
+        quiet = "termlog_verbosity" in options and options.termlog_verbosity == "error"
+        self.mode = resolve_mode(
+            options.llmitm_console, terminal=out.is_interactive, quiet=quiet, ui=ui
+        )
+        if self.mode == "off":
+            return
+        self._out = out
+        if self.mode != "live":
+            return
+        from rich.live import Live
+
+        self._live = Live(console=out, auto_refresh=False, redirect_stdout=True)
+        self._live.start()
+        self._redirect_mitmproxy_output()
+        self._task = asyncio.get_running_loop().create_task(self._refresh())
+
+    def _stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        for owner, attribute, value in reversed(self._restore):
+            setattr(owner, attribute, value)
+        self._restore.clear()
+        if self._live is not None:
+            with contextlib.suppress(Exception):
+                self._live.update("", refresh=True)
+                self._live.stop()
+            self._live = None
+        self._out = None
+        self.mode = "off"
+
+    def _redirect_mitmproxy_output(self) -> None:
+        """mitmdump's log and flow lines go to the stdout they saw at start-up, which would
+        write through the live display: send them through rich's proxy for stdout, which
+        prints them above it."""
+        targets = [("termlog", "logger", "file"), ("dumper", None, "outfp")]
+        for addon_name, child, attribute in targets:
+            addon = ctx.master.addons.get(addon_name)
+            owner = getattr(addon, child, None) if child else addon
+            if owner is not None and hasattr(owner, attribute):
+                self._restore.append((owner, attribute, getattr(owner, attribute)))
+                setattr(owner, attribute, sys.stdout)
+
+    async def _refresh(self) -> None:
+        interval = MIN_INTERVAL_S
+        shown = False
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                watches = list(self.watches.values())
+                for watch in watches:
+                    watch.drain()
+                if not watches and not shown:
+                    continue
+                started = time.thread_time()
+                size = self._live.console.size
+                self._live.update(live_view(watches, _now(), size.width, size.height), refresh=True)
+                shown = bool(watches)
+                cost = time.thread_time() - started
+                interval = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, cost / DRAW_BUDGET))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("llmitm console: drawing failed; the live display stops")
+                return
+
+
+def _body_conversation(response: http.Response) -> Any:
+    content = response.get_content(strict=False) or b""
+    if not content.lstrip().startswith(b"{"):
+        return None
+    import orjson
+
+    try:
+        return assemble_body(orjson.loads(content))
+    except orjson.JSONDecodeError:
+        return None

@@ -1,0 +1,182 @@
+"""The console addon in mitmproxy's test harness: which mode it picks, the tap it puts on a
+stream (and takes off again), the summary line of each flow, and the live display drawn on
+the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import orjson
+import pytest
+from mitmproxy import http
+from mitmproxy.addons.termlog import TermLog
+from mitmproxy.test import taddons, tflow, tutils
+from rich.console import Console
+
+from llmitm.addons.console import LlmConsole, Tap, resolve_mode
+
+CHAT_BODY = orjson.dumps({"model": "gpt-4o", "stream": True, "messages": []})
+
+
+@pytest.mark.parametrize(
+    ("option", "terminal", "quiet", "ui", "mode"),
+    [
+        ("auto", True, False, None, "live"),
+        ("auto", False, False, None, "lines"),  # not a TTY
+        ("auto", True, True, None, "off"),  # -q
+        ("auto", True, False, "web", "off"),  # mitmweb shows flows itself
+        ("live", False, False, None, "lines"),
+        ("live", True, True, None, "live"),  # asked for explicitly
+        ("lines", True, False, "web", "lines"),
+        ("live", True, False, "console", "off"),  # mitmproxy's TUI owns the terminal
+        ("off", True, False, None, "off"),
+    ],
+)
+def test_the_mode(option: str, terminal: bool, quiet: bool, ui: str | None, mode: str) -> None:
+    assert resolve_mode(option, terminal=terminal, quiet=quiet, ui=ui) == mode
+
+
+def recording(**options: object) -> Console:
+    return Console(file=io.StringIO(), record=True, width=160, height=30, **options)
+
+
+def chat_flow() -> http.HTTPFlow:
+    flow = tflow.tflow(req=tutils.treq(path="/v1/chat/completions", content=CHAT_BODY))
+    flow.request.timestamp_start = 1_750_000_000.0
+    return flow
+
+
+def sse_response(flow: http.HTTPFlow, stream: object = True) -> None:
+    flow.response = tutils.tresp(headers=http.Headers(content_type="text/event-stream"))
+    flow.response.stream = stream  # type: ignore[assignment]
+
+
+def chunk(delta: dict, **extra: object) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": extra.pop("finish", None)}
+    return b"data: " + orjson.dumps({"model": "gpt-4o", "choices": [choice], **extra}) + b"\n\n"
+
+
+def test_lines_mode_taps_a_stream_and_prints_one_summary_line() -> None:
+    out = recording()
+    console = LlmConsole(out)
+    with taddons.context(console):
+        console.running()
+        assert console.mode == "lines"  # a recording console is no terminal
+        flow = chat_flow()
+        console.request(flow)
+        seen: list[bytes] = []
+
+        def rewriter(data: bytes) -> list[bytes]:
+            seen.append(data)
+            return [data.upper()] if data else [b"END"]
+
+        sse_response(flow, rewriter)
+        console.responseheaders(flow)
+        tap = flow.response.stream
+        assert isinstance(tap, Tap)
+        body = chunk({"content": "Hello"}) + chunk(
+            {}, finish="stop", usage={"prompt_tokens": 7, "completion_tokens": 2}
+        )
+        assert tap(body[:20]) == [body[:20].upper()]  # passed on unchanged
+        assert tap(body[20:]) == [body[20:].upper()]
+        assert tap(b"") == [b"END"]
+        assert flow.response.stream is rewriter  # handed back for the response hook
+        assert seen == [body[:20], body[20:], b""]
+        console.response(flow)
+        console.done()
+    text = out.export_text()
+    assert text.count("\n") == 1
+    assert "gpt-4o → address" in text and "chat pass" in text and " 200 " in text
+    assert "7→2 tok" in text and "×1" in text
+
+
+def test_a_plain_relay_is_tapped_and_restored_too() -> None:
+    console = LlmConsole(recording())
+    with taddons.context(console):
+        console.running()
+        flow = chat_flow()
+        console.request(flow)
+        sse_response(flow, True)
+        console.responseheaders(flow)
+        tap = flow.response.stream
+        assert tap(b"data: {}\n\n") == [b"data: {}\n\n"]
+        assert tap(b"") == []  # never b"" mid-stream; nothing at the end
+        assert flow.response.stream is True
+
+
+def test_other_flows_and_buffered_bodies_are_not_tapped() -> None:
+    out = recording()
+    console = LlmConsole(out)
+    with taddons.context(console):
+        console.running()
+        other = tflow.tflow(req=tutils.treq(path="/index.html"))
+        console.request(other)
+        sse_response(other)
+        console.responseheaders(other)
+        assert other.response.stream is True
+        console.response(other)
+        flow = chat_flow()
+        console.request(flow)
+        body = {"object": "chat.completion", "model": "gpt-4o", "choices": [],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 4}}  # fmt: skip
+        flow.response = tutils.tresp(content=orjson.dumps(body))
+        console.responseheaders(flow)
+        assert not flow.response.stream
+        console.response(flow)
+    text = out.export_text()
+    assert "index.html" not in text
+    assert "3→4 tok" in text and "TTFT –" in text
+
+
+def test_a_failed_flow_leaves_a_red_line_once() -> None:
+    out = recording()
+    console = LlmConsole(out)
+    with taddons.context(console):
+        console.running()
+        flow = chat_flow()
+        console.request(flow)
+        sse_response(flow)
+        console.responseheaders(flow)
+        flow.response.stream(chunk({"content": "Hel"}))
+        flow.error = tflow.terr("Client disconnected.")
+        console.error(flow)
+        console.error(flow)
+    text = out.export_text()
+    assert text.count("error: Client disconnected.") == 1
+
+
+def test_quiet_turns_it_off_and_nothing_is_tapped() -> None:
+    console = LlmConsole(recording())
+    with taddons.context(console, TermLog(out=io.StringIO())) as tctx:
+        tctx.configure(console, termlog_verbosity="error")
+        console.running()
+        assert console.mode == "off"
+        flow = chat_flow()
+        console.request(flow)
+        sse_response(flow)
+        console.responseheaders(flow)
+        assert flow.response.stream is True
+
+
+async def test_live_mode_draws_streams_in_flight_on_the_event_loop() -> None:
+    out = recording(force_terminal=True, force_interactive=True)
+    console = LlmConsole(out)
+    with taddons.context(console, TermLog(out=io.StringIO())):
+        console.running()
+        assert console.mode == "live"
+        flow = chat_flow()
+        console.request(flow)
+        sse_response(flow)
+        console.responseheaders(flow)
+        flow.response.stream(chunk({"reasoning_content": "Thinking it over."}))
+        flow.response.stream(chunk({"content": "Streaming live"}))
+        await asyncio.sleep(0.4)  # one refresh
+        drawn = out.export_text(clear=False)
+        assert "chat pass · gpt-4o → address" in drawn
+        assert "Thinking it over." in drawn and "Streaming live" in drawn
+        flow.response.stream(b"")
+        console.response(flow)
+        assert console.watches == {}
+        console.done()
+    assert "TTFT" in out.export_text()
