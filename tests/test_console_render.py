@@ -215,3 +215,35 @@ def test_the_summary_line_has_every_fact() -> None:
     failed = Summary(info, "error: Client disconnected.", False, 0.2)
     line = render(summary_line(failed), width=200)
     assert "error: Client disconnected." in line and "TTFT –" in line and "–→– tok" in line
+
+
+def test_a_stream_without_a_panel_is_parsed_only_to_its_first_token_and_at_its_end() -> None:
+    w = StreamWatch(watch().info, full=False)
+    chunks = [chat_chunk({"role": "assistant", "content": ""})]
+    chunks += [chat_chunk({"content": f" w{n}"}) for n in range(500)]
+    chunks += [
+        chat_chunk({}, "length"),
+        chat_chunk({}, usage={"prompt_tokens": 9, "completion_tokens": 500}),
+        b"data: [DONE]\n\n",
+    ]
+    feed(w, chunks, step=0.01)
+    assert w.first_token == T0 + 0.3 + 0.01  # the second chunk
+    assert w.behind and w.events == len(chunks)
+    assert len(w.conversation.text()) < 10  # the rest went by unparsed
+    w.promote()  # it gets a panel: the tail is assembled, and everything after it
+    assert w.conversation.text().endswith(" w498 w499")
+    assert " w0 " not in w.conversation.text()
+    feed(w, [b""], start=6)
+    conversation = w.finish()
+    assert conversation.finish == "length" and conversation.usage == (9, 0, 500, 0)
+
+
+def test_the_facts_at_the_end_come_from_the_last_chunks() -> None:
+    w = StreamWatch(watch().info, full=False)
+    body = b"".join(chat_chunk({"content": f" w{n}"}) for n in range(300))
+    body += chat_chunk({}, error={"message": "overloaded"}) + b"data: [DONE]\n\n"
+    # Odd splits: the kept chunks start inside an event.
+    feed(w, [body[i : i + 97] for i in range(0, len(body), 97)] + [b""], step=0.001)
+    conversation = w.finish()
+    assert conversation.error == "overloaded"
+    assert w.ttft() is not None and w.ended is not None

@@ -8,7 +8,9 @@ with the llmitm content view). ``live`` without a terminal falls back to lines.
 Cost on the proxy's hot path: a watched stream's callable is wrapped by a ``Tap`` that appends
 ``(time, chunk)`` to a list — nothing else per chunk. Parsing and drawing happen in one task on
 the event loop, a few times a second at most, and less often when drawing gets expensive
-(drawing is kept to about 2% of a core). Nothing is wrapped when the console is off.
+(drawing is kept to about 2% of a core), and only streams with a panel on screen are parsed
+in full (the others until their first token, and their last chunks at the end). Nothing is
+wrapped when the console is off.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.exchange.request import client_model, parse_body
 from llmitm.view.conversation import assemble_body
 from llmitm.view.live import FlowInfo, StreamWatch, Summary
-from llmitm.view.panels import live_view, summary_line
+from llmitm.view.panels import layout, live_view, summary_line
 from llmitm.wire.paths import classify_path
 
 logger = logging.getLogger(__name__)
@@ -169,7 +171,7 @@ class LlmConsole:
             return
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             return
-        watch = StreamWatch(info)
+        watch = StreamWatch(info, full=False)  # the live display promotes what it shows
         response.stream = Tap(response, response.stream, watch.pending)
         self.watches[flow.id] = watch
 
@@ -204,8 +206,7 @@ class LlmConsole:
             summary.status = str(response.status_code)
             summary.ok = response.status_code < 400
         if watch is not None:
-            watch.drain()
-            conversation = watch.conversation
+            conversation = watch.finish()
             summary.ttft = watch.ttft()
         elif response is not None and response.raw_content:
             conversation = _body_conversation(response)
@@ -288,13 +289,17 @@ class LlmConsole:
         while True:
             await asyncio.sleep(interval)
             try:
+                started = time.thread_time()
                 watches = list(self.watches.values())
-                for watch in watches:
-                    watch.drain()
+                size = self._live.console.size
+                panels, _lines = layout(len(watches), size.height)
+                for index, watch in enumerate(watches):
+                    if index < panels and not watch.full:
+                        watch.promote()
+                    else:
+                        watch.drain()
                 if not watches and not shown:
                     continue
-                started = time.thread_time()
-                size = self._live.console.size
                 self._live.update(live_view(watches, _now(), size.width, size.height), refresh=True)
                 shown = bool(watches)
                 cost = time.thread_time() - started

@@ -3,11 +3,13 @@
 The proxy's stream callable only appends ``(time, bytes)`` to ``StreamWatch.pending`` (one
 list append per chunk, no parsing); the console drains that list on its own schedule, a few
 times a second, on the event loop. So the per-chunk cost of watching is near zero, and the
-parsing happens in batches where a slow terminal cannot hold up a stream.
+parsing happens in batches where a slow terminal cannot hold up a stream — and only for the
+streams that have a panel on screen (see ``StreamWatch``).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import orjson
@@ -46,82 +48,130 @@ class FlowInfo:
         return f"{model} → {self.endpoint}"
 
 
+TAIL_CHUNKS = 48
+"""Chunks kept for a stream that is not fully assembled: enough for a panel's last lines and
+for the facts at the end of a stream (finish, usage, an error)."""
+
+
 class StreamWatch:
-    """One stream in flight. ``pending`` is the tap's list; ``drain`` reads what it holds."""
+    """One stream in flight. ``pending`` is the tap's list; ``drain`` reads what it holds.
+
+    Fully assembled (``full``) it parses every event. Otherwise — a stream the screen has no
+    panel for, or the lines mode — it parses only until the first token (for TTFT), counts
+    the rest by their blank lines, and keeps the last chunks: ``promote`` assembles those when
+    the stream gets a panel, ``finish`` when it ends. So a stream costs the console next to
+    nothing until someone can see it, however many run at once.
+    """
 
     __slots__ = (
         "_decoder",
         "assembler",
+        "behind",
         "bytes_in",
         "chunks",
         "ended",
+        "events",
+        "events_at_first_token",
         "first_byte",
         "first_token",
+        "full",
         "info",
-        "last_event",
+        "last_chunk",
         "pending",
+        "recent",
     )
 
-    def __init__(self, info: FlowInfo) -> None:
+    def __init__(self, info: FlowInfo, *, full: bool = True) -> None:
         self.info = info
+        self.full = full
         self.pending: list[tuple[float, bytes]] = []
+        self.recent: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
         self.assembler = StreamAssembler()
         self._decoder = SSEDecoder()
+        self.behind = False
+        """Chunks went by unparsed: the assembler does not hold the whole stream."""
         self.first_byte: float | None = None
         self.first_token: float | None = None
         """When the chunk that carried the first content-bearing delta arrived."""
-        self.last_event: float | None = None
+        self.last_chunk: float | None = None
         self.ended: float | None = None
         self.chunks = 0
         self.bytes_in = 0
+        self.events = 0
+        """Events seen, counted by their blank lines (close enough for a rate)."""
+        self.events_at_first_token = 0
 
     @property
     def conversation(self) -> Conversation:
         return self.assembler.conversation
 
     def drain(self) -> None:
-        """Parse every chunk the tap has handed over since the last call."""
+        """Take in every chunk the tap has handed over since the last call."""
         if not self.pending:
             return
         pending, self.pending[:] = self.pending[:], []
-        assembler = self.assembler
-        conversation = assembler.conversation
-        loads = orjson.loads
         for at, data in pending:
             self.chunks += 1
             if not data:  # the end of the body
-                self._events(self._decoder.close(), at)
-                assembler.close()
                 self.ended = at
+                if not self.behind:
+                    self._parse(self._decoder.close(), at)
+                    self.assembler.close()
                 continue
             if self.first_byte is None:
                 self.first_byte = at
+            self.last_chunk = at
             self.bytes_in += len(data)
-            before = conversation.deltas
-            for _name, payload in self._decoder.feed(data):
-                self._event(payload, loads)
-            if conversation.deltas != before:
-                self.last_event = at
-                if before == 0:
-                    self.first_token = at
+            self.events += data.count(b"\n\n")
+            self.recent.append(data)
+            if self.full or self.first_token is None:
+                self._parse(self._decoder.feed(data), at)
+            else:
+                self.behind = True
 
-    def _events(self, events: list[tuple[str | None, bytes]], at: float) -> None:
-        before = self.conversation.deltas
+    def promote(self) -> None:
+        """Assemble every chunk from now on, starting from the last ones kept."""
+        self.drain()
+        if self.behind:
+            self._reassemble()
+        self.full = True
+
+    def finish(self) -> Conversation:
+        """The stream has ended: its conversation, from its last chunks if it fell behind."""
+        self.drain()
+        if self.behind:
+            self._reassemble()
+            if self.ended is not None:
+                self._parse(self._decoder.close(), self.ended)
+                self.assembler.close()
+        return self.conversation
+
+    def _reassemble(self) -> None:
+        # The first kept chunk may start inside an event: the decoder skips its tail as
+        # lines without a field it knows.
+        self.assembler = StreamAssembler()
+        self._decoder = SSEDecoder()
+        self.behind = False
+        for data in self.recent:
+            self._parse(self._decoder.feed(data), None)
+
+    def _parse(self, events: list[tuple[str | None, bytes]], at: float | None) -> None:
+        assembler = self.assembler
+        before = assembler.conversation.deltas
         for _name, payload in events:
-            self._event(payload, orjson.loads)
-        if self.conversation.deltas != before and self.first_token is None:
+            if payload == DONE_DATA:
+                assembler.done()
+                continue
+            try:
+                event = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                assembler.conversation.events["(malformed)"] += 1
+                continue
+            assembler.feed(event)
+        deltas = assembler.conversation.deltas
+        if at is not None and before == 0 and deltas and self.first_token is None:
             self.first_token = at
-
-    def _event(self, payload: bytes, loads) -> None:  # type: ignore[no-untyped-def]
-        if payload == DONE_DATA:
-            self.assembler.done()
-            return
-        try:
-            event = loads(payload)
-        except orjson.JSONDecodeError:
-            self.assembler.conversation.events["(malformed)"] += 1
-            return
-        self.assembler.feed(event)
+            self.events_at_first_token = self.events
 
     def ttft(self) -> float | None:
         """Seconds from the request to the first content-bearing delta."""
@@ -131,7 +181,7 @@ class StreamWatch:
 
     def tokens_per_second(self, now: float) -> float | None:
         """Output rate since the first token: the reported output tokens once the stream has
-        ended with usage, else the count of content deltas (about one token each)."""
+        ended with usage, else the events since the first token (about one token each)."""
         if self.first_token is None:
             return None
         end = self.ended or now
@@ -139,8 +189,9 @@ class StreamWatch:
         if span <= 0.05:
             return None
         usage = self.conversation.usage
-        tokens = usage[2] if usage and self.ended else self.conversation.deltas
-        return tokens / span
+        if usage and self.ended:
+            return usage[2] / span
+        return (self.events - self.events_at_first_token + 1) / span
 
     def elapsed(self, now: float) -> float:
         return max(0.0, (self.ended or now) - self.info.started)

@@ -116,11 +116,23 @@ def stream_panel(watch: StreamWatch, now: float, width: int, lines: int) -> Pane
 
 def compact_row(watch: StreamWatch, now: float, width: int) -> Text:
     row = stream_title(watch)
-    row.append(f"  {stream_facts(watch, now)}  ", style="dim")
-    tail = watch.conversation.text()[-width:].replace("\n", " ")
-    row.append(tail)
+    row.append(f"  {stream_facts(watch, now)}", style="dim")
+    if watch.full:  # a stream without a panel is not assembled: its facts only
+        row.append("  " + watch.conversation.text()[-width:].replace("\n", " "))
     row.truncate(width, overflow="ellipsis")
     return row
+
+
+def layout(count: int, height: int) -> tuple[int, int]:
+    """``(panels, lines)``: how many of ``count`` streams get a panel within ``height`` rows,
+    and how many lines of text each panel shows; the rest get a row each."""
+    height = max(3, height - 1)
+    lines = min(MAX_PANEL_LINES, max(MIN_PANEL_LINES, height // max(1, count) - 2))
+    panels = min(count, max(0, height // (lines + 2)))
+    # Leave a row for each stream without a panel, then take back panels until all fit.
+    while panels and panels * (lines + 2) + (count - panels) > height:
+        panels -= 1
+    return panels, lines
 
 
 def live_view(
@@ -130,18 +142,12 @@ def live_view(
     tall as the space allows), compact rows for the rest, and a count of what did not fit."""
     if not watches:
         return Text("llmitm: no streams in flight", style="dim")
-    count = len(watches)
-    height = max(3, height - 1)
-    lines = min(MAX_PANEL_LINES, max(MIN_PANEL_LINES, height // count - 2))
-    panels = min(count, max(0, height // (lines + 2)))
-    # Leave a row for each stream without a panel, then take back panels until all fit.
-    while panels and panels * (lines + 2) + (count - panels) > height:
-        panels -= 1
+    panels, lines = layout(len(watches), height)
     parts: list[RenderableType] = [
         stream_panel(watch, now, width, lines) for watch in watches[:panels]
     ]
     rest = watches[panels:]
-    room = height - panels * (lines + 2)
+    room = max(3, height - 1) - panels * (lines + 2)
     shown = rest if len(rest) <= room else rest[: max(0, room - 1)]
     parts += [compact_row(watch, now, width) for watch in shown]
     if len(shown) < len(rest):
