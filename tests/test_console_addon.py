@@ -14,7 +14,8 @@ from mitmproxy.addons.termlog import TermLog
 from mitmproxy.test import taddons, tflow, tutils
 from rich.console import Console
 
-from llmitm.addons.console import LlmConsole, Tap, resolve_mode
+from llmitm.addons.console import HEAD_CHUNKS, LinesTap, LlmConsole, Tap, resolve_mode
+from llmitm.view.live import TAIL_CHUNKS
 
 CHAT_BODY = orjson.dumps({"model": "gpt-4o", "stream": True, "messages": []})
 
@@ -180,3 +181,36 @@ async def test_live_mode_draws_streams_in_flight_on_the_event_loop() -> None:
         assert console.watches == {}
         console.done()
     assert "TTFT" in out.export_text()
+
+
+def test_lines_mode_keeps_a_long_streams_head_and_tail_only() -> None:
+    out = recording()
+    console = LlmConsole(out)
+    with taddons.context(console):
+        console.running()
+        flow = chat_flow()
+        console.request(flow)
+        sse_response(flow)
+        console.responseheaders(flow)
+        tap = flow.response.stream
+        assert isinstance(tap, LinesTap)
+        tap(chunk({"role": "assistant", "content": ""}))
+        for n in range(2000):
+            tap(chunk({"content": f" w{n}"}))
+        assert len(tap.pending) == HEAD_CHUNKS and len(tap.tail) == TAIL_CHUNKS  # bounded
+        tap(chunk({}, finish="stop", usage={"prompt_tokens": 11, "completion_tokens": 2000}))
+        tap(b"")
+        console.response(flow)
+        # A stream that breaks off: its last chunks still tell the summary what happened.
+        broken = chat_flow()
+        console.request(broken)
+        sse_response(broken)
+        console.responseheaders(broken)
+        for n in range(400):
+            broken.response.stream(chunk({"content": f" w{n}"}))
+        broken.response.stream(chunk({}, error={"message": "upstream overloaded"}))
+        broken.error = tflow.terr("Connection killed.")
+        console.error(broken)
+    first, second = out.export_text().splitlines()
+    assert "11→2,000 tok" in first and "TTFT " in first and "TTFT –" not in first
+    assert "✖ upstream overloaded" in second and "error: Connection killed." in second

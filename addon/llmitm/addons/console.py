@@ -20,6 +20,7 @@ import contextlib
 import logging
 import sys
 import time
+from collections import deque
 from typing import Any
 
 from mitmproxy import ctx, http
@@ -28,7 +29,7 @@ from mitmproxy.addonmanager import Loader
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.exchange.request import client_model, parse_body
 from llmitm.view.conversation import assemble_body
-from llmitm.view.live import FlowInfo, StreamWatch, Summary
+from llmitm.view.live import TAIL_CHUNKS, FlowInfo, StreamWatch, Summary
 from llmitm.view.panels import layout, live_view, summary_line
 from llmitm.wire.paths import classify_path
 
@@ -82,6 +83,37 @@ class Tap:
         return out
 
 
+HEAD_CHUNKS = 256
+"""Chunks the lines mode keeps from a stream's start: the first token is among them."""
+
+
+class LinesTap(Tap):
+    """The lines mode's tap: only a summary line is wanted, so it keeps the first chunks
+    (for TTFT) and the last ones (finish, usage, error) — bounded memory, no drawing."""
+
+    __slots__ = ("tail",)
+
+    def __init__(self, response: http.Response, inner: Any, pending: list) -> None:
+        super().__init__(response, inner, pending)
+        self.tail: deque[tuple[float, bytes]] = deque(maxlen=TAIL_CHUNKS)
+
+    def __call__(self, data: bytes) -> Any:
+        if len(self.pending) < HEAD_CHUNKS:
+            self.pending.append((_now(), data))
+        else:
+            self.tail.append((_now(), data))
+        inner = self.inner
+        if data:
+            if inner is None:
+                return [data]
+            return inner(data)
+        self.pending += self.tail  # the watch reads head and tail in order
+        self.tail.clear()
+        out = [] if inner is None else inner(data)
+        self.response.stream = inner if inner is not None else True
+        return out
+
+
 def flow_info(flow: http.HTTPFlow) -> FlowInfo | None:
     """What the console says about a flow, or ``None`` for flows that are not LLM calls."""
     state = flow.metadata.get(METADATA_KEY)
@@ -121,6 +153,7 @@ class LlmConsole:
         self.mode = "off"
         self.infos: dict[str, FlowInfo] = {}
         self.watches: dict[str, StreamWatch] = {}
+        self.taps: dict[str, Tap] = {}
         self._running = False
         self._out: Any = None  # rich Console
         self._live: Any = None  # rich Live
@@ -172,12 +205,18 @@ class LlmConsole:
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             return
         watch = StreamWatch(info, full=False)  # the live display promotes what it shows
-        response.stream = Tap(response, response.stream, watch.pending)
+        tap = (Tap if self.mode == "live" else LinesTap)(response, response.stream, watch.pending)
+        response.stream = tap
         self.watches[flow.id] = watch
+        self.taps[flow.id] = tap
 
     def response(self, flow: http.HTTPFlow) -> None:
         info = self.infos.pop(flow.id, None)
         watch = self.watches.pop(flow.id, None)
+        tap = self.taps.pop(flow.id, None)
+        if isinstance(tap, LinesTap) and watch is not None and tap.tail:
+            watch.pending += tap.tail  # the stream broke off before its end
+            tap.tail.clear()
         if info is None:
             return
         try:
@@ -286,11 +325,16 @@ class LlmConsole:
     async def _refresh(self) -> None:
         interval = MIN_INTERVAL_S
         shown = False
+        drawing = True
         while True:
             await asyncio.sleep(interval)
+            started = time.thread_time()
+            watches = list(self.watches.values())
+            if not drawing:
+                for watch in watches:
+                    watch.drain()  # keep the taps' lists short
+                continue
             try:
-                started = time.thread_time()
-                watches = list(self.watches.values())
                 size = self._live.console.size
                 panels, _lines = layout(len(watches), size.height)
                 for index, watch in enumerate(watches):
@@ -302,13 +346,12 @@ class LlmConsole:
                     continue
                 self._live.update(live_view(watches, _now(), size.width, size.height), refresh=True)
                 shown = bool(watches)
-                cost = time.thread_time() - started
-                interval = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, cost / DRAW_BUDGET))
-            except asyncio.CancelledError:
-                raise
             except Exception:
-                logger.exception("llmitm console: drawing failed; the live display stops")
-                return
+                logger.exception("llmitm console: drawing failed; only summary lines from now")
+                drawing = False
+                continue
+            cost = time.thread_time() - started
+            interval = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, cost / DRAW_BUDGET))
 
 
 def _body_conversation(response: http.Response) -> Any:
