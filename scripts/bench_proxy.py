@@ -23,6 +23,7 @@ all setups are interleaved round by round, so drift on the machine hits them ali
 
     python scripts/bench_proxy.py [--events N] [--runs R] [--concurrency C] [--setups a,b]
                                   [--event-delay-ms M]   # paced, LLM-like streams
+                                  [--console live|lines] # + each llmitm setup with a console
 
 Unpaced (the default) the fake writes as fast as the proxy reads, so a slower proxy reads
 more events per chunk; ``--event-delay-ms`` gives every event its own read and wake-up.
@@ -116,6 +117,7 @@ endpoints = ["responses-only"]
 """
 
 TARGET_RATIO = 1.3
+CONSOLE_TARGET = 1.05
 TARGET_TTFT_MS = 2.0
 
 
@@ -127,7 +129,7 @@ class Setup:
     key: str
     label: str
     api: Api
-    via: Literal["direct", "mitmdump", "llmitm"]
+    via: Literal["direct", "mitmdump", "llmitm", "llmitm-console"]
     model: str
     endpoint: str | None = None
     """The ``x-llmitm-endpoint`` llmitm must answer with (None: the header must be absent)."""
@@ -175,6 +177,19 @@ class Setup:
         )
         self._requests[events, paced] = request = head.encode() + content
         return request
+
+
+def console_twin(setup: Setup, mode: str) -> Setup:
+    """``setup`` through a second llmitm process that runs the console in ``mode``."""
+    return Setup(
+        f"{setup.key}+console",
+        f"{setup.label} +{mode}",
+        setup.api,
+        "llmitm-console",
+        setup.model,
+        setup.endpoint,
+        setup.upstream,
+    )
 
 
 def all_setups() -> list[Setup]:
@@ -261,10 +276,13 @@ class Processes:
         self.tmp = tmp
         self.running: list[tuple[str, subprocess.Popen[bytes]]] = []
 
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         with (self.tmp / f"{name}.log").open("wb") as log:
             process = subprocess.Popen(
                 argv,
+                env={**os.environ, **env} if env else None,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -347,12 +365,28 @@ def start_mitmdump(procs: Processes, upstream: str) -> tuple[int, int]:
     return port, process.pid
 
 
-def start_llmitm(procs: Processes, upstream: str, config: str) -> tuple[int, int]:
+CONSOLE_TERMINAL = {
+    # rich draws the live console only on an interactive terminal: these make it treat the
+    # log file as one, so the +console setups pay for the full live display.
+    "FORCE_COLOR": "1",
+    "TTY_INTERACTIVE": "1",
+    "TERM": "xterm-256color",
+    "COLUMNS": "120",
+    "LINES": "40",
+}
+
+
+def start_llmitm(
+    procs: Processes, upstream: str, config: str, console: str = "off"
+) -> tuple[int, int]:
+    """``llmitm run`` with ``llmitm_console=console`` (``off`` for the plain llmitm setups:
+    the console is measured by the ``+console`` ones, against these)."""
+    name = "llmitm" if console == "off" else f"llmitm-console-{console}"
     config_path = procs.tmp / "llmitm.toml"
     config_path.write_text(config)
-    listenfile = procs.tmp / "llmitm-listen.json"
+    listenfile = procs.tmp / f"{name}-listen.json"
     process = procs.start(
-        "llmitm",
+        name,
         [
             str(BIN / "llmitm"), "run",
             "--config", str(config_path),
@@ -360,11 +394,13 @@ def start_llmitm(procs: Processes, upstream: str, config: str) -> tuple[int, int
             "--listen-port", "0",
             "--set", f"confdir={procs.tmp / 'confdir-llmitm'}",
             "--set", f"llmitm_listenfile={listenfile}",
+            "--set", f"llmitm_console={console}",
             *QUIET,
         ],
+        env=CONSOLE_TERMINAL if console == "live" else None,
     )  # fmt: skip
     listening = procs.wait_ready(
-        "llmitm",
+        name,
         process,
         lambda: orjson.loads(listenfile.read_bytes()) if listenfile.exists() else None,
     )
@@ -375,21 +411,24 @@ def start_llmitm(procs: Processes, upstream: str, config: str) -> tuple[int, int
         if server["type"] == "reverse"
     )
     if listening["pid"] != process.pid:
-        raise RuntimeError(f"llmitm runs as pid {listening['pid']}, not {process.pid}")
+        raise RuntimeError(f"{name} runs as pid {listening['pid']}, not {process.pid}")
     return port, process.pid
 
 
-def start_stack(procs: Processes, setups: list[Setup]) -> None:
+def start_stack(procs: Processes, setups: list[Setup], console: str = "live") -> None:
     vias = {setup.via for setup in setups}
     both = f"http://127.0.0.1:{start_fake(procs, 'chat,responses')}"
     where: dict[str, tuple[int, int | None]] = {"direct": (int(both.rpartition(":")[2]), None)}
     if "mitmdump" in vias:
         where["mitmdump"] = start_mitmdump(procs, both)
-    if "llmitm" in vias:
+    if vias & {"llmitm", "llmitm-console"}:
         chat = f"http://127.0.0.1:{start_fake(procs, 'chat')}"
         responses = f"http://127.0.0.1:{start_fake(procs, 'responses')}"
         config = CONFIG.format(both=both, chat=chat, responses=responses)
-        where["llmitm"] = start_llmitm(procs, both, config)
+        if "llmitm" in vias:
+            where["llmitm"] = start_llmitm(procs, both, config)
+        if "llmitm-console" in vias:
+            where["llmitm-console"] = start_llmitm(procs, both, config, console)
     for setup in setups:
         setup.port, setup.pid = where[setup.via]
 
@@ -812,6 +851,29 @@ def report(setups: list[Setup], args: argparse.Namespace) -> list[str]:
     return verdicts
 
 
+def console_report(setups: list[Setup], args: argparse.Namespace) -> list[str]:
+    """What the console costs: each +console setup's proxy CPU over its console-off twin."""
+    by_key = {setup.key: setup for setup in setups}
+    lines = [
+        f"Console ({args.console}) overhead: proxy CPU with the console over the same setup "
+        f"without it (target ≤ {CONSOLE_TARGET:.2f}× at {args.concurrency} streams)"
+    ]
+    for setup in setups:
+        twin = by_key.get(setup.key.removesuffix("+console"))
+        if setup.via != "llmitm-console" or twin is None:
+            continue
+        on, off = figures(setup, args), figures(twin, args)
+        single = (on.cpu_ms or 0) / (off.cpu_ms or 1e-9)
+        concurrent = (on.conc_cpu_ms or 0) / (off.conc_cpu_ms or 1e-9)
+        verdict = "ok" if concurrent <= CONSOLE_TARGET else "MISS"
+        lines.append(
+            f"  {twin.label}: 1 stream {single:.3f}×, {args.concurrency} streams "
+            f"{concurrent:.3f}× {verdict} ({off.conc_cpu_ms:.1f} → {on.conc_cpu_ms:.1f} "
+            "CPU ms/1k ev)"
+        )
+    return lines
+
+
 LEGEND = f"""\
 How each figure is measured:
   wall ms       median time to relay one whole stream: from writing the request (on a fresh
@@ -883,6 +945,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--setups", default=",".join(keys), help="comma-separated subset of: " + ", ".join(keys)
     )
+    parser.add_argument(
+        "--console",
+        choices=("live", "lines"),
+        help="also measure each llmitm setup through a second llmitm running its console in "
+        "this mode (live: drawn as on a terminal), against the plain one (console off)",
+    )
     args = parser.parse_args(argv)
     args.selected = [part.strip() for part in args.setups.split(",") if part.strip()]
     unknown = set(args.selected) - set(keys)
@@ -901,7 +969,12 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    setups = [setup for setup in all_setups() if setup.key in args.selected]
+    setups = []
+    for setup in all_setups():
+        if setup.key in args.selected:
+            setups.append(setup)
+            if args.console and setup.via == "llmitm":
+                setups.append(console_twin(setup, args.console))
     for setup in setups:
         setup.delay_ms = args.event_delay_ms
     signal.signal(signal.SIGTERM, _interrupt)
@@ -909,7 +982,7 @@ def main(argv: list[str] | None = None) -> int:
     procs = Processes(tmp)
     try:
         progress(f"starting processes (logs in {tmp})")
-        start_stack(procs, setups)
+        start_stack(procs, setups, args.console or "live")
         children = [process.pid for _name, process in procs.running]
         notes = asyncio.run(measure(setups, args, children))
     except KeyboardInterrupt:
@@ -928,6 +1001,8 @@ def main(argv: list[str] | None = None) -> int:
     if verdicts:
         print("Against the targets:")
         print("\n".join(verdicts))
+    if args.console:
+        print("\n".join(console_report(setups, args)))
     print("\n".join(notes))
     print(f"\nProcess logs: {tmp}")
     return 0

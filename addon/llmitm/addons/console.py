@@ -25,6 +25,7 @@ from typing import Any
 
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
+from rich.console import Group
 
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.exchange.request import client_model, parse_body
@@ -154,6 +155,7 @@ class LlmConsole:
         self.infos: dict[str, FlowInfo] = {}
         self.watches: dict[str, StreamWatch] = {}
         self.taps: dict[str, Tap] = {}
+        self._lines: list[Any] = []  # summary lines waiting for the live display's refresh
         self._running = False
         self._out: Any = None  # rich Console
         self._live: Any = None  # rich Live
@@ -265,8 +267,16 @@ class LlmConsole:
     # --- output
 
     def _print(self, summary: Summary) -> None:
-        if self._out is not None:
+        if self._live is not None:
+            # Printed with the next refresh: each print above a live display redraws it.
+            self._lines.append(summary_line(summary))
+        elif self._out is not None:
             self._out.print(summary_line(summary), soft_wrap=True, highlight=False)
+
+    def _flush_lines(self) -> None:
+        if self._lines and self._out is not None:
+            lines, self._lines = self._lines, []
+            self._out.print(Group(*lines), soft_wrap=True, highlight=False)
 
     def _start(self) -> None:
         from rich.console import Console
@@ -302,6 +312,7 @@ class LlmConsole:
         for owner, attribute, value in reversed(self._restore):
             setattr(owner, attribute, value)
         self._restore.clear()
+        self._flush_lines()
         if self._live is not None:
             with contextlib.suppress(Exception):
                 self._live.update("", refresh=True)
@@ -333,6 +344,7 @@ class LlmConsole:
             if not drawing:
                 for watch in watches:
                     watch.drain()  # keep the taps' lists short
+                self._flush_lines()
                 continue
             try:
                 size = self._live.console.size
@@ -342,6 +354,7 @@ class LlmConsole:
                         watch.promote()
                     else:
                         watch.drain()
+                self._flush_lines()
                 if not watches and not shown:
                     continue
                 self._live.update(live_view(watches, _now(), size.width, size.height), refresh=True)

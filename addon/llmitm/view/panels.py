@@ -159,7 +159,8 @@ def summary_line(summary: Summary) -> Text:
     """time, route, model → endpoint, translation, status, TTFT, duration, tokens in/out,
     attempts, recorded id — one line per finished flow."""
     info = summary.info
-    line = Text(time.strftime("%H:%M:%S", time.localtime(info.started)), style="dim")
+    line = Text()
+    line.append(time.strftime("%H:%M:%S", time.localtime(info.started)), style="dim")
     if info.route:
         line.append(f" [{info.route}]", style="dim")
     line.append(f" {info.target}", style="magenta")
