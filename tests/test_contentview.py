@@ -47,7 +47,7 @@ def test_every_real_stream_shows_as_a_conversation(name: str) -> None:
     assert result.view_name == "llmitm"
     assert result.text.startswith("llmitm · ")
     assert " stream" in result.text.splitlines()[0]
-    assert "events:" in result.text  # the tally, with the raw events one view away
+    assert " events ─" in result.text  # the tally, with the raw events one view away
 
 
 @pytest.mark.parametrize("name", fixtures("*.json"))

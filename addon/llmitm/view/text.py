@@ -89,5 +89,7 @@ def conversation_text(conversation: Conversation, *, events: bool = True) -> str
     if events and conversation.events:
         total = sum(conversation.events.values())
         tally = ", ".join(f"{count} {name}" for name, count in conversation.events.items())
-        lines += ["", f"── {total} events: {tally}", "(the raw events: choose the Raw view)"]
+        lines += ["", f"── {total} events " + "─" * 30]
+        lines += textwrap.wrap(tally, 96)
+        lines.append("(the raw events: choose the Raw view)")
     return "\n".join(lines) + "\n"
