@@ -33,7 +33,7 @@ def watch(
 
 def feed(w: StreamWatch, chunks: list[bytes], start: float = 0.3, step: float = 0.1) -> None:
     for index, chunk in enumerate(chunks):
-        w.pending.append((T0 + start + index * step, chunk))
+        w.add(T0 + start + index * step, chunk)
     w.drain()
 
 

@@ -8,7 +8,7 @@ with the llmitm content view). ``live`` without a terminal falls back to lines.
 Cost on the proxy's hot path: a watched stream's callable is wrapped by a ``Tap`` that appends
 ``(time, chunk)`` to a list — nothing else per chunk. Parsing and drawing happen in one task on
 the event loop, a few times a second at most, and less often when drawing gets expensive
-(drawing is kept to about 2% of a core), and only streams with a panel on screen are parsed
+(drawing is kept to about 0.5% of a core), and only streams with a panel on screen are parsed
 in full (the others until their first token, and their last chunks at the end). Nothing is
 wrapped when the console is off.
 """
@@ -41,8 +41,9 @@ RECORDING_KEY = "llmitm.recording"
 """Where the recorder (issue 6) leaves a flow's recording id for the summary line."""
 MIN_INTERVAL_S = 0.25
 MAX_INTERVAL_S = 2.0
-DRAW_BUDGET = 0.02
-"""The share of one core the live display may spend drawing; slower draws refresh less often."""
+DRAW_BUDGET = 0.005
+"""The share of one core the live display may spend drawing (and reading what it draws);
+slower draws refresh less often: 64 streams' rows take ~6 ms, so about one refresh a second."""
 _now = time.time  # mitmproxy's timestamps are epoch seconds
 
 
@@ -61,24 +62,30 @@ def resolve_mode(option: str, *, terminal: bool, quiet: bool, ui: str | None) ->
 
 
 class Tap:
-    """Wraps a flow's stream callable (or ``True``, a plain relay): hands each chunk with its
+    """Wraps a flow's stream callable (or ``True``, a plain relay): hands each chunk and its
     arrival time to a ``StreamWatch`` and passes it on unchanged. At the end of the body it
     puts the original back, so later hooks (usage) see the rewriter they installed."""
 
-    __slots__ = ("inner", "pending", "response")
+    __slots__ = ("inner", "pending", "response", "times")
 
-    def __init__(self, response: http.Response, inner: Any, pending: list) -> None:
+    def __init__(self, response: http.Response, inner: Any, watch: StreamWatch) -> None:
         self.response = response
         self.inner = inner if callable(inner) else None
-        self.pending = pending
+        self.times = watch.times
+        self.pending = watch.pending
 
     def __call__(self, data: bytes) -> Any:
-        self.pending.append((_now(), data))
+        self.times.append(_now())
+        self.pending.append(data)
         inner = self.inner
         if data:
             if inner is None:
                 return [data]
             return inner(data)
+        return self._end(data)
+
+    def _end(self, data: bytes) -> Any:
+        inner = self.inner
         out = [] if inner is None else inner(data)
         self.response.stream = inner if inner is not None else True
         return out
@@ -92,27 +99,34 @@ class LinesTap(Tap):
     """The lines mode's tap: only a summary line is wanted, so it keeps the first chunks
     (for TTFT) and the last ones (finish, usage, error) — bounded memory, no drawing."""
 
-    __slots__ = ("tail",)
+    __slots__ = ("tail", "tail_times")
 
-    def __init__(self, response: http.Response, inner: Any, pending: list) -> None:
-        super().__init__(response, inner, pending)
-        self.tail: deque[tuple[float, bytes]] = deque(maxlen=TAIL_CHUNKS)
+    def __init__(self, response: http.Response, inner: Any, watch: StreamWatch) -> None:
+        super().__init__(response, inner, watch)
+        self.tail_times: deque[float] = deque(maxlen=TAIL_CHUNKS)
+        self.tail: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
 
     def __call__(self, data: bytes) -> Any:
         if len(self.pending) < HEAD_CHUNKS:
-            self.pending.append((_now(), data))
+            self.times.append(_now())
+            self.pending.append(data)
         else:
-            self.tail.append((_now(), data))
+            self.tail_times.append(_now())
+            self.tail.append(data)
         inner = self.inner
         if data:
             if inner is None:
                 return [data]
             return inner(data)
-        self.pending += self.tail  # the watch reads head and tail in order
+        self.merge()
+        return self._end(data)
+
+    def merge(self) -> None:
+        """Hand the kept tail to the watch, after the head (in order)."""
+        self.times += self.tail_times
+        self.pending += self.tail
+        self.tail_times.clear()
         self.tail.clear()
-        out = [] if inner is None else inner(data)
-        self.response.stream = inner if inner is not None else True
-        return out
 
 
 def flow_info(flow: http.HTTPFlow) -> FlowInfo | None:
@@ -207,7 +221,7 @@ class LlmConsole:
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             return
         watch = StreamWatch(info, full=False)  # the live display promotes what it shows
-        tap = (Tap if self.mode == "live" else LinesTap)(response, response.stream, watch.pending)
+        tap = (Tap if self.mode == "live" else LinesTap)(response, response.stream, watch)
         response.stream = tap
         self.watches[flow.id] = watch
         self.taps[flow.id] = tap
@@ -216,9 +230,8 @@ class LlmConsole:
         info = self.infos.pop(flow.id, None)
         watch = self.watches.pop(flow.id, None)
         tap = self.taps.pop(flow.id, None)
-        if isinstance(tap, LinesTap) and watch is not None and tap.tail:
-            watch.pending += tap.tail  # the stream broke off before its end
-            tap.tail.clear()
+        if isinstance(tap, LinesTap):
+            tap.merge()  # when the stream broke off before its end
         if info is None:
             return
         try:

@@ -1,7 +1,9 @@
 """The live console's state of one flow, sans-IO: timed chunks in, conversation and timings out.
 
-The proxy's stream callable only appends ``(time, bytes)`` to ``StreamWatch.pending`` (one
-list append per chunk, no parsing); the console drains that list on its own schedule, a few
+The proxy's stream callable only appends the time and the chunk to two lists of a
+``StreamWatch`` (no parsing; floats and bytes, which the garbage collector does not track —
+a tuple per chunk kept in a list made the collector scan mitmproxy's whole heap, again and
+again, costing more than everything else); the console drains that list on its own schedule, a few
 times a second, on the event loop. So the per-chunk cost of watching is near zero, and the
 parsing happens in batches where a slow terminal cannot hold up a stream — and only for the
 streams that have a panel on screen (see ``StreamWatch``).
@@ -54,13 +56,14 @@ for the facts at the end of a stream (finish, usage, an error)."""
 
 
 class StreamWatch:
-    """One stream in flight. ``pending`` is the tap's list; ``drain`` reads what it holds.
+    """One stream in flight. ``times`` and ``pending`` are the tap's lists (arrival times and
+    chunks); ``drain`` reads what they hold.
 
-    Fully assembled (``full``) it parses every event. Otherwise — a stream the screen has no
-    panel for, or the lines mode — it parses only until the first token (for TTFT), counts
-    the rest by their blank lines, and keeps the last chunks: ``promote`` assembles those when
-    the stream gets a panel, ``finish`` when it ends. So a stream costs the console next to
-    nothing until someone can see it, however many run at once.
+        Fully assembled (``full``) it parses every event. Otherwise — a stream the screen has no
+        panel for, or the lines mode — it parses only until the first token (for TTFT), counts
+        the rest by their blank lines, and keeps the last chunks: ``promote`` assembles those when
+        the stream gets a panel, ``finish`` when it ends. So a stream costs the console next to
+        nothing until someone can see it, however many run at once.
     """
 
     __slots__ = (
@@ -79,12 +82,14 @@ class StreamWatch:
         "last_chunk",
         "pending",
         "recent",
+        "times",
     )
 
     def __init__(self, info: FlowInfo, *, full: bool = True) -> None:
         self.info = info
         self.full = full
-        self.pending: list[tuple[float, bytes]] = []
+        self.times: list[float] = []
+        self.pending: list[bytes] = []
         self.recent: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
         self.assembler = StreamAssembler()
         self._decoder = SSEDecoder()
@@ -105,12 +110,28 @@ class StreamWatch:
     def conversation(self) -> Conversation:
         return self.assembler.conversation
 
+    def add(self, at: float, data: bytes) -> None:
+        """What the tap does, for callers that are not a tap."""
+        self.times.append(at)
+        self.pending.append(data)
+
     def drain(self) -> None:
         """Take in every chunk the tap has handed over since the last call."""
         if not self.pending:
             return
-        pending, self.pending[:] = self.pending[:], []
-        for at, data in pending:
+        count = len(self.pending)
+        pending, times = self.pending[:count], self.times[:count]
+        del self.pending[:count], self.times[:count]
+        if not self.full and self.first_token is not None and pending[-1]:
+            # Nothing to parse (past the first token, no panel, not the end): the batch in C.
+            self.behind = True
+            self.chunks += count
+            self.bytes_in += sum(map(len, pending))
+            self.events += b"".join(pending).count(b"\n\n")
+            self.recent.extend(pending[-TAIL_CHUNKS:])
+            self.last_chunk = times[-1]
+            return
+        for at, data in zip(times, pending, strict=True):
             self.chunks += 1
             if not data:  # the end of the body
                 self.ended = at
