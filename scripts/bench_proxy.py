@@ -377,11 +377,11 @@ CONSOLE_TERMINAL = {
 
 
 def start_llmitm(
-    procs: Processes, upstream: str, config: str, console: str = "off"
+    procs: Processes, upstream: str, config: str, console: str = "off", twin: bool = False
 ) -> tuple[int, int]:
     """``llmitm run`` with ``llmitm_console=console`` (``off`` for the plain llmitm setups:
     the console is measured by the ``+console`` ones, against these)."""
-    name = "llmitm" if console == "off" else f"llmitm-console-{console}"
+    name = f"llmitm-console-{console}" if twin else "llmitm"
     config_path = procs.tmp / "llmitm.toml"
     config_path.write_text(config)
     listenfile = procs.tmp / f"{name}-listen.json"
@@ -428,7 +428,7 @@ def start_stack(procs: Processes, setups: list[Setup], console: str = "live") ->
         if "llmitm" in vias:
             where["llmitm"] = start_llmitm(procs, both, config)
         if "llmitm-console" in vias:
-            where["llmitm-console"] = start_llmitm(procs, both, config, console)
+            where["llmitm-console"] = start_llmitm(procs, both, config, console, twin=True)
     for setup in setups:
         setup.port, setup.pid = where[setup.via]
 
@@ -947,9 +947,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--console",
-        choices=("live", "lines"),
+        choices=("live", "lines", "off"),
         help="also measure each llmitm setup through a second llmitm running its console in "
-        "this mode (live: drawn as on a terminal), against the plain one (console off)",
+        "this mode (live: drawn as on a terminal), against the plain one (console off); "
+        "off measures two identical processes: the noise floor of the comparison",
     )
     args = parser.parse_args(argv)
     args.selected = [part.strip() for part in args.setups.split(",") if part.strip()]

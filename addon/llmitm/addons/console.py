@@ -66,17 +66,20 @@ class Tap:
     arrival time to a ``StreamWatch`` and passes it on unchanged. At the end of the body it
     puts the original back, so later hooks (usage) see the rewriter they installed."""
 
-    __slots__ = ("inner", "pending", "response", "times")
+    __slots__ = ("_add_chunk", "_add_time", "inner", "pending", "response", "times")
 
     def __init__(self, response: http.Response, inner: Any, watch: StreamWatch) -> None:
         self.response = response
         self.inner = inner if callable(inner) else None
         self.times = watch.times
         self.pending = watch.pending
+        # Bound once: this runs for every chunk of every watched stream.
+        self._add_time = watch.times.append
+        self._add_chunk = watch.pending.append
 
     def __call__(self, data: bytes) -> Any:
-        self.times.append(_now())
-        self.pending.append(data)
+        self._add_time(_now())
+        self._add_chunk(data)
         inner = self.inner
         if data:
             if inner is None:
