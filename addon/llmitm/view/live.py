@@ -51,8 +51,12 @@ class FlowInfo:
 
 
 TAIL_CHUNKS = 48
-"""Chunks kept for a stream that is not fully assembled: enough for a panel's last lines and
-for the facts at the end of a stream (finish, usage, an error)."""
+"""Chunks kept for a stream that is not fully assembled (a proxy under load reads many events
+per chunk: what is parsed of them is bounded in bytes, below)."""
+PANEL_TAIL_BYTES = 32 * 1024
+"""What a stream that gets a panel starts from: enough events for a panel's last lines."""
+END_TAIL_BYTES = 8 * 1024
+"""What an unassembled stream's end is read from: the finish, usage and error events."""
 
 
 class StreamWatch:
@@ -147,6 +151,8 @@ class StreamWatch:
             self.recent.append(data)
             if self.full or self.first_token is None:
                 self._parse(self._decoder.feed(data), at)
+                if not self.full and self.first_token is not None:
+                    self.behind = True  # the rest of that chunk went unparsed
             else:
                 self.behind = True
 
@@ -154,32 +160,45 @@ class StreamWatch:
         """Assemble every chunk from now on, starting from the last ones kept."""
         self.drain()
         if self.behind:
-            self._reassemble()
+            self._reassemble(PANEL_TAIL_BYTES)
         self.full = True
 
     def finish(self) -> Conversation:
         """The stream has ended: its conversation, from its last chunks if it fell behind."""
         self.drain()
         if self.behind:
-            self._reassemble()
+            self._reassemble(END_TAIL_BYTES)
             if self.ended is not None:
                 self._parse(self._decoder.close(), self.ended)
                 self.assembler.close()
         return self.conversation
 
-    def _reassemble(self) -> None:
-        # The first kept chunk may start inside an event: the decoder skips its tail as
-        # lines without a field it knows.
+    def _reassemble(self, limit: int) -> None:
+        """Assemble the last ``limit`` bytes kept. They may start inside an event: the decoder
+        skips its rest as lines without a field it knows."""
+        tail: list[bytes] = []
+        size = 0
+        for data in reversed(self.recent):
+            if size + len(data) >= limit:
+                tail.append(data[len(data) - (limit - size) :])
+                break
+            tail.append(data)
+            size += len(data)
         self.assembler = StreamAssembler()
         self._decoder = SSEDecoder()
         self.behind = False
-        for data in self.recent:
+        for data in reversed(tail):
             self._parse(self._decoder.feed(data), None)
 
     def _parse(self, events: list[tuple[str | None, bytes]], at: float | None) -> None:
         assembler = self.assembler
-        before = assembler.conversation.deltas
+        conversation = assembler.conversation
+        before = conversation.deltas
+        # Unassembled, a stream is read only to its first token (the rest is skipped).
+        stop = not self.full and self.first_token is None and at is not None
         for _name, payload in events:
+            if stop and conversation.deltas:
+                break
             if payload == DONE_DATA:
                 assembler.done()
                 continue

@@ -149,7 +149,12 @@ def live_view(
     rest = watches[panels:]
     room = max(3, height - 1) - panels * (lines + 2)
     shown = rest if len(rest) <= room else rest[: max(0, room - 1)]
-    parts += [compact_row(watch, now, width) for watch in shown]
+    if shown:
+        # One Text for all rows: rich lays out one renderable instead of dozens.
+        rows = Text("\n").join(compact_row(watch, now, width) for watch in shown)
+        rows.no_wrap = True
+        rows.overflow = "ellipsis"
+        parts.append(rows)
     if len(shown) < len(rest):
         parts.append(Text(f"… and {len(rest) - len(shown)} more streams", style="dim"))
     return Group(*parts)
