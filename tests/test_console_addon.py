@@ -14,7 +14,17 @@ from mitmproxy.addons.termlog import TermLog
 from mitmproxy.test import taddons, tflow, tutils
 from rich.console import Console
 
-from llmitm.addons.console import HEAD_CHUNKS, LinesTap, LlmConsole, Tap, resolve_mode
+from llmitm.addons.console import (
+    HEAD_CHUNKS,
+    TIMED_CHUNKS,
+    LinesTap,
+    LlmConsole,
+    Tap,
+    resolve_mode,
+)
+from llmitm.exchange.stream import StreamRewriter
+from llmitm.translate.context import TranslationContext
+from llmitm.translate.pipeline import StreamPipeline
 from llmitm.view.live import TAIL_CHUNKS
 
 CHAT_BODY = orjson.dumps({"model": "gpt-4o", "stream": True, "messages": []})
@@ -214,3 +224,32 @@ def test_lines_mode_keeps_a_long_streams_head_and_tail_only() -> None:
     first, second = out.export_text().splitlines()
     assert "11→2,000 tok" in first and "TTFT " in first and "TTFT –" not in first
     assert "✖ upstream overloaded" in second and "error: Connection killed." in second
+
+
+@pytest.mark.parametrize("mode", ["live", "lines"])
+async def test_around_llmitms_rewriter_the_tap_steps_aside_for_its_observe_hook(mode: str) -> None:
+    out = recording(force_terminal=True, force_interactive=True) if mode == "live" else recording()
+    console = LlmConsole(out)
+    with taddons.context(console, TermLog(out=io.StringIO())) as tctx:
+        tctx.configure(console, llmitm_console=mode)
+        console.running()
+        flow = chat_flow()
+        console.request(flow)
+        rewriter = StreamRewriter(StreamPipeline("chat-to-responses", TranslationContext()))
+        sse_response(flow, rewriter)
+        console.responseheaders(flow)
+        watch = console.watches[flow.id]
+        chunks = [chunk({"role": "assistant", "content": ""})]
+        chunks += [chunk({"content": f" w{n}"}) for n in range(300)]
+        chunks += [chunk({}, finish="stop", usage={"prompt_tokens": 4, "completion_tokens": 300})]
+        sent = b""
+        for data in [*chunks, b""]:
+            stream = flow.response.stream
+            sent += b"".join(stream(data))
+        assert flow.response.stream is rewriter and rewriter.observe is not None
+        assert len(watch.times) == TIMED_CHUNKS  # timed by the tap, then by nobody
+        assert b"response.completed" in sent  # the client's stream is whole
+        console.response(flow)
+        console.done()
+    (line,) = [line for line in out.export_text().splitlines() if "tok" in line]
+    assert "4→300 tok" in line and "TTFT " in line and "TTFT –" not in line

@@ -8,7 +8,7 @@ with the llmitm content view). ``live`` without a terminal falls back to lines.
 Cost on the proxy's hot path: a watched stream's callable is wrapped by a ``Tap`` that appends
 ``(time, chunk)`` to a list — nothing else per chunk. Parsing and drawing happen in one task on
 the event loop, a few times a second at most, and less often when drawing gets expensive
-(drawing is kept to about 0.5% of a core), and only streams with a panel on screen are parsed
+(drawing is kept to about 0.3% of a core), and only streams with a panel on screen are parsed
 in full (the others until their first token, and their last chunks at the end). Nothing is
 wrapped when the console is off.
 """
@@ -21,6 +21,7 @@ import logging
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import ctx, http
@@ -29,6 +30,7 @@ from rich.console import Group
 
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.exchange.request import client_model, parse_body
+from llmitm.exchange.stream import StreamRewriter
 from llmitm.view.conversation import assemble_body
 from llmitm.view.live import TAIL_CHUNKS, FlowInfo, StreamWatch, Summary
 from llmitm.view.panels import layout, live_view, summary_line
@@ -41,9 +43,9 @@ RECORDING_KEY = "llmitm.recording"
 """Where the recorder (issue 6) leaves a flow's recording id for the summary line."""
 MIN_INTERVAL_S = 0.25
 MAX_INTERVAL_S = 2.0
-DRAW_BUDGET = 0.005
+DRAW_BUDGET = 0.003
 """The share of one core the live display may spend drawing (and reading what it draws);
-slower draws refresh less often: 64 streams' rows take ~6 ms, so about one refresh a second."""
+slower draws refresh less often: 64 streams' rows take ~6 ms, so a refresh every two seconds."""
 _now = time.time  # mitmproxy's timestamps are epoch seconds
 
 
@@ -61,12 +63,24 @@ def resolve_mode(option: str, *, terminal: bool, quiet: bool, ui: str | None) ->
     return option
 
 
+TIMED_CHUNKS = 64
+"""Chunks of a stream the tap times itself (the first token is among them, nearly always);
+after them a rewriter's ``observe`` hook takes over and the tap steps aside."""
+HEAD_CHUNKS = 256
+"""Chunks the lines mode keeps from a passthrough stream's start (its tap never steps aside)."""
+
+
 class Tap:
     """Wraps a flow's stream callable (or ``True``, a plain relay): hands each chunk and its
-    arrival time to a ``StreamWatch`` and passes it on unchanged. At the end of the body it
-    puts the original back, so later hooks (usage) see the rewriter they installed."""
+    arrival time to a ``StreamWatch`` and passes it on unchanged.
 
-    __slots__ = ("_add_chunk", "_add_time", "inner", "pending", "response", "times")
+    Around llmitm's own rewriter it steps aside after ``TIMED_CHUNKS``: the rewriter's
+    ``observe`` hook (a C-level ``append``) then collects the chunks, without the cost of a
+    Python call per chunk. A plain relay keeps its tap to the end, and at the end of the body
+    the original callable is put back, so later hooks (usage) see what they installed.
+    """
+
+    __slots__ = ("_add_chunk", "_add_time", "inner", "left", "pending", "response", "times")
 
     def __init__(self, response: http.Response, inner: Any, watch: StreamWatch) -> None:
         self.response = response
@@ -76,16 +90,25 @@ class Tap:
         # Bound once: this runs for every chunk of every watched stream.
         self._add_time = watch.times.append
         self._add_chunk = watch.pending.append
+        self.left = TIMED_CHUNKS if isinstance(inner, StreamRewriter) else -1
+
+    def sink(self) -> Callable[[bytes], object]:
+        """Where the rewriter's hook sends the chunks once the tap has stepped aside."""
+        return self._add_chunk
 
     def __call__(self, data: bytes) -> Any:
         self._add_time(_now())
         self._add_chunk(data)
         inner = self.inner
-        if data:
-            if inner is None:
-                return [data]
-            return inner(data)
-        return self._end(data)
+        if not data:
+            return self._end(data)
+        if inner is None:
+            return [data]
+        self.left -= 1
+        if not self.left:
+            inner.observe = self.sink()
+            self.response.stream = inner  # mitmproxy reads it for every chunk
+        return inner(data)
 
     def _end(self, data: bytes) -> Any:
         inner = self.inner
@@ -94,41 +117,30 @@ class Tap:
         return out
 
 
-HEAD_CHUNKS = 256
-"""Chunks the lines mode keeps from a stream's start: the first token is among them."""
-
-
 class LinesTap(Tap):
     """The lines mode's tap: only a summary line is wanted, so it keeps the first chunks
     (for TTFT) and the last ones (finish, usage, error) — bounded memory, no drawing."""
 
-    __slots__ = ("tail", "tail_times")
+    __slots__ = ("tail",)
 
     def __init__(self, response: http.Response, inner: Any, watch: StreamWatch) -> None:
         super().__init__(response, inner, watch)
-        self.tail_times: deque[float] = deque(maxlen=TAIL_CHUNKS)
         self.tail: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
 
+    def sink(self) -> Callable[[bytes], object]:
+        return self.tail.append
+
     def __call__(self, data: bytes) -> Any:
-        if len(self.pending) < HEAD_CHUNKS:
-            self.times.append(_now())
-            self.pending.append(data)
-        else:
-            self.tail_times.append(_now())
-            self.tail.append(data)
-        inner = self.inner
-        if data:
-            if inner is None:
-                return [data]
-            return inner(data)
-        self.merge()
-        return self._end(data)
+        if self.left > 0 or len(self.pending) < HEAD_CHUNKS:
+            return super().__call__(data)
+        self.tail.append(data)
+        if not data:
+            return self._end(data)
+        return [data] if self.inner is None else self.inner(data)
 
     def merge(self) -> None:
-        """Hand the kept tail to the watch, after the head (in order)."""
-        self.times += self.tail_times
+        """Hand the kept tail to the watch, after the head (in order; untimed)."""
         self.pending += self.tail
-        self.tail_times.clear()
         self.tail.clear()
 
 
@@ -234,7 +246,7 @@ class LlmConsole:
         watch = self.watches.pop(flow.id, None)
         tap = self.taps.pop(flow.id, None)
         if isinstance(tap, LinesTap):
-            tap.merge()  # when the stream broke off before its end
+            tap.merge()
         if info is None:
             return
         try:
@@ -263,7 +275,7 @@ class LlmConsole:
             summary.status = str(response.status_code)
             summary.ok = response.status_code < 400
         if watch is not None:
-            conversation = watch.finish()
+            conversation = watch.finish(end)
             summary.ttft = watch.ttft()
         elif response is not None and response.raw_content:
             conversation = _body_conversation(response)
@@ -356,10 +368,11 @@ class LlmConsole:
         while True:
             await asyncio.sleep(interval)
             started = time.thread_time()
+            now = _now()
             watches = list(self.watches.values())
             if not drawing:
                 for watch in watches:
-                    watch.drain()  # keep the taps' lists short
+                    watch.drain(now)  # keep the taps' lists short
                 self._flush_lines()
                 continue
             try:
@@ -367,13 +380,13 @@ class LlmConsole:
                 panels, _lines = layout(len(watches), size.height)
                 for index, watch in enumerate(watches):
                     if index < panels and not watch.full:
-                        watch.promote()
+                        watch.promote(now)
                     else:
-                        watch.drain()
+                        watch.drain(now)
                 self._flush_lines()
                 if not watches and not shown:
                     continue
-                self._live.update(live_view(watches, _now(), size.width, size.height), refresh=True)
+                self._live.update(live_view(watches, now, size.width, size.height), refresh=True)
                 shown = bool(watches)
             except Exception:
                 logger.exception("llmitm console: drawing failed; only summary lines from now")

@@ -47,7 +47,7 @@ def decoder_for(content_encoding: str | None) -> Decoder | None:
 class StreamRewriter:
     """Translate one upstream SSE body through ``pipeline``."""
 
-    __slots__ = ("_decode", "_failed", "_started", "pipeline")
+    __slots__ = ("_decode", "_failed", "_started", "observe", "pipeline")
 
     def __init__(
         self, pipeline: StreamPipeline | StreamGuard, decode: Decoder | None = None
@@ -56,8 +56,12 @@ class StreamRewriter:
         self._decode = decode
         self._started = False
         self._failed = False
+        self.observe: Callable[[bytes], object] | None = None
+        """Gets every upstream chunk first (the live console's ``list.append``: a C call)."""
 
     def __call__(self, data: bytes) -> list[bytes]:
+        if self.observe is not None:
+            self.observe(data)
         if self._failed:
             return []
         if self._started and data and self._decode is None:

@@ -145,6 +145,8 @@ class StreamAssembler:
         self._splitters: dict[int, ThinkTagSplitter] = {}
         self._items: dict[Any, Block] = {}
         self._seen = 0
+        self._last_delta: tuple[Any, Any, Any, Block] | None = None
+        """The block the previous Responses delta went to, with its item id, type and part."""
 
     def feed(self, event: Any) -> None:
         """One event's JSON (``[DONE]`` and non-objects are counted and otherwise ignored)."""
@@ -167,10 +169,24 @@ class StreamAssembler:
                 return
         if conversation.api == "responses":
             conversation.events[event_type if isinstance(event_type, str) else "(untyped)"] += 1
+            last = self._last_delta
+            if (
+                last is not None
+                and event_type == last[1]
+                and event.get("item_id") == last[0]
+                and event.get("content_index", event.get("summary_index")) == last[2]
+            ):
+                # The common case, once per token: one more delta for the same part.
+                delta = event.get("delta")
+                if type(delta) is str and delta:
+                    self._delta()
+                    last[3].add(delta)
+                return
             self._responses_event(event, event_type)
         else:
             conversation.events["chunk"] += 1
-            self._chat_chunk(event)
+            if not self._chat_fast(event):
+                self._chat_chunk(event)
 
     def done(self) -> None:
         """``data: [DONE]``."""
@@ -191,6 +207,30 @@ class StreamAssembler:
             conversation.first_delta_event = self._seen
 
     # chat chunks
+
+    def _chat_fast(self, chunk: dict[str, Any]) -> bool:
+        """The common chunk, once per token: one choice whose delta is only text, past any
+        think tags, nothing else to note. ``False``: take the general path."""
+        choices = chunk.get("choices")
+        if type(choices) is not list or len(choices) != 1 or not self._chat_choices:
+            return False
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("finish_reason") is not None:
+            return False
+        delta = choice.get("delta")
+        if type(delta) is not dict or len(delta) != 1:
+            return False
+        content = delta.get("content")
+        index = choice.get("index", 0)
+        splitter = self._splitters.get(index)  # type: ignore[arg-type]
+        if type(content) is not str or splitter is None or not splitter.settled:
+            return False
+        if chunk.get("usage") is not None or chunk.get("error"):
+            return False
+        if content:
+            self._delta()
+            self._chat_choices[index].append("text", content)  # type: ignore[index]
+        return True
 
     def _chat_chunk(self, chunk: dict[str, Any]) -> None:
         conversation = self.conversation
@@ -275,9 +315,14 @@ class StreamAssembler:
         kind = _DELTA_KINDS.get(event_type)
         if kind is not None:
             delta = _str(event.get("delta"))
+            block = self._item_block(event, kind)
             if delta:
                 self._delta()
-                self._item_block(event, kind).add(delta)
+                block.add(delta)
+            item_id = event.get("item_id")
+            if isinstance(item_id, str):
+                part = event.get("content_index", event.get("summary_index"))
+                self._last_delta = (item_id, event_type, part, block)
             return
         if event_type == "response.output_item.added":
             self._item_added(event)

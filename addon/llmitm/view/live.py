@@ -55,7 +55,7 @@ TAIL_CHUNKS = 48
 per chunk: what is parsed of them is bounded in bytes, below)."""
 PANEL_TAIL_BYTES = 32 * 1024
 """What a stream that gets a panel starts from: enough events for a panel's last lines."""
-END_TAIL_BYTES = 8 * 1024
+END_TAIL_BYTES = 4 * 1024
 """What an unassembled stream's end is read from: the finish, usage and error events."""
 
 
@@ -119,13 +119,18 @@ class StreamWatch:
         self.times.append(at)
         self.pending.append(data)
 
-    def drain(self) -> None:
-        """Take in every chunk the tap has handed over since the last call."""
+    def drain(self, now: float | None = None) -> None:
+        """Take in every chunk the tap has handed over since the last call. Chunks that came
+        without a time (the tap times only a stream's first chunks) count as arriving ``now``
+        (or with the last time known)."""
         if not self.pending:
             return
         count = len(self.pending)
         pending, times = self.pending[:count], self.times[:count]
         del self.pending[:count], self.times[:count]
+        if len(times) < count:
+            fallback = now if now is not None else (times[-1] if times else self.last_chunk)
+            times += [fallback or 0.0] * (count - len(times))
         if not self.full and self.first_token is not None and pending[-1]:
             # Nothing to parse (past the first token, no panel, not the end): the batch in C.
             self.behind = True
@@ -156,16 +161,16 @@ class StreamWatch:
             else:
                 self.behind = True
 
-    def promote(self) -> None:
+    def promote(self, now: float | None = None) -> None:
         """Assemble every chunk from now on, starting from the last ones kept."""
-        self.drain()
+        self.drain(now)
         if self.behind:
             self._reassemble(PANEL_TAIL_BYTES)
         self.full = True
 
-    def finish(self) -> Conversation:
+    def finish(self, now: float | None = None) -> Conversation:
         """The stream has ended: its conversation, from its last chunks if it fell behind."""
-        self.drain()
+        self.drain(now)
         if self.behind:
             self._reassemble(END_TAIL_BYTES)
             if self.ended is not None:
