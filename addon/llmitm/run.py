@@ -89,7 +89,7 @@ def mitmdump_argv(args: RunArgs, listenfile: str | None = None) -> list[str]:
             argv += ["--mode", "regular"]
         # On a port of its own: mitmproxy refuses two servers on one address, port 0 included.
         argv += ["--mode", f"reverse:{OPENAI_ORIGIN}@{_free_port()}"]
-    if args.command and "llmitm_console" not in user:
+    if args.command and not _gives(user, "--llmitm-console", None, "llmitm_console"):
         # The command owns the terminal: a live display (or summary lines in its stdout)
         # would fight with its output. ``--set llmitm_console=lines`` brings them back.
         argv += ["--set", "llmitm_console=off"]
