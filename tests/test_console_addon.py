@@ -19,6 +19,7 @@ from llmitm.addons.console import (
     TIMED_CHUNKS,
     LinesTap,
     LlmConsole,
+    Observer,
     Tap,
     resolve_mode,
 )
@@ -227,7 +228,7 @@ def test_lines_mode_keeps_a_long_streams_head_and_tail_only() -> None:
 
 
 @pytest.mark.parametrize("mode", ["live", "lines"])
-async def test_around_llmitms_rewriter_the_tap_steps_aside_for_its_observe_hook(mode: str) -> None:
+async def test_llmitms_rewriter_is_observed_not_wrapped(mode: str) -> None:
     out = recording(force_terminal=True, force_interactive=True) if mode == "live" else recording()
     console = LlmConsole(out)
     with taddons.context(console, TermLog(out=io.StringIO())) as tctx:
@@ -246,8 +247,9 @@ async def test_around_llmitms_rewriter_the_tap_steps_aside_for_its_observe_hook(
         for data in [*chunks, b""]:
             stream = flow.response.stream
             sent += b"".join(stream(data))
-        assert flow.response.stream is rewriter and rewriter.observe is not None
-        assert len(watch.times) == TIMED_CHUNKS  # timed by the tap, then by nobody
+        assert flow.response.stream is rewriter  # never wrapped: cut streams, usage see it
+        assert rewriter.observe is not None and not isinstance(rewriter.observe, Observer)
+        assert len(watch.times) == TIMED_CHUNKS  # timed by the observer, then as drained
         assert b"response.completed" in sent  # the client's stream is whole
         console.response(flow)
         console.done()

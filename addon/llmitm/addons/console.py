@@ -5,12 +5,13 @@
 stdout is not one, off with ``-q`` and in mitmproxy's own UIs (which show flows themselves,
 with the llmitm content view). ``live`` without a terminal falls back to lines.
 
-Cost on the proxy's hot path: a watched stream's callable is wrapped by a ``Tap`` that appends
-``(time, chunk)`` to a list — nothing else per chunk. Parsing and drawing happen in one task on
-the event loop, a few times a second at most, and less often when drawing gets expensive
-(drawing is kept to about 0.3% of a core), and only streams with a panel on screen are parsed
-in full (the others until their first token, and their last chunks at the end). Nothing is
-wrapped when the console is off.
+Cost on the proxy's hot path: on llmitm's own rewriter the console sets the ``observe`` hook,
+which times a stream's first chunks and then becomes a plain ``list.append`` (a C call per
+chunk); other stream callables (a plain relay) get a ``Tap`` wrapper that appends and passes
+on. Parsing and drawing happen in one task on the event loop, a few times a second at most,
+and less often when drawing gets expensive (drawing is kept to about 0.3% of a core), and
+only streams with a panel on screen are parsed in full (the others until their first token,
+and their last bytes at the end). Nothing is observed when the console is off.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import logging
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import ctx, http
@@ -64,23 +64,50 @@ def resolve_mode(option: str, *, terminal: bool, quiet: bool, ui: str | None) ->
 
 
 TIMED_CHUNKS = 64
-"""Chunks of a stream the tap times itself (the first token is among them, nearly always);
-after them a rewriter's ``observe`` hook takes over and the tap steps aside."""
+"""Chunks of a stream timed one by one (the first token is among them, nearly always); later
+chunks are timed when the console reads them."""
 HEAD_CHUNKS = 256
-"""Chunks the lines mode keeps from a passthrough stream's start (its tap never steps aside)."""
+"""Chunks the lines mode keeps from a plain relay's start."""
+
+
+class Observer:
+    """The observe hook put on llmitm's own rewriter: times and keeps a stream's first chunks,
+    then replaces itself with a plain C-level ``append`` (to the watch's list, or in the lines
+    mode to a bounded tail), so the rest of the stream costs one C call per chunk. The flow's
+    stream callable stays the rewriter: nothing downstream (usage, cut streams) sees a wrapper.
+    """
+
+    __slots__ = ("_add_chunk", "_add_time", "left", "pending", "rewriter", "sink", "tail")
+
+    def __init__(self, rewriter: StreamRewriter, watch: StreamWatch, *, lines: bool) -> None:
+        self.rewriter = rewriter
+        self.pending = watch.pending
+        self._add_time = watch.times.append
+        self._add_chunk = watch.pending.append
+        self.left = TIMED_CHUNKS
+        self.tail: deque[bytes] | None = deque(maxlen=TAIL_CHUNKS) if lines else None
+        self.sink = self.tail.append if self.tail is not None else self._add_chunk
+
+    def __call__(self, data: bytes) -> None:
+        self._add_time(_now())
+        self._add_chunk(data)
+        self.left -= 1
+        if not self.left:
+            self.rewriter.observe = self.sink
+
+    def merge(self) -> None:
+        """Hand the kept tail to the watch, after the head (in order; untimed)."""
+        if self.tail:
+            self.pending += self.tail
+            self.tail.clear()
 
 
 class Tap:
-    """Wraps a flow's stream callable (or ``True``, a plain relay): hands each chunk and its
-    arrival time to a ``StreamWatch`` and passes it on unchanged.
+    """Wraps any other stream callable (or ``True``, a plain relay): hands each chunk and its
+    arrival time to a ``StreamWatch`` and passes it on unchanged; at the end of the body it
+    puts the original back, so later hooks see what they installed."""
 
-    Around llmitm's own rewriter it steps aside after ``TIMED_CHUNKS``: the rewriter's
-    ``observe`` hook (a C-level ``append``) then collects the chunks, without the cost of a
-    Python call per chunk. A plain relay keeps its tap to the end, and at the end of the body
-    the original callable is put back, so later hooks (usage) see what they installed.
-    """
-
-    __slots__ = ("_add_chunk", "_add_time", "inner", "left", "pending", "response", "times")
+    __slots__ = ("_add_chunk", "_add_time", "inner", "pending", "response", "times")
 
     def __init__(self, response: http.Response, inner: Any, watch: StreamWatch) -> None:
         self.response = response
@@ -90,11 +117,6 @@ class Tap:
         # Bound once: this runs for every chunk of every watched stream.
         self._add_time = watch.times.append
         self._add_chunk = watch.pending.append
-        self.left = TIMED_CHUNKS if isinstance(inner, StreamRewriter) else -1
-
-    def sink(self) -> Callable[[bytes], object]:
-        """Where the rewriter's hook sends the chunks once the tap has stepped aside."""
-        return self._add_chunk
 
     def __call__(self, data: bytes) -> Any:
         self._add_time(_now())
@@ -102,19 +124,16 @@ class Tap:
         inner = self.inner
         if not data:
             return self._end(data)
-        if inner is None:
-            return [data]
-        self.left -= 1
-        if not self.left:
-            inner.observe = self.sink()
-            self.response.stream = inner  # mitmproxy reads it for every chunk
-        return inner(data)
+        return [data] if inner is None else inner(data)
 
     def _end(self, data: bytes) -> Any:
         inner = self.inner
         out = [] if inner is None else inner(data)
         self.response.stream = inner if inner is not None else True
         return out
+
+    def merge(self) -> None:
+        pass
 
 
 class LinesTap(Tap):
@@ -127,11 +146,8 @@ class LinesTap(Tap):
         super().__init__(response, inner, watch)
         self.tail: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
 
-    def sink(self) -> Callable[[bytes], object]:
-        return self.tail.append
-
     def __call__(self, data: bytes) -> Any:
-        if self.left > 0 or len(self.pending) < HEAD_CHUNKS:
+        if len(self.pending) < HEAD_CHUNKS:
             return super().__call__(data)
         self.tail.append(data)
         if not data:
@@ -183,7 +199,7 @@ class LlmConsole:
         self.mode = "off"
         self.infos: dict[str, FlowInfo] = {}
         self.watches: dict[str, StreamWatch] = {}
-        self.taps: dict[str, Tap] = {}
+        self.taps: dict[str, Observer | Tap] = {}
         self._lines: list[Any] = []  # summary lines waiting for the live display's refresh
         self._running = False
         self._out: Any = None  # rich Console
@@ -236,8 +252,13 @@ class LlmConsole:
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             return
         watch = StreamWatch(info, full=False)  # the live display promotes what it shows
-        tap = (Tap if self.mode == "live" else LinesTap)(response, response.stream, watch)
-        response.stream = tap
+        stream = response.stream
+        tap: Observer | Tap
+        if isinstance(stream, StreamRewriter) and stream.observe is None:
+            tap = stream.observe = Observer(stream, watch, lines=self.mode != "live")
+        else:
+            tap = (Tap if self.mode == "live" else LinesTap)(response, stream, watch)
+            response.stream = tap
         self.watches[flow.id] = watch
         self.taps[flow.id] = tap
 
@@ -245,7 +266,7 @@ class LlmConsole:
         info = self.infos.pop(flow.id, None)
         watch = self.watches.pop(flow.id, None)
         tap = self.taps.pop(flow.id, None)
-        if isinstance(tap, LinesTap):
+        if tap is not None:
             tap.merge()
         if info is None:
             return
