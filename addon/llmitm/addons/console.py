@@ -383,18 +383,21 @@ class LlmConsole:
                 setattr(owner, attribute, sys.stdout)
 
     async def _refresh(self) -> None:
-        interval = MIN_INTERVAL_S
+        # Every tick drains the watches (cheap, and chunks are not held longer than a tick);
+        # drawing waits until its cost fits the budget.
+        next_draw = 0.0
         shown = False
         drawing = True
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(MIN_INTERVAL_S)
             started = time.thread_time()
             now = _now()
             watches = list(self.watches.values())
-            if not drawing:
+            if not drawing or now < next_draw:
                 for watch in watches:
-                    watch.drain(now)  # keep the taps' lists short
-                self._flush_lines()
+                    watch.drain(now)
+                if not drawing:
+                    self._flush_lines()
                 continue
             try:
                 size = self._live.console.size
@@ -414,7 +417,7 @@ class LlmConsole:
                 drawing = False
                 continue
             cost = time.thread_time() - started
-            interval = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, cost / DRAW_BUDGET))
+            next_draw = now + min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, cost / DRAW_BUDGET))
 
 
 def _body_conversation(response: http.Response) -> Any:
