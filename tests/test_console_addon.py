@@ -23,6 +23,7 @@ from llmitm.addons.console import (
     Tap,
     resolve_mode,
 )
+from llmitm.addons.responses import FACTS_KEY
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.pipeline import StreamPipeline
@@ -156,6 +157,19 @@ def test_a_failed_flow_leaves_a_red_line_once() -> None:
         console.error(flow)
     text = out.export_text()
     assert text.count("error: Client disconnected.") == 1
+
+
+def test_the_summary_shows_the_attempts_failover_needed() -> None:
+    out = recording()
+    console = LlmConsole(out)
+    with taddons.context(console):
+        console.running()
+        flow = chat_flow()
+        console.request(flow)
+        flow.response = tutils.tresp(content=b"{}")
+        flow.metadata[FACTS_KEY] = {"endpoint": "west", "attempts": 3, "route": "r"}
+        console.response(flow)
+    assert "×3" in out.export_text()
 
 
 def test_quiet_turns_it_off_and_nothing_is_tapped() -> None:

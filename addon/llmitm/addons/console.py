@@ -28,6 +28,7 @@ from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 from rich.console import Group
 
+from llmitm.addons.responses import FACTS_KEY
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.exchange.request import client_model, parse_body
 from llmitm.exchange.stream import StreamRewriter
@@ -280,8 +281,8 @@ class LlmConsole:
 
     def _summary(self, flow: http.HTTPFlow, info: FlowInfo, watch: StreamWatch | None) -> Summary:
         response = flow.response
-        state = flow.metadata.get(METADATA_KEY)
-        attempts = getattr(state, "attempts", 1)
+        facts = flow.metadata.get(FACTS_KEY) or {}
+        attempts = facts.get("attempts", 1)  # failover's count, set with the response's head
         summary = Summary(
             info=info,
             status="",
