@@ -1,0 +1,258 @@
+"""Canonical, versioned match keys for recorded requests (record-replay.md §5.3).
+
+The key of a request is ``sha256(canonical)[:16]`` where ``canonical`` is sorted-key JSON of:
+the method, the logical route (``chat.completions``, ``responses``, or the method and path of
+any other API call), the model (the Azure deployment counts as the model), the query without
+``api-version`` and credentials, an allow-list of headers (``openai-beta``), and the
+*redacted* JSON body with the profile's volatile fields dropped and volatile values — uuids,
+timestamps, dates, provider ids — replaced by numbered placeholders (``<uuid:1>``), numbered
+by first appearance so that *which* value repeats where still counts, but not the value.
+
+Profiles: ``default`` drops ``user``, ``metadata``, ``safety_identifier``,
+``prompt_cache_key``, ``store``, ``stream_options`` and replaces provider ids; ``strict`` only
+redacts (ids and uuids kept as sent); ``loose`` also drops sampling and length settings.
+User ignore paths are dotted (``messages.0.content``, ``tools.*.description``).
+
+Pure: the same function runs at record time and at replay time, on the redacted request, so
+redaction can never cause a miss. :data:`MATCH_KEY_VERSION` is stored with every recording.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+from urllib.parse import parse_qsl
+
+import orjson
+
+from llmitm.replay.redact import redact_body, redact_json
+from llmitm.wire.paths import classify_path
+
+MATCH_KEY_VERSION = 1
+
+Profile = Literal["default", "strict", "loose"]
+PROFILES: tuple[str, ...] = get_args(Profile)
+
+_DEFAULT_DROP = (
+    "user",
+    "metadata",
+    "safety_identifier",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "store",
+    "stream_options",
+    "client_metadata",
+)
+_LOOSE_DROP = (
+    *_DEFAULT_DROP,
+    "temperature",
+    "top_p",
+    "seed",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "frequency_penalty",
+    "presence_penalty",
+    "parallel_tool_calls",
+    "reasoning",
+)
+DROPPED_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "default": _DEFAULT_DROP,
+    "strict": (),
+    "loose": _LOOSE_DROP,
+}
+HEADER_ALLOW = ("openai-beta",)
+QUERY_DROP = frozenset({"api-version", "api-key", "api_key", "key"})
+
+# Volatile values, in the order they are tried. Timestamps before dates (a timestamp contains
+# a date), uuids before provider ids (an id may end in a uuid).
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_TIMESTAMP = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
+_DATE = r"\b\d{4}-\d{2}-\d{2}\b"
+_PROVIDER_ID = (
+    r"\b(?:resp|msg|call|fc|rs|ctc|ws|item|run|thread|asst|file|toolu|chatcmpl|cmpl)"
+    r"[_-][A-Za-z0-9_-]{6,}"
+)
+_VOLATILE_STRICT = re.compile(rf"(?P<uuid>{_UUID})|(?P<timestamp>{_TIMESTAMP})|(?P<date>{_DATE})")
+_VOLATILE = re.compile(
+    rf"(?P<uuid>{_UUID})|(?P<timestamp>{_TIMESTAMP})|(?P<date>{_DATE})|(?P<id>{_PROVIDER_ID})"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyOptions:
+    """How keys are computed: the profile, extra dotted ignore paths, extra header names."""
+
+    profile: Profile = "default"
+    ignore: tuple[str, ...] = ()
+    headers: tuple[str, ...] = HEADER_ALLOW
+    match_host: bool = False
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"profile must be one of {', '.join(PROFILES)}, not {self.profile!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MatchKey:
+    """A request's key, with what it was computed from (for logs, diffs and ``rec ls``)."""
+
+    key: str
+    method: str
+    route: str
+    model: str
+    stream: bool
+    canonical: str
+    """The sorted-key JSON that was hashed: the text diffs are made of."""
+    version: int = MATCH_KEY_VERSION
+
+    def label(self) -> str:
+        return f"{self.method} {self.route} #{self.key[:8]}"
+
+
+@dataclass(slots=True)
+class _Numbering:
+    """Numbers volatile values by first appearance, per kind."""
+
+    seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def placeholder(self, kind: str, value: str) -> str:
+        number = self.seen.get((kind, value))
+        if number is None:
+            number = self.counts.get(kind, 0) + 1
+            self.counts[kind] = number
+            self.seen[kind, value] = number
+        return f"<{kind}:{number}>"
+
+
+def route_of(method: str, path: str) -> tuple[str, str | None]:
+    """The logical route of a request path, and the Azure deployment it names (if any).
+
+    Create calls of both APIs map to one name whatever the path form (OpenAI, Azure classic,
+    Azure v1, a gateway prefix); anything else is the path without query, from ``/v1`` or
+    ``/openai`` on when present."""
+    classified = classify_path(path) if method == "POST" else None
+    if classified is not None:
+        route = "chat.completions" if classified.api == "chat" else "responses"
+        return route, classified.deployment
+    bare = path.partition("?")[0]
+    for marker in ("/openai/", "/v1/"):
+        at = bare.find(marker)
+        if at >= 0:
+            bare = bare[at:]
+            break
+    return bare, None
+
+
+def is_api_path(path: str) -> bool:
+    """Whether a request belongs to an LLM API (recorded and replayed): ``/v1/…``,
+    ``/openai/…`` and every create call (a gateway may mount them anywhere)."""
+    bare = path.partition("?")[0]
+    return "/v1/" in bare or "/openai/" in bare or classify_path(bare) is not None
+
+
+def _drop_path(value: Any, parts: Sequence[str]) -> Any:
+    if not parts:
+        return value
+    head, rest = parts[0], parts[1:]
+    if isinstance(value, dict):
+        if head == "*":
+            return {k: _drop_path(v, rest) if rest else v for k, v in value.items()} if rest else {}
+        if head not in value:
+            return value
+        if not rest:
+            return {k: v for k, v in value.items() if k != head}
+        return {**value, head: _drop_path(value[head], rest)}
+    if isinstance(value, list):
+        if head == "*":
+            return [_drop_path(item, rest) for item in value] if rest else []
+        if head.isdigit() and int(head) < len(value):
+            index = int(head)
+            if not rest:
+                return value[:index] + value[index + 1 :]
+            return [*value[:index], _drop_path(value[index], rest), *value[index + 1 :]]
+    return value
+
+
+def _placeholders(value: Any, pattern: re.Pattern[str], numbering: _Numbering) -> Any:
+    if isinstance(value, str):
+        if not pattern.search(value):
+            return value
+
+        def replace(match: re.Match[str]) -> str:
+            kind = match.lastgroup or "value"
+            return numbering.placeholder(kind, match.group(0))
+
+        return pattern.sub(replace, value)
+    if isinstance(value, dict):
+        return {k: _placeholders(v, pattern, numbering) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_placeholders(item, pattern, numbering) for item in value]
+    return value
+
+
+def canonical_body(body: Any, options: KeyOptions) -> Any:
+    """The redacted body reduced to what identifies the request under ``options``."""
+    body = redact_json(body)
+    if isinstance(body, dict):
+        drop = DROPPED_FIELDS[options.profile]
+        body = {k: v for k, v in body.items() if k not in drop}
+    for path in options.ignore:
+        body = _drop_path(body, [part for part in path.split(".") if part])
+    pattern = _VOLATILE_STRICT if options.profile == "strict" else _VOLATILE
+    return _placeholders(body, pattern, _Numbering())
+
+
+def match_key(
+    method: str,
+    url_path: str,
+    headers: Iterable[tuple[str, str]],
+    content: bytes | None,
+    options: KeyOptions = KeyOptions(),
+    host: str = "",
+) -> MatchKey:
+    """The key of one client request (``url_path`` with its query; headers as sent)."""
+    method = method.upper()
+    route, deployment = route_of(method, url_path)
+    query = url_path.partition("?")[2]
+    pairs = sorted(
+        (k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k.lower() not in QUERY_DROP
+    )
+    wanted = {name.lower() for name in options.headers}
+    kept = sorted((k.lower(), v) for k, v in headers if k.lower() in wanted)
+    body: Any = None
+    text = ""
+    if content:
+        try:
+            body = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            redacted = redact_body(content) or b""
+            text = "sha256:" + hashlib.sha256(redacted).hexdigest()
+    model = deployment or ""
+    stream = False
+    if isinstance(body, dict):
+        if isinstance(body.get("model"), str) and not deployment:
+            model = body["model"]
+        stream = body.get("stream") is True
+    canonical: dict[str, Any] = {
+        "method": method,
+        "route": route,
+        "model": model,
+        "query": [list(pair) for pair in pairs],
+        "headers": [list(pair) for pair in kept],
+        "body": canonical_body(body, options) if body is not None else text,
+    }
+    if options.match_host:
+        canonical["host"] = host.lower()
+    text_form = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode()
+    digest = hashlib.sha256(text_form.encode()).hexdigest()[:16]
+    return MatchKey(digest, method, route, model, stream, text_form)
+
+
+def parse_ignore(value: str) -> tuple[str, ...]:
+    """``a.b, c`` → ``("a.b", "c")`` (the option's comma-separated form)."""
+    return tuple(part.strip() for part in value.split(",") if part.strip())

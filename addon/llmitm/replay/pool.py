@@ -1,0 +1,140 @@
+"""Replay pools: ``{scope: {key: FIFO of interactions}}``, built once at start-up.
+
+FIFO per key and no order across keys (record-replay.md §5.4): retries and agent loops replay
+in recorded order, concurrent requests with different keys never disturb each other, and
+scopes (one per test) never share answers. One asyncio loop pops, so each pop is atomic.
+
+A lookup returns a :class:`Hit`, or a :class:`Miss` that says why — no recording for this
+key, or the key's recordings are all used (*exhausted*, with the count) — and names the
+closest recording (same method and route first, then by similarity of canonical text).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from llmitm.replay.keys import MatchKey
+from llmitm.replay.model import Interaction
+
+GLOBAL_SCOPE = "global"
+SCOPE_HEADERS = ("x-llmitm-scope", "x-test-id")
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    interaction: Interaction
+    served: int
+    """1-based position of this answer among the key's recordings."""
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    reason: Literal["no-scope", "no-key", "exhausted"]
+    scope: str
+    key: MatchKey
+    closest: Interaction | None
+    served: int = 0
+    total: int = 0
+    keys_in_scope: int = 0
+
+    def describe(self) -> str:
+        if self.reason == "exhausted":
+            return f"exhausted: served {self.served} of {self.total} recording(s) for this key"
+        if self.reason == "no-scope":
+            return f"no recordings in scope {self.scope!r}"
+        return f"no recording with this key in scope {self.scope!r} ({self.keys_in_scope} keys)"
+
+
+@dataclass(slots=True)
+class _Queue:
+    items: deque[Interaction]
+    total: int
+    served: int = 0
+
+
+@dataclass(slots=True)
+class ReplayPool:
+    """Every loaded interaction, by scope and key, in arrival order."""
+
+    scopes: dict[str, dict[str, _Queue]] = field(default_factory=dict)
+    everything: list[Interaction] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, interactions: Iterable[Interaction]) -> ReplayPool:
+        pool = cls()
+        ordered = sorted(interactions, key=lambda i: (i.started_us, i.id))
+        grouped: dict[str, dict[str, list[Interaction]]] = {}
+        for interaction in ordered:
+            grouped.setdefault(interaction.scope, {}).setdefault(interaction.key, []).append(
+                interaction
+            )
+        for scope, keys in grouped.items():
+            pool.scopes[scope] = {k: _Queue(deque(v), len(v)) for k, v in keys.items()}
+        pool.everything = ordered
+        return pool
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes
+
+    def take(self, scope: str, key: MatchKey) -> Hit | Miss:
+        keys = self.scopes.get(scope)
+        if keys is None:
+            return Miss("no-scope", scope, key, self.closest(scope, key))
+        queue = keys.get(key.key)
+        if queue is None:
+            return Miss("no-key", scope, key, self.closest(scope, key), keys_in_scope=len(keys))
+        if not queue.items:
+            last = None
+            for interaction in self.everything:
+                if interaction.scope == scope and interaction.key == key.key:
+                    last = interaction
+            return Miss("exhausted", scope, key, last, queue.served, queue.total, len(keys))
+        queue.served += 1
+        return Hit(queue.items.popleft(), queue.served, queue.total)
+
+    def closest(self, scope: str, key: MatchKey) -> Interaction | None:
+        """The recording most like ``key``: same scope, method and route first, then the
+        most similar canonical text."""
+        best: tuple[tuple[int, int, int, float], Interaction] | None = None
+        for interaction in self.everything:
+            same_scope = int(interaction.scope == scope)
+            same_route = int(interaction.method == key.method and interaction.route == key.route)
+            same_model = int(interaction.model == key.model)
+            ratio = difflib.SequenceMatcher(
+                None, interaction.canonical, key.canonical, autojunk=False
+            ).quick_ratio()
+            rank = (same_scope, same_route, same_model, ratio)
+            if best is None or rank > best[0]:
+                best = (rank, interaction)
+        return best[1] if best else None
+
+    def unused(self) -> list[Interaction]:
+        """Interactions never served, in arrival order."""
+        left = {id(i) for keys in self.scopes.values() for q in keys.values() for i in q.items}
+        return [i for i in self.everything if id(i) in left]
+
+    def __len__(self) -> int:
+        return len(self.everything)
+
+
+def canonical_diff(recorded: str, requested: str, limit: int = 60) -> list[str]:
+    """A unified diff from a recording's canonical text to a request's, at most ``limit``
+    lines (``-`` recorded, ``+`` requested)."""
+    lines = list(
+        difflib.unified_diff(
+            recorded.splitlines(),
+            requested.splitlines(),
+            fromfile="recorded",
+            tofile="request",
+            lineterm="",
+            n=2,
+        )
+    )
+    if len(lines) > limit:
+        lines = [*lines[:limit], f"… {len(lines) - limit} more line(s)"]
+    return lines

@@ -1,0 +1,205 @@
+"""The one redactor: credentials in headers, query strings, JSON bodies, text and SSE chunks
+become placeholders before anything is written, matched or exported.
+
+Placeholders, never deletion: a header or field keeps its name and its shape
+(``authorization: Bearer <redacted>``), so a request still says *that* it carried a key and
+the match key, computed from the redacted request, is the same whatever key a later run uses
+(record-replay.md §5.3: the same redaction runs at record and at replay, so redaction can
+never cause a miss). Values are replaced by a fixed placeholder with no hash of the secret,
+so nothing derived from a credential reaches disk either.
+
+Pure functions over bytes, strings and JSON values; no I/O. :data:`REDACTION_VERSION` goes
+into every recording so a change of rules can be detected.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import orjson
+
+REDACTION_VERSION = 1
+PLACEHOLDER = "<redacted>"
+
+# Request headers whose value is a credential (lower-case names).
+SECRET_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "api-key",
+        "x-api-key",
+        "ocp-apim-subscription-key",
+        "cookie",
+        "openai-organization",
+        "openai-project",
+        "x-goog-api-key",
+        "anthropic-api-key",
+    }
+)
+# Response headers that are never kept at all (they set state in a browser, not in a replay).
+DROPPED_HEADERS = frozenset({"set-cookie", "set-cookie2"})
+SECRET_QUERY = frozenset({"api-key", "api_key", "key", "sig", "token", "code", "access_token"})
+SECRET_FIELD = re.compile(
+    r"^(api_?key|password|passwd|secret|client_secret|access_token|refresh_token|"
+    r"authorization|.*_api_key|.*_secret|.*_token|.*_credentials?)$",
+    re.IGNORECASE,
+)
+# Fields whose names look secret but are counts or settings in the OpenAI APIs.
+NOT_SECRET_FIELDS = frozenset({"max_tokens", "max_completion_tokens", "max_output_tokens"})
+
+# Credential shapes inside any string: OpenAI/Anthropic style keys, JWTs, bearer values,
+# Azure-style 32-hex keys after "key". Ordered: the first that matches a span wins.
+_SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\bBearer\s+(?!<redacted>)[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"\bsk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{16,}"),
+    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    re.compile(r"\b(?:ghp|gho|ghs|github_pat|xox[abpr]|AKIA)[A-Za-z0-9_-]{16,}"),
+)
+_COMBINED = re.compile("|".join(f"(?:{p.pattern})" for p in _SECRET_PATTERNS))
+_COMBINED_BYTES = re.compile(_COMBINED.pattern.encode())
+
+
+def _replace(match: re.Match[str]) -> str:
+    return "Bearer " + PLACEHOLDER if match.group(0).startswith("Bearer") else PLACEHOLDER
+
+
+def _replace_bytes(match: re.Match[bytes]) -> bytes:
+    return b"Bearer <redacted>" if match.group(0).startswith(b"Bearer") else b"<redacted>"
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every credential-shaped substring replaced."""
+    return _COMBINED.sub(_replace, text)
+
+
+def find_secrets(text: str) -> list[str]:
+    """The credential-shaped substrings of ``text`` (for ``rec check-secrets``)."""
+    return [m.group(0) for m in _COMBINED.finditer(text)]
+
+
+def redact_header_value(name: str, value: str) -> str:
+    lower = name.lower()
+    if lower in SECRET_HEADERS:
+        if value.startswith(("Bearer ", "bearer ")):
+            return "Bearer " + PLACEHOLDER
+        if value.startswith(("Basic ", "basic ")):
+            return "Basic " + PLACEHOLDER
+        return PLACEHOLDER if value else value
+    return redact_text(value)
+
+
+def redact_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Headers in order with credential values replaced and cookie-setting ones dropped."""
+    return [
+        (name, redact_header_value(name, value))
+        for name, value in headers
+        if name.lower() not in DROPPED_HEADERS
+    ]
+
+
+def redact_url(url: str) -> str:
+    """``url`` with secret query values (``api-key``, ``sig``, …) replaced, userinfo removed."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2] if "@" in parts.netloc else parts.netloc
+    if not parts.query and netloc == parts.netloc:
+        return redact_text(url)
+    pairs = [
+        (k, PLACEHOLDER if k.lower() in SECRET_QUERY else redact_text(v))
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    query = urlencode(pairs, safe="<>") if pairs else parts.query
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_json(value: Any) -> Any:
+    """A copy of a JSON value with secret-named fields and secret-shaped strings replaced."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if (
+                isinstance(key, str)
+                and key not in NOT_SECRET_FIELDS
+                and SECRET_FIELD.match(key)
+                and isinstance(item, str)
+                and item
+            ):
+                out[key] = PLACEHOLDER
+            else:
+                out[key] = redact_json(item)
+        return out
+    if isinstance(value, list):
+        return [redact_json(item) for item in value]
+    if isinstance(value, str):
+        return redact_text(value) if _COMBINED.search(value) else value
+    return value
+
+
+def redact_body(content: bytes | None) -> bytes | None:
+    """A body with its credentials replaced: JSON bodies field by field (re-serialised only
+    when something changed, so a clean body stays byte for byte), anything else as bytes."""
+    if not content:
+        return content
+    stripped = content.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        try:
+            parsed = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if parsed is not None:
+            redacted = redact_json(parsed)
+            return content if redacted == parsed else orjson.dumps(redacted)
+    return _COMBINED_BYTES.sub(_replace_bytes, content)
+
+
+def redact_chunks(chunks: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """Streamed pieces with credentials replaced, split again at the same places.
+
+    A secret may straddle two pieces, so the stream is redacted whole; each piece then ends
+    where it ended before, moved to the end of a replacement that covers its old end (a piece
+    can become empty; it keeps its time so the timeline stays whole)."""
+    if not chunks:
+        return list(chunks)
+    joined = b"".join(data for _, data in chunks)
+    if not _COMBINED_BYTES.search(joined):
+        return list(chunks)
+    ends: list[int] = []
+    total = 0
+    for _, data in chunks:
+        total += len(data)
+        ends.append(total)
+    pieces: list[bytes] = []
+    shift: list[tuple[int, int, int]] = []  # (old_start, old_end, new_end) per replacement
+    last = 0
+    out_len = 0
+    for match in _COMBINED_BYTES.finditer(joined):
+        start, end = match.span()
+        pieces.append(joined[last:start])
+        out_len += start - last
+        replacement = _replace_bytes(match)
+        pieces.append(replacement)
+        out_len += len(replacement)
+        shift.append((start, end, out_len))
+        last = end
+    pieces.append(joined[last:])
+    redacted = b"".join(pieces)
+
+    def new_position(old: int) -> int:
+        delta = 0
+        for start, end, new_end in shift:
+            if old <= start:
+                break
+            if old < end:
+                return new_end  # inside a replaced secret: the piece ends after the placeholder
+            delta = new_end - end
+        return old + delta
+
+    out: list[tuple[int, bytes]] = []
+    previous = 0
+    for (t_us, _), end in zip(chunks, ends, strict=True):
+        new_end = new_position(end)
+        out.append((t_us, redacted[previous:new_end]))
+        previous = new_end
+    return out
