@@ -30,6 +30,71 @@ class SchemaTooNew(RuntimeError):
     """The database was written by a newer llmitm; this one must not touch it."""
 
 
+# Recordings (issue 6): only rec_* tables, each created IF NOT EXISTS, so this step commutes
+# with any other feature's step: whichever number a merge gives it, the schema ends up the same.
+_RECORDINGS: tuple[str, ...] = (
+    """
+    CREATE TABLE IF NOT EXISTS rec_interactions (
+        id TEXT PRIMARY KEY,
+        session TEXT NOT NULL,
+        started_us INTEGER NOT NULL,
+        scope TEXT NOT NULL,
+        match_key TEXT NOT NULL,
+        match_key_version INTEGER NOT NULL,
+        method TEXT NOT NULL,
+        route TEXT NOT NULL,
+        model TEXT NOT NULL,
+        stream INTEGER NOT NULL,
+        canonical TEXT NOT NULL,
+        status INTEGER NOT NULL,
+        endpoint TEXT NOT NULL,
+        plan TEXT NOT NULL,
+        ttfb_us INTEGER,
+        duration_us INTEGER,
+        truncated TEXT,
+        error TEXT,
+        mode TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS rec_interactions_key "
+    "ON rec_interactions (scope, match_key, started_us)",
+    "CREATE INDEX IF NOT EXISTS rec_interactions_started ON rec_interactions (started_us)",
+    """
+    CREATE TABLE IF NOT EXISTS rec_messages (
+        interaction_id TEXT NOT NULL,
+        leg TEXT NOT NULL
+            CHECK (leg IN ('client_req', 'upstream_req', 'upstream_resp', 'client_resp')),
+        method TEXT NOT NULL,
+        url TEXT NOT NULL,
+        status INTEGER NOT NULL,
+        headers_json TEXT NOT NULL,
+        body_sha256 TEXT NOT NULL,
+        chunk_index BLOB,
+        PRIMARY KEY (interaction_id, leg)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS rec_blobs (
+        sha256 TEXT PRIMARY KEY,
+        size INTEGER NOT NULL,
+        data BLOB NOT NULL
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS rec_misses (
+        id INTEGER PRIMARY KEY,
+        at_us INTEGER NOT NULL,
+        scope TEXT NOT NULL,
+        match_key TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        canonical TEXT NOT NULL,
+        closest_id TEXT,
+        closest_canonical TEXT
+    )
+    """,
+)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -105,6 +170,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO llmitm_secrets (name, value) VALUES ('reasoning-seal', randomblob(32))",
         ),
     ),
+    Migration(3, "recordings", _RECORDINGS),
 )
 
 

@@ -31,8 +31,11 @@ from typing import Any
 
 import aiosqlite
 
+from llmitm.replay.model import Interaction
+from llmitm.store import sqlite_recordings as recordings
 from llmitm.store.api import GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew, migrate, user_version
+from llmitm.store.recordings import DeleteScope, PruneRecordings, RecordingWrite, ReplayMissRecord
 from llmitm.store.responses import (
     ResponseDeleted,
     ResponseEvents,
@@ -70,7 +73,12 @@ DEFAULT_APPLIERS: Mapping[type, SqliteApplier] = {
     ResponseEvents: apply_events,
     ResponseOwned: apply_owned,
     ResponsesPurged: apply_purged,
+    RecordingWrite: recordings.apply_recordings,
+    DeleteScope: recordings.apply_delete_scope,
+    PruneRecordings: recordings.apply_prune,
+    ReplayMissRecord: recordings.apply_misses,
 }
+_RECORDINGS_TABLE = "rec_interactions"
 
 _RESPONSES_SCHEMA = 2  # the migration that created the Responses state tables
 
@@ -237,6 +245,44 @@ class SqliteStore(Store, ResponseReader):
     async def seal_key(self) -> bytes | None:
         reader = await self._responses_reader()
         return None if reader is None else await read_seal_key(reader)
+
+    # Recordings (store.sqlite_recordings). A file without the recordings tables (read-only
+    # over an older schema) simply has none.
+
+    async def recordings(
+        self, scope: str | None = None, limit: int | None = None
+    ) -> list[Interaction]:
+        """Recorded interactions without their legs, oldest first (``rec ls``)."""
+        reader = self._read_connection()
+        if not await self._has_recordings(reader):
+            return []
+        return await recordings.list_interactions(reader, scope, limit)
+
+    async def load_recordings(self, scope: str | None = None) -> list[Interaction]:
+        """Recorded interactions with all four legs, in arrival order (replay, export)."""
+        reader = self._read_connection()
+        if not await self._has_recordings(reader):
+            return []
+        return await recordings.load_interactions(reader, scope)
+
+    async def recording(self, ident: str) -> Interaction | None:
+        """One interaction by id or unique id prefix, with its legs."""
+        reader = self._read_connection()
+        if not await self._has_recordings(reader):
+            return None
+        return await recordings.get_interaction(reader, ident)
+
+    async def last_replay_miss(self) -> ReplayMissRecord | None:
+        reader = self._read_connection()
+        if not await self._has_recordings(reader):
+            return None
+        return await recordings.last_miss(reader)
+
+    async def _has_recordings(self, reader: aiosqlite.Connection) -> bool:
+        async with reader.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_RECORDINGS_TABLE,)
+        ) as cursor:
+            return await cursor.fetchone() is not None
 
     def _read_connection(self) -> aiosqlite.Connection:
         if self._reader is None:

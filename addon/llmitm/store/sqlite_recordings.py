@@ -1,0 +1,261 @@
+"""Recordings in SQLite: how recording writes are stored and how recordings are read back.
+
+Owns the SQL that reads and writes the ``rec_*`` tables (created by the ``recordings``
+migration in ``store.migrations``). Layout:
+
+- ``rec_interactions``: one row per interaction (key, scope, route, timing, truncation …);
+- ``rec_messages``: one row per leg; its body is a content-addressed ``rec_blobs`` row, so a
+  long system prompt sent a thousand times, or a passthrough stream whose client leg equals
+  its upstream leg, is stored once;
+- a streamed leg keeps its pieces' split points and offsets in ``chunk_index``: packed
+  little-endian int64 pairs ``(t_us, length)``. One blob and one small index per stream, not
+  a row per piece: recording a 2000-event stream is a handful of inserts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import aiosqlite
+import orjson
+
+from llmitm.replay.model import LEGS, Chunk, Interaction, Message
+from llmitm.store.recordings import (
+    DeleteScope,
+    PruneRecordings,
+    RecordingWrite,
+    ReplayMissRecord,
+)
+
+# --- chunk index -----------------------------------------------------------------------------
+
+
+def pack_index(chunks: Sequence[Chunk]) -> bytes:
+    flat: list[int] = []
+    for t_us, data in chunks:
+        flat += (t_us, len(data))
+    return struct.pack(f"<{len(flat)}q", *flat)
+
+
+def unpack_chunks(index: bytes, body: bytes) -> list[Chunk]:
+    flat = struct.unpack(f"<{len(index) // 8}q", index)
+    chunks: list[Chunk] = []
+    at = 0
+    for i in range(0, len(flat), 2):
+        size = flat[i + 1]
+        chunks.append((flat[i], body[at : at + size]))
+        at += size
+    return chunks
+
+
+# --- writes ----------------------------------------------------------------------------------
+
+_INSERT_INTERACTION = """
+    INSERT OR REPLACE INTO rec_interactions (
+        id, session, started_us, scope, match_key, match_key_version, method, route, model,
+        stream, canonical, status, endpoint, plan, ttfb_us, duration_us, truncated, error, mode
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_INSERT_MESSAGE = """
+    INSERT OR REPLACE INTO rec_messages
+        (interaction_id, leg, method, url, status, headers_json, body_sha256, chunk_index)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_INSERT_BLOB = "INSERT OR IGNORE INTO rec_blobs (sha256, size, data) VALUES (?, ?, ?)"
+
+
+async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingWrite]) -> None:
+    interactions = []
+    messages = []
+    blobs: dict[str, bytes] = {}
+    for write in writes:
+        i = write.interaction
+        interactions.append(
+            (
+                i.id,
+                i.session,
+                i.started_us,
+                i.scope,
+                i.key,
+                i.key_version,
+                i.method,
+                i.route,
+                i.model,
+                int(i.stream),
+                i.canonical,
+                i.status,
+                i.endpoint,
+                i.plan,
+                i.ttfb_us,
+                i.duration_us,
+                i.truncated,
+                i.error,
+                i.mode,
+            )
+        )
+        for leg, message in i.legs.items():
+            body = message.body()
+            digest = hashlib.sha256(body).hexdigest()
+            blobs.setdefault(digest, body)
+            messages.append(
+                (
+                    i.id,
+                    leg,
+                    message.method,
+                    message.url,
+                    message.status,
+                    orjson.dumps(message.headers).decode(),
+                    digest,
+                    pack_index(message.chunks) if message.chunks is not None else None,
+                )
+            )
+    await db.executemany(_INSERT_BLOB, [(d, len(b), b) for d, b in blobs.items()])
+    await db.executemany(_INSERT_INTERACTION, interactions)
+    await db.executemany(_INSERT_MESSAGE, messages)
+
+
+_DELETE_ORPHAN_BLOBS = """
+    DELETE FROM rec_blobs WHERE sha256 NOT IN (SELECT body_sha256 FROM rec_messages)
+"""
+
+
+async def _delete_where(db: aiosqlite.Connection, where: str, params: tuple[Any, ...]) -> None:
+    await db.execute(
+        f"DELETE FROM rec_messages WHERE interaction_id IN "
+        f"(SELECT id FROM rec_interactions WHERE {where})",
+        params,
+    )
+    await db.execute(f"DELETE FROM rec_interactions WHERE {where}", params)
+    await db.execute(_DELETE_ORPHAN_BLOBS)
+
+
+async def apply_delete_scope(db: aiosqlite.Connection, writes: Sequence[DeleteScope]) -> None:
+    for write in writes:
+        await _delete_where(db, "scope = ?", (write.scope,))
+
+
+async def apply_prune(db: aiosqlite.Connection, writes: Sequence[PruneRecordings]) -> None:
+    for write in writes:
+        await _delete_where(db, "started_us < ?", (write.before_us,))
+
+
+async def apply_misses(db: aiosqlite.Connection, writes: Sequence[ReplayMissRecord]) -> None:
+    await db.executemany(
+        "INSERT INTO rec_misses (at_us, scope, match_key, reason, canonical, closest_id, "
+        "closest_canonical) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (w.at_us, w.scope, w.key, w.reason, w.canonical, w.closest_id, w.closest_canonical)
+            for w in writes
+        ],
+    )
+
+
+# --- reads -----------------------------------------------------------------------------------
+
+_COLUMNS = (
+    "id, session, started_us, scope, match_key, match_key_version, method, route, model, "
+    "stream, canonical, status, endpoint, plan, ttfb_us, duration_us, truncated, error, mode"
+)
+
+
+def _interaction(row: Sequence[Any]) -> Interaction:
+    return Interaction(
+        id=row[0],
+        session=row[1],
+        started_us=row[2],
+        scope=row[3],
+        key=row[4],
+        key_version=row[5],
+        method=row[6],
+        route=row[7],
+        model=row[8],
+        stream=bool(row[9]),
+        canonical=row[10],
+        status=row[11],
+        endpoint=row[12],
+        plan=row[13],
+        ttfb_us=row[14],
+        duration_us=row[15],
+        truncated=row[16],
+        error=row[17],
+        mode=row[18],
+        source="db",
+    )
+
+
+async def list_interactions(
+    db: aiosqlite.Connection, scope: str | None = None, limit: int | None = None
+) -> list[Interaction]:
+    """Interactions without their legs, newest last (``limit``: the newest ``limit``)."""
+    where, params = ("WHERE scope = ?", (scope,)) if scope is not None else ("", ())
+    sql = f"SELECT {_COLUMNS} FROM rec_interactions {where} ORDER BY started_us DESC, id DESC"
+    if limit is not None:
+        sql += f" LIMIT {int(limit):d}"
+    async with db.execute(sql, params) as cursor:
+        rows = await cursor.fetchall()
+    return [_interaction(row) for row in reversed(rows)]
+
+
+async def _attach_legs(db: aiosqlite.Connection, interactions: list[Interaction]) -> None:
+    by_id = {i.id: i for i in interactions}
+    if not by_id:
+        return
+    ids = list(by_id)
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        marks = ",".join("?" * len(part))
+        sql = (
+            "SELECT m.interaction_id, m.leg, m.method, m.url, m.status, m.headers_json, "
+            "m.chunk_index, b.data FROM rec_messages m JOIN rec_blobs b "
+            f"ON b.sha256 = m.body_sha256 WHERE m.interaction_id IN ({marks})"
+        )
+        async with db.execute(sql, part) as cursor:
+            async for iid, leg, method, url, status, headers, index, data in cursor:
+                message = Message(
+                    headers=[(k, v) for k, v in orjson.loads(headers)],
+                    method=method,
+                    url=url,
+                    status=status,
+                )
+                if index is not None:
+                    message.chunks = unpack_chunks(index, data)
+                else:
+                    message.content = data
+                by_id[iid].legs[leg] = message
+    for interaction in interactions:
+        interaction.legs = {leg: interaction.legs[leg] for leg in LEGS if leg in interaction.legs}
+
+
+async def load_interactions(
+    db: aiosqlite.Connection, scope: str | None = None
+) -> list[Interaction]:
+    """Every interaction (of ``scope``) with its legs, in arrival order."""
+    interactions = await list_interactions(db, scope)
+    await _attach_legs(db, interactions)
+    return interactions
+
+
+async def get_interaction(db: aiosqlite.Connection, ident: str) -> Interaction | None:
+    """The interaction whose id is ``ident`` or starts with it (``None`` when ambiguous)."""
+    async with db.execute(
+        f"SELECT {_COLUMNS} FROM rec_interactions WHERE id LIKE ? ORDER BY id LIMIT 2",
+        (ident.replace("%", "").replace("_", "") + "%",),
+    ) as cursor:
+        rows = list(await cursor.fetchall())
+    if len(rows) != 1:
+        return None
+    interaction = _interaction(rows[0])
+    await _attach_legs(db, [interaction])
+    return interaction
+
+
+async def last_miss(db: aiosqlite.Connection) -> ReplayMissRecord | None:
+    async with db.execute(
+        "SELECT at_us, scope, match_key, reason, canonical, closest_id, closest_canonical "
+        "FROM rec_misses ORDER BY id DESC LIMIT 1"
+    ) as cursor:
+        row = await cursor.fetchone()
+    return ReplayMissRecord(*row) if row else None
