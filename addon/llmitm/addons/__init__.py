@@ -5,6 +5,7 @@ from __future__ import annotations
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.listenfile import ListenFile
+from llmitm.addons.record import LlmRecorder, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import LlmResponses
 from llmitm.addons.responses_api import LlmResponsesApi, LlmResponsesRecorder, ResponsesState
@@ -20,6 +21,10 @@ def make_addons() -> list[object]:
     store = LlmStore(settings)  # opened in running, before the listen file says "ready"
     relay = LlmRelay()  # started in running: failover, background runs and resumes use it
     state = ResponsesState(settings, store, relay)
+    # The recorder sees the client's request as sent — before LlmResponsesApi inlines stored
+    # chains and the router rewrites it — and the upstream's response before LlmResponses
+    # translates it; its tap, after them, sees the translated result.
+    recorder = LlmRecorder(store)
     # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
     # a non-streamed body before LlmResponses translates it; LlmResponsesRecorder stores the
@@ -28,11 +33,13 @@ def make_addons() -> list[object]:
         settings,
         LlmResponsesApi(state),
         store,
+        recorder,
         relay,
         LlmRouter(settings, relay),
         LlmUsage(store),
         LlmResponses(),
         LlmResponsesRecorder(state),
+        LlmRecordTap(recorder),  # before the console, which wraps what it finds
         LlmConsole(),  # after LlmResponses: it taps the stream callable installed there
         LlmContentview(),
         ListenFile(),

@@ -10,6 +10,7 @@ terminal error in its protocol instead of a silent cut.
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from collections.abc import Callable
 
@@ -47,7 +48,7 @@ def decoder_for(content_encoding: str | None) -> Decoder | None:
 class StreamRewriter:
     """Translate one upstream SSE body through ``pipeline``."""
 
-    __slots__ = ("_decode", "_failed", "_started", "observe", "pipeline")
+    __slots__ = ("_decode", "_failed", "_started", "observe", "pipeline", "tap")
 
     def __init__(
         self, pipeline: StreamPipeline | StreamGuard, decode: Decoder | None = None
@@ -58,6 +59,9 @@ class StreamRewriter:
         self._failed = False
         self.observe: Callable[[bytes], object] | None = None
         """Gets every upstream chunk first (the live console's ``list.append``: a C call)."""
+        self.tap: list[tuple[float, bytes, bytes]] | None = None
+        """The recorder's list: when set, each call appends (time.time(), chunk in, bytes
+        out) — one append per chunk; everything else happens at the flow's end."""
 
     def __call__(self, data: bytes) -> list[bytes]:
         if self.observe is not None:
@@ -71,6 +75,8 @@ class StreamRewriter:
             except Exception:
                 logger.exception("llmitm: stream translation failed; ending the client's stream")
                 out = self._fail()
+            if self.tap is not None:
+                self.tap.append((time.time(), data, out))
             return [out] if out else []
         out = b""
         try:
@@ -83,6 +89,8 @@ class StreamRewriter:
         except Exception:
             logger.exception("llmitm: stream translation failed; ending the client's stream")
             out += self._fail()
+        if self.tap is not None:
+            self.tap.append((time.time(), data, out))
         return [out] if out else []
 
     def _translate(self, data: bytes) -> bytes:

@@ -1,0 +1,632 @@
+"""Record every LLM API flow, and replay recordings — ``llmitm_record`` and friends.
+
+Two addons around the router and the translator, sharing one :class:`Capture` per flow
+(``flow.metadata["llmitm.rec"]``):
+
+``LlmRecorder`` (before the router) sees the client's request as sent: strips the scope
+header, redacts, computes the match key and — in a replaying mode — looks it up. A hit
+served *verbatim* is answered right here; a hit served *from upstream* waits for the router's
+plan. A strict miss is answered with a 400 that names key, scope and closest recording. It
+also keeps the upstream's response head and, for a non-streamed body, the body before the
+translator replaces it.
+
+``LlmRecordTap`` (after the translator) answers from-upstream hits with today's translation
+of the recorded upstream response, notes the upstream request the router built, hooks the
+stream (one ``(time, bytes)`` append per chunk, nothing else on the hot path) and, when the
+flow ends — finished, aborted by the client or cut by the upstream — builds the interaction,
+redacts it and hands it to the store's writer queue (never awaited).
+
+Modes: ``off``, ``record`` (default, into the store), ``rewrite`` (wipe each scope on its
+first request, then record), ``once`` (replay a scope that has recordings, record one that
+has none), ``replay-or-record`` (replay hits, record misses), ``replay`` (hits only; a miss is
+a 400 and nothing ever goes upstream, also after every recording was used). Replay reads
+``llmitm_recordings`` (a folder) when set, else the store; a recording mode with a folder
+writes the folder at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from mitmproxy import ctx, exceptions, http
+from mitmproxy.addonmanager import Loader
+
+from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.addons.store import LlmStore
+from llmitm.exchange.stream import StreamRewriter
+from llmitm.replay import folder as folder_format
+from llmitm.replay.keys import PROFILES, KeyOptions, MatchKey, is_api_path, match_key
+from llmitm.replay.model import Interaction, Message, new_id
+from llmitm.replay.pool import GLOBAL_SCOPE, SCOPE_HEADERS, Hit, Miss, ReplayPool, canonical_diff
+from llmitm.replay.redact import redact_body, redact_chunks, redact_headers, redact_url
+from llmitm.replay.serve import from_upstream, miss_error, verbatim
+from llmitm.store import SqliteStore
+from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecord
+
+logger = logging.getLogger(__name__)
+
+CAPTURE_KEY = "llmitm.rec"
+MODES = ("off", "record", "rewrite", "once", "replay-or-record", "replay")
+REPLAYING = frozenset({"once", "replay-or-record", "replay"})
+RECORDING = frozenset({"record", "rewrite", "once", "replay-or-record"})
+REPLAY_FROM = ("upstream", "client")
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _fields(headers: http.Headers) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.fields]
+
+
+class PassTap:
+    """The stream callable of a flow llmitm relays untouched: note each piece, pass it on."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self) -> None:
+        self.pieces: list[tuple[float, bytes]] = []
+
+    def __call__(self, data: bytes) -> bytes:
+        self.pieces.append((time.time(), data))
+        return data  # b"" at the end: mitmproxy sends nothing more for it
+
+
+@dataclass(slots=True)
+class Capture:
+    """What the recorder learns about one flow between its hooks."""
+
+    scope: str
+    key: MatchKey
+    client_req: Message
+    started_us: int
+    record: bool = False
+    hit: Hit | None = None
+    forwarded: bool = False
+    upstream_req: Message | None = None
+    upstream_status: int = 0
+    upstream_headers: list[tuple[str, str]] = field(default_factory=list)
+    upstream_body: bytes | None = None
+    pass_tap: PassTap | None = None
+    rewrite_tap: list[tuple[float, bytes, bytes]] | None = None
+    done: bool = False
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    """What a replay run did, written as JSON at shutdown (``llmitm_replay_report``)."""
+
+    mode: str = "off"
+    source: str = ""
+    loaded: int = 0
+    hits: int = 0
+    misses: list[dict[str, Any]] = field(default_factory=list)
+    drift: list[dict[str, Any]] = field(default_factory=list)
+    recorded: int = 0
+
+    def to_json(self, unused: list[Interaction]) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "source": self.source,
+            "loaded": self.loaded,
+            "hits": self.hits,
+            "misses": self.misses,
+            "unused": [
+                {"id": i.id, "scope": i.scope, "key": i.key, "route": i.route, "model": i.model}
+                for i in unused
+            ],
+            "drift": self.drift,
+            "recorded": self.recorded,
+        }
+
+
+class LlmRecorder:
+    """Options ``llmitm_record``, ``llmitm_recordings``, ``llmitm_replay_from``,
+    ``llmitm_match_profile``, ``llmitm_match_ignore``, ``llmitm_scope``,
+    ``llmitm_replay_report``; the front half of recording and replay."""
+
+    name = "llmitm_recorder"
+
+    def __init__(self, store: LlmStore) -> None:
+        self.store = store
+        self.mode = "record"
+        self.key_options = KeyOptions()
+        self.pool = ReplayPool()
+        self.report = ReplayReport()
+        self.session = new_id()
+        self.recorded: list[Interaction] = []
+        self._wiped: set[str] = set()
+        self._loading: asyncio.Task[None] | None = None
+        self._folder_index: dict[str, str] = {}
+
+    # --- options -------------------------------------------------------------------------
+
+    def load(self, loader: Loader) -> None:
+        loader.add_option(
+            "llmitm_record",
+            str,
+            "record",
+            "Record and replay LLM API flows: off, record (into the store), rewrite (wipe "
+            "each scope first), once, replay-or-record, replay (never forwards).",
+            choices=list(MODES),
+        )
+        loader.add_option(
+            "llmitm_recordings",
+            str,
+            "",
+            "A recordings folder: replay reads it (instead of the store); recording modes "
+            "write it at shutdown.",
+        )
+        loader.add_option(
+            "llmitm_replay_from",
+            str,
+            "upstream",
+            "Replay the recorded upstream response through today's translator (upstream) "
+            "or the recorded client response byte for byte (client).",
+            choices=list(REPLAY_FROM),
+        )
+        loader.add_option(
+            "llmitm_match_profile",
+            str,
+            "default",
+            "Which request fields match keys ignore: default, strict, loose.",
+            choices=list(PROFILES),
+        )
+        loader.add_option(
+            "llmitm_match_ignore",
+            Sequence[str],
+            [],
+            "Dotted body paths match keys ignore (e.g. messages.0.content, tools.*.description).",
+        )
+        loader.add_option(
+            "llmitm_scope",
+            str,
+            GLOBAL_SCOPE,
+            "Scope of requests without an x-llmitm-scope / x-test-id header.",
+        )
+        loader.add_option(
+            "llmitm_replay_report",
+            str,
+            "",
+            "Write a JSON report of replay hits, misses, unused recordings and drift here at "
+            "shutdown.",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "llmitm_record" in updated:
+            self.mode = ctx.options.llmitm_record
+            if self.mode == "replay" and ctx.options.upstream_cert:
+                # Sniffing the upstream's certificate would connect upstream.
+                ctx.options.update(upstream_cert=False)
+        if updated & {"llmitm_match_profile", "llmitm_match_ignore"}:
+            try:
+                self.key_options = KeyOptions(
+                    profile=ctx.options.llmitm_match_profile,
+                    ignore=tuple(ctx.options.llmitm_match_ignore),
+                )
+            except ValueError as exc:
+                raise exceptions.OptionsError(str(exc)) from None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def running(self) -> asyncio.Task[None] | None:
+        self.report.mode = self.mode
+        if self.mode not in REPLAYING:
+            return None
+        self._loading = asyncio.get_running_loop().create_task(
+            self._load(), name="llmitm recordings load"
+        )
+        return self._loading
+
+    async def _load(self) -> None:
+        folder = ctx.options.llmitm_recordings
+        interactions: list[Interaction] = []
+        try:
+            if folder:
+                path = Path(folder).expanduser()
+                if path.exists() or self.mode == "replay":
+                    interactions = folder_format.read_folder(path)
+                self.report.source = str(path)
+            else:
+                store = self.store.store
+                opening = self.store._opening
+                if opening is not None:
+                    await opening
+                store = self.store.store
+                if isinstance(store, SqliteStore):
+                    interactions = await store.load_recordings()
+                    self.report.source = str(store.path)
+                else:
+                    logger.warning("llmitm: replay mode without a store or llmitm_recordings")
+        except Exception as exc:
+            # A replay that cannot read its recordings must not pretend: stop start-up.
+            logger.error("llmitm: cannot load recordings: %s", exc)
+            return
+        self.pool = ReplayPool.build(interactions)
+        self.report.loaded = len(interactions)
+        logger.info("llmitm: %s mode, %d recording(s) loaded", self.mode, len(interactions))
+
+    def done(self) -> None:
+        self._write_report()
+        self._write_folder()
+
+    def _write_report(self) -> None:
+        path = ctx.options.llmitm_replay_report
+        if not path:
+            return
+        document = self.report.to_json(self.pool.unused() if self.mode in REPLAYING else [])
+        target = Path(path)
+        partial = target.with_suffix(target.suffix + ".partial")
+        partial.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+        partial.replace(target)
+
+    def _write_folder(self) -> None:
+        folder = ctx.options.llmitm_recordings
+        if not folder or self.mode not in RECORDING or not self.recorded:
+            return
+        path = Path(folder).expanduser()
+        existing: list[Interaction] = []
+        if (path / folder_format.MANIFEST).is_file():
+            try:
+                existing = folder_format.read_folder(path)
+            except folder_format.FolderError as exc:
+                logger.error("llmitm: not writing %s: %s", path, exc)
+                return
+        kept = [i for i in existing if i.scope not in self._wiped]
+        # Files carry positions, not times: keep the folder's order, then this run's.
+        for order, interaction in enumerate(kept):
+            interaction.started_us = order
+        base = len(kept)
+        fresh = sorted(self.recorded, key=lambda i: (i.started_us, i.id))
+        for order, interaction in enumerate(fresh):
+            interaction.started_us = base + order
+        written = folder_format.write_folder(
+            path,
+            [*kept, *fresh],
+            {"profile": self.key_options.profile, "ignore": list(self.key_options.ignore)},
+        )
+        logger.info("llmitm: wrote %d recording(s) to %s", len(written), path)
+
+    # --- hooks ---------------------------------------------------------------------------
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error or not flow.live:
+            return
+        request = flow.request
+        scope = ctx.options.llmitm_scope or GLOBAL_SCOPE
+        for name in SCOPE_HEADERS:
+            value = request.headers.pop(name, None)
+            if value:
+                scope = value
+        mode = self.mode
+        if mode == "off":
+            return
+        if not is_api_path(request.path):
+            if mode == "replay":
+                _answer(flow, *_no_network(request.pretty_url))
+            return
+        try:
+            capture = self._capture(flow, scope)
+        except Exception:  # recording must never cost the client its answer
+            logger.exception("llmitm: cannot record %s", request.pretty_url)
+            return
+        flow.metadata[CAPTURE_KEY] = capture
+        if mode in REPLAYING:
+            outcome = self.pool.take(scope, capture.key)
+            if isinstance(outcome, Hit):
+                self.report.hits += 1
+                capture.hit = outcome
+                if ctx.options.llmitm_replay_from == "client" or (
+                    "upstream_resp" not in outcome.interaction.legs
+                ):
+                    answer = verbatim(outcome.interaction)
+                    _answer(flow, answer.status, answer.headers, answer.body, "hit")
+                return  # else LlmRecordTap answers once the router has planned the flow
+            if mode == "replay" or (mode == "once" and self.pool.has_scope(scope)):
+                self._miss(flow, outcome)
+                return
+        if mode == "rewrite" and scope not in self._wiped:
+            self._wiped.add(scope)
+            self.store.submit(DeleteScope(scope))
+        capture.record = True
+        # The stream callable should see the body as sent, not gzip (the router does the
+        # same for the flows it plans).
+        request.headers["accept-encoding"] = "identity"
+
+    def _capture(self, flow: http.HTTPFlow, scope: str) -> Capture:
+        request = flow.request
+        content = redact_body(request.get_content(strict=False) or b"")
+        key = match_key(
+            request.method,
+            request.path,
+            _fields(request.headers),
+            content,
+            self.key_options,
+            request.pretty_host,
+        )
+        client_req = Message(
+            headers=redact_headers(_fields(request.headers)),
+            content=content,
+            method=request.method,
+            url=redact_url(request.pretty_url),
+        )
+        return Capture(scope, key, client_req, _now_us())
+
+    def _miss(self, flow: http.HTTPFlow, miss: Miss) -> None:
+        where = miss.closest.source if miss.closest is not None else None
+        status, headers, body = miss_error(miss, where)
+        _answer(flow, status, headers, body, None)
+        closest = miss.closest
+        diff = canonical_diff(closest.canonical, miss.key.canonical) if closest else []
+        key = miss.key
+        lines = [
+            f"REPLAY MISS scope={miss.scope} mode={self.mode} profile={self.key_options.profile}",
+            f"  request : {key.method} {key.route} model={key.model or '-'} "
+            f"stream={str(key.stream).lower()}",
+            f"  key     : {key.key} (match key version {key.version})",
+            f"  reason  : {miss.describe()} ({len(self.pool)} loaded, "
+            f"{len(self.pool.unused())} unused)",
+        ]
+        if closest is not None:
+            lines.append(f"  closest : {closest.id} {where or ''}".rstrip())
+            lines += [f"  diff    : {line}" for line in diff] or ["  diff    : (same text)"]
+        lines.append(
+            "  fix     : --set llmitm_record=replay-or-record to record it, or "
+            "--set llmitm_match_ignore=PATH to ignore a field"
+        )
+        logger.error("\n".join(lines))
+        self.report.misses.append(
+            {
+                "scope": miss.scope,
+                "key": key.key,
+                "reason": miss.reason,
+                "request": f"{key.method} {key.route}",
+                "model": key.model,
+                "closest": closest.id if closest else None,
+                "diff": diff,
+            }
+        )
+        self.store.submit(
+            ReplayMissRecord(
+                at_us=_now_us(),
+                scope=miss.scope,
+                key=key.key,
+                reason=miss.reason,
+                canonical=key.canonical,
+                closest_id=closest.id if closest else None,
+                closest_canonical=closest.canonical if closest else None,
+            )
+        )
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        capture: Capture | None = flow.metadata.get(CAPTURE_KEY)
+        response = flow.response
+        if capture is None or not capture.record or response is None:
+            return
+        # The upstream's head, before the translator changes it.
+        capture.upstream_status = response.status_code
+        capture.upstream_headers = _fields(response.headers)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        capture: Capture | None = flow.metadata.get(CAPTURE_KEY)
+        response = flow.response
+        if capture is None or not capture.record or response is None or response.stream:
+            return
+        # The upstream's body, before the translator replaces it.
+        capture.upstream_body = response.get_content(strict=False)
+
+    def finished(self, interaction: Interaction) -> None:
+        """Called by the tap with a finished, redacted interaction."""
+        self.report.recorded += 1
+        self.store.submit(RecordingWrite(interaction))
+        if ctx.options.llmitm_recordings:
+            self.recorded.append(interaction)
+
+
+def _no_network(url: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    body = {
+        "error": {
+            "message": f"llmitm is in replay mode and never goes upstream: {url} is not an "
+            "LLM API call it records.",
+            "type": "llmitm_replay_offline",
+            "param": None,
+            "code": "replay_offline",
+        }
+    }
+    headers = [("content-type", "application/json"), ("x-should-retry", "false")]
+    return 502, headers, orjson.dumps(body)
+
+
+def _answer(
+    flow: http.HTTPFlow,
+    status: int,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    replay: str | None,
+) -> None:
+    response = http.Response.make(status, body, [(k.encode(), v.encode()) for k, v in headers])
+    if replay:
+        response.headers["x-llmitm-replay"] = replay
+    flow.response = response
+
+
+class LlmRecordTap:
+    """The back half: serves from-upstream replay hits, hooks streams, records at the end."""
+
+    name = "llmitm_record_tap"
+
+    def __init__(self, recorder: LlmRecorder) -> None:
+        self.recorder = recorder
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        capture: Capture | None = flow.metadata.get(CAPTURE_KEY)
+        if capture is None:
+            return
+        if capture.hit is not None:
+            if flow.response is None:
+                self._serve(flow, capture)
+            return
+        if not capture.record or flow.response is not None:
+            return  # answered locally (a bad request): nothing went upstream
+        capture.forwarded = True
+        request = flow.request
+        capture.upstream_req = Message(
+            headers=redact_headers(_fields(request.headers)),
+            content=request.get_content(strict=False),  # redacted at the flow's end
+            method=request.method,
+            url=redact_url(request.pretty_url),
+        )
+
+    def _serve(self, flow: http.HTTPFlow, capture: Capture) -> None:
+        assert capture.hit is not None
+        interaction = capture.hit.interaction
+        state = flow.metadata.pop(METADATA_KEY, None)  # the replay answers, not the translator
+        plan = state.plan if isinstance(state, FlowState) else None
+        context = state.context if isinstance(state, FlowState) else None
+        self._check_drift(flow, interaction)
+        try:
+            answer = from_upstream(interaction, plan, context)
+        except Exception:
+            logger.exception("llmitm: cannot replay %s; serving the client leg", interaction.id)
+            answer = verbatim(interaction)
+        _answer(flow, answer.status, answer.headers, answer.body, "hit")
+
+    def _check_drift(self, flow: http.HTTPFlow, interaction: Interaction) -> None:
+        recorded = interaction.legs.get("upstream_req")
+        if recorded is None:
+            return
+        now = redact_body(flow.request.get_content(strict=False) or b"")
+        options = self.recorder.key_options
+        then = match_key(recorded.method or "POST", "/v1/x", [], recorded.content, options)
+        today = match_key(flow.request.method, "/v1/x", [], now, options)
+        if then.key != today.key:
+            diff = canonical_diff(then.canonical, today.canonical, limit=30)
+            logger.warning(
+                "llmitm: replay drift: the upstream request for %s differs from the recorded "
+                "one (%s):\n%s",
+                interaction.id,
+                capture_label(interaction),
+                "\n".join(diff),
+            )
+            self.recorder.report.drift.append({"id": interaction.id, "diff": diff})
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        capture: Capture | None = flow.metadata.get(CAPTURE_KEY)
+        response = flow.response
+        if capture is None or not capture.forwarded or response is None:
+            return
+        stream = response.stream
+        if isinstance(stream, StreamRewriter):
+            capture.rewrite_tap = stream.tap = []
+        elif stream is True:
+            capture.pass_tap = response.stream = PassTap()  # type: ignore[assignment]
+        elif callable(stream):
+            logger.debug("llmitm: not recording the body of an unknown stream callable")
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow)
+
+    def _finish(self, flow: http.HTTPFlow) -> None:
+        capture: Capture | None = flow.metadata.get(CAPTURE_KEY)
+        if capture is None or not capture.record or capture.done:
+            return
+        capture.done = True
+        try:
+            interaction = build_interaction(flow, capture, self.recorder.session)
+        except Exception:
+            logger.exception("llmitm: cannot record %s", flow.request.pretty_url)
+            return
+        self.recorder.finished(interaction)
+
+
+def capture_label(interaction: Interaction) -> str:
+    return f"{interaction.method} {interaction.route} model={interaction.model or '-'}"
+
+
+def build_interaction(flow: http.HTTPFlow, capture: Capture, session: str) -> Interaction:
+    """The finished flow as a redacted :class:`Interaction` (runs once, at the flow's end)."""
+    request, response = flow.request, flow.response
+    t0 = request.timestamp_end or request.timestamp_start
+    state = flow.metadata.get(METADATA_KEY)
+    key = capture.key
+    interaction = Interaction(
+        id=new_id(capture.started_us),
+        scope=capture.scope,
+        key=key.key,
+        key_version=key.version,
+        method=key.method,
+        route=key.route,
+        model=key.model,
+        stream=key.stream,
+        canonical=key.canonical,
+        started_us=capture.started_us,
+        session=session,
+        mode=ctx.options.llmitm_record,
+    )
+    interaction.legs["client_req"] = capture.client_req
+    if isinstance(state, FlowState):
+        interaction.endpoint = state.plan.endpoint.name
+        interaction.plan = state.plan.label if state.plan.translates else "passthrough"
+        if state.upstream_cut:
+            interaction.truncated = f"upstream: {state.upstream_cut}"
+    upstream_chunks: list[tuple[int, bytes]] | None = None
+    client_chunks: list[tuple[int, bytes]] | None = None
+
+    def offset(at: float) -> int:
+        return max(0, round((at - t0) * 1e6))
+
+    if capture.pass_tap is not None:
+        upstream_chunks = redact_chunks(
+            [(offset(at), data) for at, data in capture.pass_tap.pieces if data]
+        )
+        client_chunks = upstream_chunks
+    elif capture.rewrite_tap is not None:
+        pieces = capture.rewrite_tap
+        upstream_chunks = redact_chunks([(offset(at), data) for at, data, _ in pieces if data])
+        client_chunks = redact_chunks([(offset(at), out) for at, _, out in pieces if out])
+    if capture.forwarded and capture.upstream_req is not None:
+        upstream_req = capture.upstream_req
+        upstream_req.content = redact_body(upstream_req.content)
+        interaction.legs["upstream_req"] = upstream_req
+        if capture.upstream_status:
+            upstream = Message(
+                headers=redact_headers(capture.upstream_headers), status=capture.upstream_status
+            )
+            if upstream_chunks is not None:
+                upstream.chunks = upstream_chunks
+            else:
+                upstream.content = redact_body(capture.upstream_body)
+            interaction.legs["upstream_resp"] = upstream
+    if response is not None:
+        client = Message(
+            headers=redact_headers(_fields(response.headers)), status=response.status_code
+        )
+        if client_chunks is not None:
+            client.chunks = client_chunks
+        else:
+            with contextlib.suppress(ValueError):
+                client.content = redact_body(response.get_content(strict=False))
+        interaction.legs["client_resp"] = client
+        interaction.status = response.status_code
+        if response.timestamp_start and t0:
+            interaction.ttfb_us = offset(response.timestamp_start)
+        end = response.timestamp_end or time.time()
+        interaction.duration_us = offset(end)
+    if flow.error is not None:
+        interaction.error = flow.error.msg
+        if interaction.truncated is None:
+            side = "client" if "client" in flow.error.msg.lower() else "upstream"
+            interaction.truncated = f"{side}: {flow.error.msg}"
+    return interaction

@@ -1,0 +1,277 @@
+"""Record and replay through real llmitm processes (record-replay.md §5.11).
+
+Recording runs against the deterministic fake upstream; every replay runs with the fake
+stopped and a *tripwire* listening where every upstream was (the reverse target and both
+endpoints): a connection to it fails the test, so "replay never opens an upstream socket,
+not even after every recording was used" is asserted, not assumed.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import openai
+import orjson
+import pytest
+
+from .processes import TWO_ENDPOINTS, Proxy, fake_upstream, llmitm_proxy
+
+pytestmark = pytest.mark.slow
+
+SECRET = "sk-proj-" + "Q7w8E9r0T1y2" * 3
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+
+
+class Tripwire:
+    """A listener that counts every connection made to it (and answers none)."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.connections = 0
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.connections += 1
+            connection.close()
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+@contextmanager
+def tripwire() -> Iterator[Tripwire]:
+    wire = Tripwire()
+    try:
+        yield wire
+    finally:
+        wire.close()
+    assert wire.connections == 0, f"replay connected upstream {wire.connections} time(s)"
+
+
+def raw_post(proxy: Proxy, path: str, body: dict[str, Any], **headers: str) -> httpx.Response:
+    with httpx.Client(timeout=30) as client:
+        return client.post(
+            f"http://127.0.0.1:{proxy.port()}{path}",
+            content=orjson.dumps(body),
+            headers={"content-type": "application/json", "authorization": f"Bearer {SECRET}"}
+            | headers,
+        )
+
+
+def sdk(proxy: Proxy, **headers: str) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=proxy.base_url(), api_key=SECRET, max_retries=0, default_headers=headers
+    )
+
+
+# Requests of the recorded session: (path, body, headers) — passthrough chat, both translation
+# directions, streamed and not, and the same request twice with two different answers.
+CALLS: list[tuple[str, dict[str, Any], dict[str, str]]] = [
+    ("/v1/chat/completions", {"model": "gpt-pass", "messages": MESSAGES}, {}),
+    ("/v1/chat/completions", {"model": "gpt-pass", "messages": MESSAGES, "stream": True}, {}),
+    (
+        "/v1/chat/completions",
+        {"model": "over-responses-1", "messages": MESSAGES, "stream": True},
+        {"x-fake-scenario": "reasoning"},
+    ),
+    ("/v1/responses", {"model": "over-chat-1", "input": "Say hello.", "stream": True}, {}),
+    ("/v1/responses", {"model": "over-chat-1", "input": "Say hello."}, {}),
+    (
+        "/v1/chat/completions",
+        {"model": "gpt-pass", "messages": MESSAGES, "stream": True, "user": "again"},
+        {"x-fake-scenario": "text;events=3"},
+    ),
+    (
+        "/v1/chat/completions",
+        {"model": "gpt-pass", "messages": MESSAGES, "stream": True, "user": "again"},
+        {"x-fake-scenario": "text;events=7"},
+    ),
+]
+
+
+@dataclass
+class Recorded:
+    tmp: Path
+    db: Path
+    bodies: list[bytes] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    tmp = tmp_path_factory.mktemp("record")
+    result = Recorded(tmp, tmp / "llmitm.db")
+    with fake_upstream(tmp) as up:
+        config = TWO_ENDPOINTS.format(chat=up.url, responses=up.url)
+        with llmitm_proxy(tmp, config=config, modes=[f"reverse:{up.url}"]) as proxy:
+            for path, body, headers in CALLS:
+                response = raw_post(proxy, path, body, **headers)
+                assert response.status_code == 200, response.text
+                result.bodies.append(response.content)
+    return result
+
+
+@contextmanager
+def replaying(
+    recorded: Recorded, name: str, *extra: str, folder: Path | None = None
+) -> Iterator[Proxy]:
+    tmp = recorded.tmp / name
+    with tripwire() as wire:
+        config = TWO_ENDPOINTS.format(chat=wire.url, responses=wire.url)
+        source = [f"llmitm_recordings={folder}"] if folder else []
+        store = tmp / "replay.db"
+        if folder is None:
+            store = recorded.db
+        args = ["--set", "llmitm_record=replay", "--set", f"llmitm_store={store}"]
+        for item in (*source, *extra):
+            args += ["--set", item]
+        with llmitm_proxy(tmp, config=config, modes=[f"reverse:{wire.url}"], extra=args) as proxy:
+            yield proxy
+
+
+def test_recording_keeps_four_legs_timing_and_no_secret(recorded: Recorded) -> None:
+    with sqlite3.connect(recorded.db) as db:
+        rows = db.execute(
+            "SELECT route, model, plan, status, ttfb_us, duration_us FROM rec_interactions "
+            "ORDER BY started_us"
+        ).fetchall()
+        legs = db.execute("SELECT leg, count(*) FROM rec_messages GROUP BY leg").fetchall()
+        dump = "\n".join(db.iterdump())
+    assert [r[:4] for r in rows[:5]] == [
+        ("chat.completions", "gpt-pass", "", 200),
+        ("chat.completions", "gpt-pass", "", 200),
+        ("chat.completions", "over-responses-1", "chat→responses", 200),
+        ("responses", "over-chat-1", "responses→chat", 200),
+        ("responses", "over-chat-1", "responses→chat", 200),
+    ]
+    assert all(0 < ttfb <= duration for *_, ttfb, duration in rows)
+    assert dict(legs) == {leg: len(CALLS) for leg in LEGS}
+    assert SECRET not in dump and "Q7w8E9r0T1y2" not in dump
+    assert "Bearer <redacted>" in dump
+
+
+LEGS = ("client_req", "upstream_req", "upstream_resp", "client_resp")
+
+
+def test_replay_from_client_is_byte_identical_in_order_then_exhausted(recorded: Recorded) -> None:
+    with replaying(recorded, "from-client", "llmitm_replay_from=client") as proxy:
+        for (path, body, headers), expected in zip(CALLS, recorded.bodies, strict=True):
+            response = raw_post(proxy, path, body, **headers)
+            assert response.status_code == 200, response.text
+            assert response.headers["x-llmitm-replay"] == "hit"
+            # `user` is not in the key: calls 1, 5 and 6 share one, served in recorded order
+            assert response.content == expected
+        path, body, headers = CALLS[-1]
+        again = raw_post(proxy, path, body, **headers)
+        assert again.status_code == 400 and again.headers["x-should-retry"] == "false"
+        error = again.json()["error"]
+        assert error["type"] == "llmitm_replay_miss" and "served 3 of 3" in error["message"]
+
+
+def test_replay_from_upstream_translates_again_and_parses_in_the_sdk(recorded: Recorded) -> None:
+    with replaying(recorded, "from-upstream") as proxy:
+        client = sdk(proxy)
+        # passthrough: byte for byte the recorded answer
+        streamed = raw_post(proxy, *CALLS[1][:2])
+        assert streamed.content == recorded.bodies[1]
+        chunks = list(
+            client.chat.completions.create(
+                model="over-responses-1",
+                messages=MESSAGES,  # type: ignore[arg-type]
+                stream=True,
+            )
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert "Hello from the fake upstream." in text
+        with client.responses.stream(model="over-chat-1", input="Say hello.") as stream:
+            final = stream.get_final_response()
+        assert final.output_text == "Hello from the fake upstream."
+        assert client.responses.create(model="over-chat-1", input="Say hello.").output_text == (
+            "Hello from the fake upstream."
+        )
+
+
+def test_volatile_fields_hit_and_a_changed_prompt_misses_with_a_diff(recorded: Recorded) -> None:
+    with replaying(recorded, "volatile") as proxy:
+        # key order, user, metadata: still the recording
+        reordered = {
+            "metadata": {"run": "0b7f9a44-1d2e-4c3b-9a8f-123456789abc"},
+            "user": "someone-else",
+            "messages": MESSAGES,
+            "model": "gpt-pass",
+        }
+        assert raw_post(proxy, "/v1/chat/completions", reordered).status_code == 200
+        changed = {"model": "gpt-pass", "messages": [{"role": "user", "content": "Say bye."}]}
+        with pytest.raises(openai.BadRequestError) as caught:
+            sdk(proxy).chat.completions.create(**changed)  # type: ignore[arg-type]
+        message = caught.value.message
+        assert "no recording with this key" in message and "scope='global'" in message
+        assert "llmitm rec diff --last-miss" in message and "Closest recording:" in message
+        log = proxy.log_text()
+        assert "REPLAY MISS scope=global" in log
+        assert '-        "content": "Say hello."' in log
+        assert '+        "content": "Say bye."' in log
+
+
+def test_a_scope_header_isolates_recordings(recorded: Recorded) -> None:
+    with replaying(recorded, "scopes") as proxy:
+        path, body, headers = CALLS[0]
+        other = raw_post(proxy, path, body, **headers, **{"x-llmitm-scope": "test_b"})
+        assert other.status_code == 400
+        assert "no recordings in scope 'test_b'" in other.json()["error"]["message"]
+        assert raw_post(proxy, path, body, **headers).status_code == 200
+
+
+def test_sigkill_mid_stream_keeps_finished_flows_and_a_sound_database(tmp_path: Path) -> None:
+    with (
+        fake_upstream(tmp_path) as up,
+        llmitm_proxy(tmp_path, modes=[f"reverse:{up.url}"]) as proxy,
+    ):
+        for n in range(3):
+            body = {"model": "gpt-pass", "messages": MESSAGES, "stream": True, "n": n}
+            assert raw_post(proxy, "/v1/chat/completions", body).status_code == 200
+        db_path = tmp_path / "llmitm.db"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the writer commits right after each flow
+            with sqlite3.connect(db_path) as db:
+                if db.execute("SELECT count(*) FROM rec_interactions").fetchone()[0] == 3:
+                    break
+            time.sleep(0.05)
+        slow = {"model": "gpt-pass", "messages": MESSAGES, "stream": True}
+        with (
+            httpx.Client(timeout=30) as client,
+            client.stream(
+                "POST",
+                f"http://127.0.0.1:{proxy.port()}/v1/chat/completions",
+                content=orjson.dumps(slow),
+                headers={"x-fake-scenario": "text;events=400;event_delay_ms=5"},
+            ) as response,
+        ):
+            for _ in response.iter_bytes():
+                proxy.process.send_signal(signal.SIGKILL)
+                break
+        proxy.process.wait(timeout=10)
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT count(*) FROM rec_interactions").fetchone()[0] == 3
+        assert db.execute("SELECT count(*) FROM rec_messages").fetchone()[0] == 12
