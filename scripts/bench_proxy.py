@@ -24,6 +24,7 @@ all setups are interleaved round by round, so drift on the machine hits them ali
     python scripts/bench_proxy.py [--events N] [--runs R] [--concurrency C] [--setups a,b]
                                   [--event-delay-ms M]   # paced, LLM-like streams
                                   [--console live|lines] # + each llmitm setup with a console
+                                  [--llmitm-set llmitm_record=off]  # any llmitm option
 
 Unpaced (the default) the fake writes as fast as the proxy reads, so a slower proxy reads
 more events per chunk; ``--event-delay-ms`` gives every event its own read and wake-up.
@@ -48,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -377,7 +379,12 @@ CONSOLE_TERMINAL = {
 
 
 def start_llmitm(
-    procs: Processes, upstream: str, config: str, console: str = "off", twin: bool = False
+    procs: Processes,
+    upstream: str,
+    config: str,
+    console: str = "off",
+    twin: bool = False,
+    extra: Sequence[str] = (),
 ) -> tuple[int, int]:
     """``llmitm run`` with ``llmitm_console=console`` (``off`` for the plain llmitm setups:
     the console is measured by the ``+console`` ones, against these)."""
@@ -395,6 +402,9 @@ def start_llmitm(
             "--set", f"confdir={procs.tmp / 'confdir-llmitm'}",
             "--set", f"llmitm_listenfile={listenfile}",
             "--set", f"llmitm_console={console}",
+            # Its own store, never the user's (recording is on by default).
+            "--set", f"llmitm_store={procs.tmp / f'{name}.db'}",
+            *[arg for item in extra for arg in ("--set", item)],
             *QUIET,
         ],
         env=CONSOLE_TERMINAL if console == "live" else None,
@@ -415,7 +425,9 @@ def start_llmitm(
     return port, process.pid
 
 
-def start_stack(procs: Processes, setups: list[Setup], console: str = "live") -> None:
+def start_stack(
+    procs: Processes, setups: list[Setup], console: str = "live", extra: Sequence[str] = ()
+) -> None:
     vias = {setup.via for setup in setups}
     both = f"http://127.0.0.1:{start_fake(procs, 'chat,responses')}"
     where: dict[str, tuple[int, int | None]] = {"direct": (int(both.rpartition(":")[2]), None)}
@@ -426,9 +438,11 @@ def start_stack(procs: Processes, setups: list[Setup], console: str = "live") ->
         responses = f"http://127.0.0.1:{start_fake(procs, 'responses')}"
         config = CONFIG.format(both=both, chat=chat, responses=responses)
         if "llmitm" in vias:
-            where["llmitm"] = start_llmitm(procs, both, config)
+            where["llmitm"] = start_llmitm(procs, both, config, extra=extra)
         if "llmitm-console" in vias:
-            where["llmitm-console"] = start_llmitm(procs, both, config, console, twin=True)
+            where["llmitm-console"] = start_llmitm(
+                procs, both, config, console, twin=True, extra=extra
+            )
     for setup in setups:
         setup.port, setup.pid = where[setup.via]
 
@@ -946,6 +960,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--setups", default=",".join(keys), help="comma-separated subset of: " + ", ".join(keys)
     )
     parser.add_argument(
+        "--llmitm-set",
+        action="append",
+        default=[],
+        metavar="OPTION=VALUE",
+        help="a --set for llmitm (repeatable), e.g. llmitm_record=off",
+    )
+    parser.add_argument(
         "--console",
         choices=("live", "lines", "off"),
         help="also measure each llmitm setup through a second llmitm running its console in "
@@ -983,7 +1004,7 @@ def main(argv: list[str] | None = None) -> int:
     procs = Processes(tmp)
     try:
         progress(f"starting processes (logs in {tmp})")
-        start_stack(procs, setups, args.console or "live")
+        start_stack(procs, setups, args.console or "live", args.llmitm_set)
         children = [process.pid for _name, process in procs.running]
         notes = asyncio.run(measure(setups, args, children))
     except KeyboardInterrupt:

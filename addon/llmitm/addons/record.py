@@ -46,7 +46,13 @@ from llmitm.replay import folder as folder_format
 from llmitm.replay.keys import PROFILES, KeyOptions, MatchKey, is_api_path, match_key
 from llmitm.replay.model import Interaction, Message, new_id
 from llmitm.replay.pool import GLOBAL_SCOPE, SCOPE_HEADERS, Hit, Miss, ReplayPool, canonical_diff
-from llmitm.replay.redact import redact_body, redact_chunks, redact_headers, redact_url
+from llmitm.replay.redact import (
+    may_hold_secret,
+    redact_body,
+    redact_chunks,
+    redact_headers,
+    redact_url,
+)
 from llmitm.replay.serve import from_upstream, miss_error, verbatim
 from llmitm.store import SqliteStore
 from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecord
@@ -581,21 +587,7 @@ def build_interaction(flow: http.HTTPFlow, capture: Capture, session: str) -> In
         interaction.plan = state.plan.label if state.plan.translates else "passthrough"
         if state.upstream_cut:
             interaction.truncated = f"upstream: {state.upstream_cut}"
-    upstream_chunks: list[tuple[int, bytes]] | None = None
-    client_chunks: list[tuple[int, bytes]] | None = None
-
-    def offset(at: float) -> int:
-        return max(0, round((at - t0) * 1e6))
-
-    if capture.pass_tap is not None:
-        upstream_chunks = redact_chunks(
-            [(offset(at), data) for at, data in capture.pass_tap.pieces if data]
-        )
-        client_chunks = upstream_chunks
-    elif capture.rewrite_tap is not None:
-        pieces = capture.rewrite_tap
-        upstream_chunks = redact_chunks([(offset(at), data) for at, data, _ in pieces if data])
-        client_chunks = redact_chunks([(offset(at), out) for at, _, out in pieces if out])
+    upstream_chunks, client_chunks = _stream_legs(capture, t0)
     if capture.forwarded and capture.upstream_req is not None:
         upstream_req = capture.upstream_req
         upstream_req.content = redact_body(upstream_req.content)
@@ -621,12 +613,40 @@ def build_interaction(flow: http.HTTPFlow, capture: Capture, session: str) -> In
         interaction.legs["client_resp"] = client
         interaction.status = response.status_code
         if response.timestamp_start and t0:
-            interaction.ttfb_us = offset(response.timestamp_start)
+            interaction.ttfb_us = max(0, round((response.timestamp_start - t0) * 1e6))
         end = response.timestamp_end or time.time()
-        interaction.duration_us = offset(end)
+        interaction.duration_us = max(0, round((end - t0) * 1e6))
     if flow.error is not None:
         interaction.error = flow.error.msg
         if interaction.truncated is None:
             side = "client" if "client" in flow.error.msg.lower() else "upstream"
             interaction.truncated = f"{side}: {flow.error.msg}"
     return interaction
+
+
+def _stream_legs(
+    capture: Capture, t0: float
+) -> tuple[list[tuple[int, bytes]] | None, list[tuple[int, bytes]] | None]:
+    """The upstream and client pieces of a streamed flow, as offsets, redacted.
+
+    The costly part of recording a stream (it runs once per flow, over every piece), so it
+    does each pass once: a client leg that is the upstream leg (a passthrough) shares its
+    list, and a client leg with the upstream's bytes shares its verdict that there is
+    nothing to redact. Offsets: pieces arrive after the request ended, so ``int`` suffices."""
+    if capture.pass_tap is not None:
+        raw = [(int((at - t0) * 1e6), d) for at, d in capture.pass_tap.pieces if d]
+        upstream = redact_chunks(raw) if may_hold_secret(b"".join([d for _, d in raw])) else raw
+        return upstream, upstream
+    pieces = capture.rewrite_tap
+    if pieces is None:
+        return None, None
+    raw = [(int((at - t0) * 1e6), d) for at, d, _ in pieces if d]
+    joined = b"".join([d for _, d in raw])
+    clean = not may_hold_secret(joined)
+    upstream = raw if clean else redact_chunks(raw)
+    if all(out is data for _, data, out in pieces if data):
+        return upstream, upstream  # a guard handed each chunk on as it was
+    client = [(int((at - t0) * 1e6), out) for at, _, out in pieces if out]
+    if clean and b"".join([out for _, out in client]) == joined:
+        return upstream, client  # same bytes, other split points: nothing to redact either
+    return upstream, redact_chunks(client)

@@ -38,6 +38,11 @@ class LlmStore:
         self._pending: list[Write] = []
 
     def load(self, loader: Loader) -> None:
+        # mitmproxy sets the root logger to DEBUG and formats every record (for its legacy
+        # log events), and aiosqlite logs each statement at debug level with the repr of its
+        # arguments: for a recorded stream that is a ~0.5 MB bytes repr, twice per statement,
+        # plus a hook per record on the event loop — ~10 ms of CPU per flow for nothing.
+        logging.getLogger("aiosqlite").setLevel(logging.INFO)
         loader.add_option(
             "llmitm_store",
             Optional[str],  # noqa: UP045

@@ -4,9 +4,10 @@ Owns the SQL that reads and writes the ``rec_*`` tables (created by the ``record
 migration in ``store.migrations``). Layout:
 
 - ``rec_interactions``: one row per interaction (key, scope, route, timing, truncation …);
-- ``rec_messages``: one row per leg; its body is a content-addressed ``rec_blobs`` row, so a
-  long system prompt sent a thousand times, or a passthrough stream whose client leg equals
-  its upstream leg, is stored once;
+- ``rec_messages``: one row per leg; its body is a ``rec_blobs`` row: content-addressed
+  (sha256) for whole bodies, so a long system prompt sent a thousand times is stored once;
+  named ``stream:<interaction>:<leg>`` for streams (never equal to another), and shared by
+  a passthrough stream's upstream and client legs;
 - a streamed leg keeps its pieces' split points and offsets in ``chunk_index``: packed
   little-endian int64 pairs ``(t_us, length)``. One blob and one small index per stream, not
   a row per piece: recording a 2000-event stream is a handful of inserts.
@@ -71,6 +72,9 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
     interactions = []
     messages = []
     blobs: dict[str, bytes] = {}
+    # Legs that share one chunk list (a passthrough stream's upstream and client legs) are
+    # joined and stored once.
+    digests: dict[int, str] = {}
     for write in writes:
         i = write.interaction
         interactions.append(
@@ -97,9 +101,17 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
             )
         )
         for leg, message in i.legs.items():
-            body = message.body()
-            digest = hashlib.sha256(body).hexdigest()
-            blobs.setdefault(digest, body)
+            if message.chunks is None:
+                body = message.content or b""
+                digest = hashlib.sha256(body).hexdigest()
+                blobs.setdefault(digest, body)
+            else:
+                # A stream never repeats another (ids, timing), so it is named, not hashed:
+                # hashing half a megabyte per recorded stream would be CPU for nothing.
+                digest = digests.get(id(message.chunks), "")
+                if not digest:
+                    digest = digests[id(message.chunks)] = f"stream:{i.id}:{leg}"
+                    blobs[digest] = message.body()
             messages.append(
                 (
                     i.id,
