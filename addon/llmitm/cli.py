@@ -2,6 +2,8 @@
 
 llmitm translate --to {chat,responses} [--reasoning MODE] [FILE|-]
 llmitm usage [--db PATH] [--since YYYY-MM-DD|7d|24h] [--by endpoint|model|day|route] [--json]
+llmitm rec ls | show ID | diff A B | diff --last-miss | export | import | verify | check-secrets
+           | prune    (see llmitm.rec_cli)
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser(
         "run",
-        help="run the proxy: llmitm run [--config FILE] [--base-url] [mitmdump options] "
-        "[-- COMMAND ...]",
+        help="run the proxy: llmitm run [--config FILE] [--base-url] [--replay DIR "
+        "[--fail-on-unused] [--report FILE] | --record DIR] [mitmdump options] [-- COMMAND ...]",
         add_help=False,
     )
 
@@ -81,6 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     # Checked by the command, not argparse: a mistake is one line, exit 2.
     usage.add_argument("--by", default="endpoint", help="endpoint (default), model, day, route")
     usage.add_argument("--json", action="store_true", help="JSON for machines")
+
+    from llmitm.rec_cli import add_parser as add_rec_parser
+
+    add_rec_parser(commands)
     return parser
 
 
@@ -134,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from llmitm.usage_report import usage_command
 
         return usage_command(args.db, args.since, args.by, args.json)
+    if args.command == "rec":
+        from llmitm.rec_cli import rec_command
+
+        return rec_command(args)
     raise AssertionError(f"unhandled command {args.command}")  # argparse requires a command
 
 

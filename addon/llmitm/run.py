@@ -1,12 +1,18 @@
 """``llmitm run``: mitmdump with llmitm's addons, alone or around a command.
 
     llmitm run [--config FILE] [--base-url] [mitmdump options …] [-- COMMAND …]
+    llmitm run --replay DIR [--fail-on-unused] [--report FILE] … -- COMMAND …
+    llmitm run --record DIR … [-- COMMAND …]
 
 Alone it is mitmdump in this process, listening on 127.0.0.1:8080 in regular mode unless the
 options say otherwise. With ``-- COMMAND`` it starts mitmdump as a child on a free port, waits
 until it listens, runs the command with ``HTTPS_PROXY`` and the CA variables pointing at it
 (``OPENAI_BASE_URL`` too with ``--base-url``, through an added reverse listener), stops the
-proxy and exits with the command's status.
+proxy and exits with the command's status. ``--replay DIR`` serves the recordings folder and
+never goes upstream; with a command, any miss (and, with ``--fail-on-unused``, any recording
+never served) makes the exit status non-zero even when the command passed, and the JSON
+report is written to ``--report`` (default ``DIR/../replay-report.json`` is not assumed:
+without ``--report`` it is only summarised on stderr). ``--record DIR`` writes the folder.
 """
 
 from __future__ import annotations
@@ -43,6 +49,19 @@ class RunArgs:
     base_url: bool = False
     mitmdump: list[str] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
+    replay: str | None = None
+    record: str | None = None
+    fail_on_unused: bool = False
+    report: str | None = None
+
+
+# Options of llmitm run that take a value, and what to call that value in an error.
+_VALUED = {
+    "--config": ("config", "a file"),
+    "--replay": ("replay", "a recordings folder"),
+    "--record": ("record", "a recordings folder"),
+    "--report": ("report", "a file"),
+}
 
 
 def parse_run_args(argv: Sequence[str]) -> RunArgs:
@@ -57,25 +76,39 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
     index = 0
     while index < len(items):
         item = items[index]
-        if item == "--config":
-            if index + 1 >= len(items):
-                raise RunUsageError("--config needs a file")
-            args.config = items[index + 1]
-            index += 2
+        name, equals, inline = item.partition("=")
+        if name in _VALUED:
+            if equals:
+                value = inline
+                index += 1
+            elif index + 1 < len(items):
+                value = items[index + 1]
+                index += 2
+            else:
+                value = ""
+                index += 1
+            attribute, what = _VALUED[name]
+            if not value:
+                raise RunUsageError(f"{name} needs {what}")
+            setattr(args, attribute, value)
             continue
-        if item.startswith("--config="):
-            args.config = item.partition("=")[2]
-            if not args.config:
-                raise RunUsageError("--config needs a file")
-        elif item == "--base-url":
+        if item == "--base-url":
             args.base_url = True
+        elif item == "--fail-on-unused":
+            args.fail_on_unused = True
         else:
             args.mitmdump.append(item)
         index += 1
+    if args.replay and args.record:
+        raise RunUsageError("--replay and --record exclude each other")
+    if (args.fail_on_unused or args.report) and not args.replay:
+        raise RunUsageError("--fail-on-unused and --report go with --replay")
     return args
 
 
-def mitmdump_argv(args: RunArgs, listenfile: str | None = None) -> list[str]:
+def mitmdump_argv(
+    args: RunArgs, listenfile: str | None = None, report: str | None = None
+) -> list[str]:
     """mitmdump's arguments: llmitm's script and safe defaults, then the user's options
     (which win: mitmdump takes the last value of an option)."""
     argv = ["-s", str(SCRIPT), "--set", "connection_strategy=lazy"]
@@ -95,6 +128,12 @@ def mitmdump_argv(args: RunArgs, listenfile: str | None = None) -> list[str]:
         argv += ["--set", "llmitm_console=off"]
     if args.config:
         argv += ["--set", f"llmitm_config={args.config}"]
+    if args.replay:
+        argv += ["--set", "llmitm_record=replay", "--set", f"llmitm_recordings={args.replay}"]
+    if args.record:
+        argv += ["--set", "llmitm_record=record", "--set", f"llmitm_recordings={args.record}"]
+    if report:
+        argv += ["--set", f"llmitm_replay_report={report}"]
     if listenfile:
         argv += ["--set", f"llmitm_listenfile={listenfile}"]
     return argv + args.mitmdump
@@ -127,20 +166,33 @@ def run(argv: Sequence[str]) -> int:
         except ConfigError as exc:
             print(f"llmitm run: {exc}", file=sys.stderr)
             return 2
+    if args.replay and not Path(args.replay, "manifest.json").is_file():
+        print(
+            f"llmitm run: {args.replay}: not a recordings folder (no manifest.json)",
+            file=sys.stderr,
+        )
+        return 2
     if not args.command:
         from llmitm.addons.entry import run_mitmdump
 
-        return run_mitmdump(mitmdump_argv(args))
+        return run_mitmdump(mitmdump_argv(args, report=args.report))
     return _run_command(args)
 
 
 def _run_command(args: RunArgs) -> int:
     with tempfile.TemporaryDirectory(prefix="llmitm-run-") as scratch:
         listenfile = Path(scratch) / "listen.json"
+        report = args.report or (str(Path(scratch) / "replay-report.json") if args.replay else None)
         proxy = subprocess.Popen(
-            [sys.executable, "-m", "llmitm.addons.entry", *mitmdump_argv(args, str(listenfile))],
+            [
+                sys.executable,
+                "-m",
+                "llmitm.addons.entry",
+                *mitmdump_argv(args, str(listenfile), report),
+            ],
             stdin=subprocess.DEVNULL,
         )
+        status = 1
         try:
             listening = _wait_for(listenfile, proxy)
             if listening is None:
@@ -149,7 +201,7 @@ def _run_command(args: RunArgs) -> int:
             env = dict(os.environ)
             env.update(command_environment(listening, base_url=args.base_url))
             try:
-                return subprocess.run(args.command, env=env, check=False).returncode
+                status = subprocess.run(args.command, env=env, check=False).returncode
             except FileNotFoundError:
                 print(f"llmitm run: {args.command[0]}: command not found", file=sys.stderr)
                 return 127
@@ -157,6 +209,36 @@ def _run_command(args: RunArgs) -> int:
                 return 130
         finally:
             _stop(proxy)
+        if report is None:
+            return status
+        return replay_verdict(Path(report), status, fail_on_unused=args.fail_on_unused)
+
+
+def replay_verdict(report: Path, status: int, *, fail_on_unused: bool) -> int:
+    """The exit status of a replayed command: its own when it failed, else 1 on any miss
+    (or unused recording, when asked); the report's gist goes to stderr."""
+    if not report.is_file():
+        print("llmitm run: the proxy wrote no replay report", file=sys.stderr)
+        return status or 1
+    document = orjson.loads(report.read_bytes())
+    misses, unused = document.get("misses", []), document.get("unused", [])
+    print(
+        f"llmitm run: replay: {document.get('hits', 0)} hit(s), {len(misses)} miss(es), "
+        f"{len(unused)} unused recording(s)",
+        file=sys.stderr,
+    )
+    for miss in misses:
+        print(
+            f"  miss: {miss['request']} model={miss['model']} key={miss['key']} "
+            f"scope={miss['scope']} ({miss['reason']}); closest {miss['closest']}",
+            file=sys.stderr,
+        )
+    if fail_on_unused:
+        for item in unused:
+            print(f"  unused: {item['id']} {item['route']} scope={item['scope']}", file=sys.stderr)
+    if status:
+        return status
+    return 1 if misses or (fail_on_unused and unused) else 0
 
 
 def command_environment(listening: dict, *, base_url: bool) -> dict[str, str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import signal
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +26,7 @@ import openai
 import orjson
 import pytest
 
-from .processes import TWO_ENDPOINTS, Proxy, fake_upstream, llmitm_proxy
+from .processes import LLMITM, TWO_ENDPOINTS, Proxy, fake_upstream, llmitm_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -275,3 +277,112 @@ def test_sigkill_mid_stream_keeps_finished_flows_and_a_sound_database(tmp_path: 
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert db.execute("SELECT count(*) FROM rec_interactions").fetchone()[0] == 3
         assert db.execute("SELECT count(*) FROM rec_messages").fetchone()[0] == 12
+
+
+# --- the CLI and the recordings folder --------------------------------------------------------
+
+REPLAY_CLIENT = """
+import os, sys, httpx2 as httpx, orjson
+calls = orjson.loads(sys.argv[1])
+base = os.environ["OPENAI_BASE_URL"].removesuffix("/v1")
+failed = 0
+with httpx.Client(timeout=30) as client:
+    for path, body, headers in calls:
+        response = client.post(base + path, content=orjson.dumps(body), headers=headers)
+        print(response.status_code, response.headers.get("x-llmitm-replay"))
+        failed += response.status_code != 200
+print("FAILED", failed)
+"""
+
+
+def llmitm(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LLMITM), *args], capture_output=True, text=True, timeout=120, **kwargs
+    )
+
+
+@pytest.fixture(scope="module")
+def folder(recorded: Recorded) -> Path:
+    target = recorded.tmp / "recordings"
+    done = llmitm("rec", "export", str(target), "--db", str(recorded.db))
+    assert done.returncode == 0, done.stderr
+    return target
+
+
+def test_export_writes_a_reviewable_folder_without_secrets(folder: Path) -> None:
+    manifest = orjson.loads((folder / "manifest.json").read_bytes())
+    assert manifest["format_version"] == 1 and len(manifest["interactions"]) == len(CALLS)
+    first = orjson.loads((folder / manifest["interactions"][0]).read_bytes())
+    assert first["client_req"]["body"]["json"]["model"] == "gpt-pass"
+    assert first["client_req"]["headers"].count(["authorization", "Bearer <redacted>"]) == 1
+    streamed = orjson.loads((folder / manifest["interactions"][1]).read_bytes())
+    assert streamed["client_resp"]["chunks"][0]["raw"].startswith("data: ")
+    assert llmitm("rec", "check-secrets", str(folder)).returncode == 0
+    verified = llmitm("rec", "verify", str(folder))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    leaked = folder.parent / "leaked"
+    leaked.mkdir(exist_ok=True)
+    (leaked / "x.json").write_text(f'{{"key": "{SECRET}"}}')
+    found = llmitm("rec", "check-secrets", str(leaked))
+    assert found.returncode == 1 and "x.json" in found.stdout
+
+
+def test_replay_reads_the_folder_directly(recorded: Recorded, folder: Path) -> None:
+    with replaying(recorded, "folder", "llmitm_replay_from=client", folder=folder) as proxy:
+        for (path, body, headers), expected in zip(CALLS, recorded.bodies, strict=True):
+            assert raw_post(proxy, path, body, **headers).content == expected
+
+
+def test_run_replay_fails_the_command_on_a_miss_and_on_unused(
+    recorded: Recorded, folder: Path, tmp_path: Path
+) -> None:
+    client = tmp_path / "client.py"
+    client.write_text(REPLAY_CLIENT)
+    config = tmp_path / "llmitm.toml"
+    with tripwire() as wire:
+        config.write_text(TWO_ENDPOINTS.format(chat=wire.url, responses=wire.url))
+
+        def run(calls: list[Any], *options: str) -> subprocess.CompletedProcess[str]:
+            return llmitm(
+                "run", "--replay", str(folder), "--config", str(config), "--base-url",
+                "--set", "llmitm_store=", "--set", f"confdir={tmp_path / 'conf'}",
+                "--set", "termlog_verbosity=warn", "--set", "flow_detail=0", *options,
+                "--", sys.executable, str(client), orjson.dumps(calls).decode(),
+            )  # fmt: skip
+
+        everything = run(CALLS, "--fail-on-unused", "--report", str(tmp_path / "r.json"))
+        assert everything.returncode == 0, everything.stdout + everything.stderr
+        assert "FAILED 0" in everything.stdout
+        report = orjson.loads((tmp_path / "r.json").read_bytes())
+        assert report["hits"] == len(CALLS) and report["misses"] == report["unused"] == []
+
+        changed = [
+            (CALLS[0][0], {**CALLS[0][1], "messages": [{"role": "user", "content": "?"}]}, {})
+        ]
+        missed = run(changed)
+        assert missed.returncode == 1, missed.stdout + missed.stderr
+        assert "FAILED 1" in missed.stdout  # the client itself exited 0
+        assert "1 miss(es)" in missed.stderr and "chat.completions" in missed.stderr
+
+        partial = run(CALLS[:2])
+        assert partial.returncode == 0, partial.stderr  # unused recordings are fine…
+        strict = run(CALLS[:2], "--fail-on-unused")
+        assert strict.returncode == 1 and "unused:" in strict.stderr  # …unless asked
+
+
+def test_rec_ls_show_and_diff_last_miss(recorded: Recorded) -> None:
+    listed = llmitm("rec", "ls", "--db", str(recorded.db), "--json")
+    rows = orjson.loads(listed.stdout)
+    assert [row["model"] for row in rows[:2]] == ["gpt-pass", "gpt-pass"]
+    timeline = llmitm(
+        "rec", "show", rows[2]["id"], "--db", str(recorded.db), "--timeline", "--json"
+    )
+    events = orjson.loads(timeline.stdout)
+    assert events and events[0]["t_ms"] <= events[-1]["t_ms"]
+    assert events[-1]["event"] == "data: [DONE]"
+    with replaying(recorded, "last-miss") as proxy:
+        body = {"model": "gpt-pass", "messages": [{"role": "user", "content": "Something else"}]}
+        assert raw_post(proxy, "/v1/chat/completions", body).status_code == 400
+    diff = llmitm("rec", "diff", "--last-miss", "--db", str(recorded.db))
+    assert diff.returncode == 1, diff.stderr
+    assert '+        "content": "Something else"' in diff.stdout

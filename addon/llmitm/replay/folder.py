@@ -59,21 +59,33 @@ def _stable_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
 
 
 def encode_body(content: bytes) -> dict[str, Any]:
+    """A body as a file value: JSON embedded as JSON when it decodes back to the same bytes
+    (compact as orjson writes it, or with a two-space indent: ``"layout": "indent"``), else
+    text, else base64 — a replay from a folder is byte for byte the recording."""
     if not content:
         return {"text": ""}
     try:
-        return {"json": orjson.loads(content)}
+        value = orjson.loads(content)
     except orjson.JSONDecodeError:
-        pass
+        value = _NOT_JSON
+    if value is not _NOT_JSON:
+        if orjson.dumps(value) == content:
+            return {"json": value}
+        if orjson.dumps(value, option=orjson.OPT_INDENT_2) == content:
+            return {"json": value, "layout": "indent"}
     try:
         return {"text": content.decode("utf-8")}
     except UnicodeDecodeError:
         return {"base64": base64.b64encode(content).decode()}
 
 
+_NOT_JSON = object()
+
+
 def decode_body(value: dict[str, Any]) -> bytes:
     if "json" in value:
-        return orjson.dumps(value["json"])
+        option = orjson.OPT_INDENT_2 if value.get("layout") == "indent" else 0
+        return orjson.dumps(value["json"], option=option)
     if "base64" in value:
         return base64.b64decode(value["base64"])
     return str(value.get("text", "")).encode()
@@ -98,7 +110,7 @@ def message_to_json(message: Message) -> dict[str, Any]:
         out["chunks"] = chunks
     else:
         out["body"] = encode_body(message.content or b"")
-    return out
+    return _sorted(out)
 
 
 def message_from_json(value: dict[str, Any]) -> Message:
@@ -151,7 +163,7 @@ def interaction_to_json(interaction: Interaction) -> dict[str, Any]:
         message = interaction.legs.get(leg)
         if message is not None:
             out[leg] = message_to_json(message)
-    return out
+    return _sorted(out)
 
 
 def interaction_from_json(value: dict[str, Any], order: int = 0) -> Interaction:
@@ -201,7 +213,13 @@ def file_name(index: int, interaction: Interaction) -> str:
 
 
 def dumps_pretty(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+    """Two-space indented JSON and a newline. Keys are sorted by the builders of the file's
+    own objects, not here: recorded JSON bodies inside keep their key order (their bytes)."""
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def _sorted(value: dict[str, Any]) -> dict[str, Any]:
+    return dict(sorted(value.items()))
 
 
 def write_folder(
@@ -240,7 +258,7 @@ def write_folder(
         "settings": settings or {},
         "interactions": index_entries,
     }
-    (folder / MANIFEST).write_bytes(dumps_pretty(manifest))
+    (folder / MANIFEST).write_bytes(dumps_pretty(_sorted(manifest)))
     return written
 
 
