@@ -386,3 +386,63 @@ def test_rec_ls_show_and_diff_last_miss(recorded: Recorded) -> None:
     diff = llmitm("rec", "diff", "--last-miss", "--db", str(recorded.db))
     assert diff.returncode == 1, diff.stderr
     assert '+        "content": "Something else"' in diff.stdout
+
+
+# --- pacing and truncation through the relay -------------------------------------------------
+
+PACED = {"x-fake-scenario": "text;events=6;first_byte_delay_ms=250;event_delay_ms=60"}
+CUT = {"x-fake-scenario": "text;events=20;disconnect_after=4"}
+
+
+def read_stream(
+    proxy: Proxy, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[float, bytes, str]:
+    """(seconds to the first content delta, bytes read, how it ended: "ok" or the error)."""
+    url = f"http://127.0.0.1:{proxy.port()}/v1/chat/completions"
+    received = b""
+    first = 0.0
+    with httpx.Client(timeout=30) as client:  # made before the clock starts: TLS set-up is slow
+        start = time.monotonic()
+        try:
+            with client.stream("POST", url, content=orjson.dumps(body), headers=headers) as reply:
+                for data in reply.iter_raw():
+                    received += data
+                    if not first and b'"content":"' in received.replace(b'"content":""', b""):
+                        first = time.monotonic() - start
+        except httpx.HTTPError as exc:
+            return first, received, type(exc).__name__
+    return first, received, "ok"
+
+
+def test_realtime_keeps_ttft_and_truncations_replay_as_truncations(tmp_path: Path) -> None:
+    stream = {"model": "gpt-pass", "messages": MESSAGES, "stream": True}
+    cut = {**stream, "user": "cut"}  # same key family, other scenario: keep them apart
+    cut["messages"] = [{"role": "user", "content": "Cut me off."}]
+    warm_up = {**stream, "messages": [{"role": "user", "content": "warm-up"}]}
+    with fake_upstream(tmp_path) as up, llmitm_proxy(tmp_path, modes=[f"reverse:{up.url}"]) as p:
+        read_stream(p, warm_up, {})  # a fresh process's first flow is slow: not this one
+        live_ttft, live_paced, live_end = read_stream(p, stream, PACED)
+        _, live_cut, live_cut_end = read_stream(p, cut, CUT)
+    assert live_end == "ok" and live_ttft > 0.25
+    assert live_cut_end != "ok"  # the client saw the upstream's cut as a broken stream
+    recorded = Recorded(tmp_path, tmp_path / "llmitm.db")
+    with replaying(recorded, "realtime", "llmitm_replay_timing=realtime") as proxy:
+        read_stream(proxy, warm_up, {})
+        ttft, paced, end = read_stream(proxy, stream, {})
+        _, replayed_cut, cut_end = read_stream(proxy, cut, {})
+    assert end == "ok" and paced == live_paced
+    # The recording's time to first token: its first content event's offset.
+    listed = orjson.loads(llmitm("rec", "ls", "--db", str(recorded.db), "--json").stdout)
+    (paced_id,) = [row["id"] for row in listed if row["key"] == listed[1]["key"]]  # after warm-up
+    events = orjson.loads(
+        llmitm("rec", "show", paced_id, "--db", str(recorded.db), "--timeline", "--json").stdout
+    )
+    recorded_ttft = next(e["t_ms"] for e in events if '"content":"H' in e["event"]) / 1000
+    assert recorded_ttft > 0.25
+    assert abs(ttft - recorded_ttft) < 0.020, (ttft, recorded_ttft, live_ttft)
+    assert cut_end == live_cut_end and replayed_cut == live_cut
+    with replaying(recorded, "instant-cut") as proxy:
+        ttft, _, _ = read_stream(proxy, stream, {})
+        _, replayed_cut, cut_end = read_stream(proxy, cut, {})
+    assert ttft < 0.2  # instant: no recorded waits
+    assert cut_end == live_cut_end and replayed_cut == live_cut  # cut even when instant

@@ -42,6 +42,8 @@ from mitmproxy.addonmanager import Loader
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.addons.store import LlmStore
 from llmitm.exchange.stream import StreamRewriter
+from llmitm.relay.replay_job import ReplayJob
+from llmitm.relay.server import RelayServer
 from llmitm.replay import folder as folder_format
 from llmitm.replay.keys import PROFILES, KeyOptions, MatchKey, is_api_path, match_key
 from llmitm.replay.model import Interaction, Message, new_id
@@ -53,7 +55,8 @@ from llmitm.replay.redact import (
     redact_headers,
     redact_url,
 )
-from llmitm.replay.serve import from_upstream, miss_error, verbatim
+from llmitm.replay.serve import Answer, from_upstream, miss_error, verbatim
+from llmitm.replay.timing import Timing, parse_timing
 from llmitm.store import SqliteStore
 from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecord
 
@@ -105,6 +108,7 @@ class Capture:
     pass_tap: PassTap | None = None
     rewrite_tap: list[tuple[float, bytes, bytes]] | None = None
     done: bool = False
+    served: bool = False
 
 
 @dataclass(slots=True)
@@ -152,7 +156,8 @@ class LlmRecorder:
         self.recorded: list[Interaction] = []
         self._wiped: set[str] = set()
         self._loading: asyncio.Task[None] | None = None
-        self._folder_index: dict[str, str] = {}
+        self.timing = Timing()
+        self.relay: RelayServer | None = None
 
     # --- options -------------------------------------------------------------------------
 
@@ -200,6 +205,19 @@ class LlmRecorder:
             "Scope of requests without an x-llmitm-scope / x-test-id header.",
         )
         loader.add_option(
+            "llmitm_replay_timing",
+            str,
+            "instant",
+            "Replay pacing: instant (CI), realtime (recorded time to first byte and gaps), or "
+            "scale:F (F times the recorded times). Paced answers stream through the relay.",
+        )
+        loader.add_option(
+            "llmitm_replay_cap_ms",
+            int,
+            0,
+            "Longest single wait of a paced replay, in milliseconds (0: no cap).",
+        )
+        loader.add_option(
             "llmitm_replay_report",
             str,
             "",
@@ -213,6 +231,13 @@ class LlmRecorder:
             if self.mode == "replay" and ctx.options.upstream_cert:
                 # Sniffing the upstream's certificate would connect upstream.
                 ctx.options.update(upstream_cert=False)
+        if updated & {"llmitm_replay_timing", "llmitm_replay_cap_ms"}:
+            try:
+                self.timing = parse_timing(
+                    ctx.options.llmitm_replay_timing, ctx.options.llmitm_replay_cap_ms
+                )
+            except ValueError as exc:
+                raise exceptions.OptionsError(str(exc)) from None
         if updated & {"llmitm_match_profile", "llmitm_match_ignore"}:
             try:
                 self.key_options = KeyOptions(
@@ -234,6 +259,10 @@ class LlmRecorder:
         return self._loading
 
     async def _load(self) -> None:
+        # Paced answers and recorded truncations stream through a loopback relay: mitmproxy
+        # sends a response an addon makes in one piece (mitmproxy-notes.md finding 1).
+        self.relay = RelayServer()
+        await self.relay.start()
         folder = ctx.options.llmitm_recordings
         interactions: list[Interaction] = []
         try:
@@ -262,6 +291,8 @@ class LlmRecorder:
         logger.info("llmitm: %s mode, %d recording(s) loaded", self.mode, len(interactions))
 
     def done(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
         self._write_report()
         self._write_folder()
 
@@ -334,8 +365,8 @@ class LlmRecorder:
                 if ctx.options.llmitm_replay_from == "client" or (
                     "upstream_resp" not in outcome.interaction.legs
                 ):
-                    answer = verbatim(outcome.interaction)
-                    _answer(flow, answer.status, answer.headers, answer.body, "hit")
+                    capture.served = True
+                    self.deliver(flow, outcome.interaction, verbatim(outcome.interaction), True)
                 return  # else LlmRecordTap answers once the router has planned the flow
             if mode == "replay" or (mode == "once" and self.pool.has_scope(scope)):
                 self._miss(flow, outcome)
@@ -430,6 +461,34 @@ class LlmRecorder:
         # The upstream's body, before the translator replaces it.
         capture.upstream_body = response.get_content(strict=False)
 
+    def deliver(
+        self, flow: http.HTTPFlow, interaction: Interaction, answer: Answer, as_recorded: bool
+    ) -> None:
+        """Answer a hit: at once, or paced through the relay; a recorded upstream cut of a
+        stream llmitm relayed as it was (``as_recorded``, or no plan) ends abruptly again."""
+        truncated = interaction.truncated or ""
+        cut = bool(truncated) and (truncated.startswith("client") or not interaction.plan)
+        cut = cut and (as_recorded or not interaction.plan)
+        if (self.timing.instant and not cut) or self.relay is None:
+            _answer(flow, answer.status, answer.headers, answer.body, "hit")
+            return
+        chunks = answer.chunks
+        if chunks is None:
+            chunks = [(interaction.ttfb_us or 0, answer.body)]
+        arrived = flow.request.timestamp_end or time.time()
+        job = ReplayJob(
+            status=answer.status,
+            headers=[*answer.headers, ("x-llmitm-replay", "hit")],
+            chunks=chunks,
+            ttfb_us=interaction.ttfb_us,
+            timing=self.timing,
+            cut=cut,
+            started=time.monotonic() - max(0.0, time.time() - arrived),
+        )
+        flow.request.url = self.relay.register(job)
+        flow.server_conn.via = None  # upstream-proxy mode would send loopback traffic on
+        flow.metadata.pop(METADATA_KEY, None)  # played as recorded: nothing to translate
+
     def finished(self, interaction: Interaction) -> None:
         """Called by the tap with a finished, redacted interaction."""
         self.report.recorded += 1
@@ -478,7 +537,8 @@ class LlmRecordTap:
         if capture is None:
             return
         if capture.hit is not None:
-            if flow.response is None:
+            if flow.response is None and not capture.served:
+                capture.served = True
                 self._serve(flow, capture)
             return
         if not capture.record or flow.response is not None:
@@ -499,12 +559,13 @@ class LlmRecordTap:
         plan = state.plan if isinstance(state, FlowState) else None
         context = state.context if isinstance(state, FlowState) else None
         self._check_drift(flow, interaction)
+        as_recorded = plan is None
         try:
             answer = from_upstream(interaction, plan, context)
         except Exception:
             logger.exception("llmitm: cannot replay %s; serving the client leg", interaction.id)
-            answer = verbatim(interaction)
-        _answer(flow, answer.status, answer.headers, answer.body, "hit")
+            answer, as_recorded = verbatim(interaction), True
+        self.recorder.deliver(flow, interaction, answer, as_recorded)
 
     def _check_drift(self, flow: http.HTTPFlow, interaction: Interaction) -> None:
         recorded = interaction.legs.get("upstream_req")
