@@ -128,10 +128,14 @@ def mitmdump_argv(
         argv += ["--set", "llmitm_console=off"]
     if args.config:
         argv += ["--set", f"llmitm_config={args.config}"]
+    # A mode the user sets (rewrite, once, …) wins: mitmdump refuses an option set twice.
+    own_mode = "llmitm_record=" in user
     if args.replay:
-        argv += ["--set", "llmitm_record=replay", "--set", f"llmitm_recordings={args.replay}"]
+        argv += [] if own_mode else ["--set", "llmitm_record=replay"]
+        argv += ["--set", f"llmitm_recordings={args.replay}"]
     if args.record:
-        argv += ["--set", "llmitm_record=record", "--set", f"llmitm_recordings={args.record}"]
+        argv += [] if own_mode else ["--set", "llmitm_record=record"]
+        argv += ["--set", f"llmitm_recordings={args.record}"]
     if report:
         argv += ["--set", f"llmitm_replay_report={report}"]
     if listenfile:

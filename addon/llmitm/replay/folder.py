@@ -44,18 +44,40 @@ VOLATILE_HEADERS = frozenset(
     }
 )
 _VOLATILE_PREFIXES = ("x-ms-", "x-ratelimit-reset")
+# Request headers that change from run to run or machine to machine and never match anything:
+# SDK telemetry, connection handling, tracing.
+VOLATILE_REQUEST_HEADERS = frozenset(
+    {
+        "host",
+        "connection",
+        "accept-encoding",
+        "user-agent",
+        "traceparent",
+        "tracestate",
+        "idempotency-key",
+        "x-request-id",
+    }
+)
+_VOLATILE_REQUEST_PREFIXES = ("x-stainless-",)
 
 
 class FolderError(ValueError):
     """A recordings folder that cannot be read (missing, wrong version, broken file)."""
 
 
-def _stable_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
-    return [
-        [k, v]
-        for k, v in headers
-        if k.lower() not in VOLATILE_HEADERS and not k.lower().startswith(_VOLATILE_PREFIXES)
-    ]
+def _stable_headers(headers: Iterable[tuple[str, str]], request: bool) -> list[str]:
+    """``name: value`` lines without the headers that only churn a reviewed diff."""
+    out = []
+    for name, value in headers:
+        lower = name.lower()
+        if lower in VOLATILE_HEADERS or lower.startswith(_VOLATILE_PREFIXES):
+            continue
+        if request and (
+            lower in VOLATILE_REQUEST_HEADERS or lower.startswith(_VOLATILE_REQUEST_PREFIXES)
+        ):
+            continue
+        out.append(f"{name}: {value}")
+    return out
 
 
 def encode_body(content: bytes) -> dict[str, Any]:
@@ -92,7 +114,7 @@ def decode_body(value: dict[str, Any]) -> bytes:
 
 
 def message_to_json(message: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {"headers": _stable_headers(message.headers)}
+    out: dict[str, Any] = {"headers": _stable_headers(message.headers, bool(message.method))}
     if message.method:
         out["method"] = message.method
         out["url"] = message.url
@@ -113,9 +135,17 @@ def message_to_json(message: Message) -> dict[str, Any]:
     return _sorted(out)
 
 
+def _header(line: Any) -> tuple[str, str]:
+    if isinstance(line, str):
+        name, _, rest = line.partition(":")
+        return name.strip(), rest.strip()
+    name, rest = line  # [name, value], as hand-written files may have it
+    return str(name), str(rest)
+
+
 def message_from_json(value: dict[str, Any]) -> Message:
     message = Message(
-        headers=[(str(k), str(v)) for k, v in value.get("headers", [])],
+        headers=[_header(line) for line in value.get("headers", [])],
         method=str(value.get("method", "")),
         url=str(value.get("url", "")),
         status=int(value.get("status", 0)),
