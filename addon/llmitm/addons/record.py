@@ -47,7 +47,15 @@ from llmitm.relay.server import RelayServer
 from llmitm.replay import folder as folder_format
 from llmitm.replay.keys import PROFILES, KeyOptions, MatchKey, is_api_path, match_key
 from llmitm.replay.model import Interaction, Message, new_id
-from llmitm.replay.pool import GLOBAL_SCOPE, SCOPE_HEADERS, Hit, Miss, ReplayPool, canonical_diff
+from llmitm.replay.pool import (
+    GLOBAL_SCOPE,
+    SCOPE_HEADERS,
+    Hit,
+    Miss,
+    ReplayPool,
+    canonical_diff,
+    split_scope_path,
+)
 from llmitm.replay.redact import (
     may_hold_secret,
     redact_body,
@@ -340,6 +348,9 @@ class LlmRecorder:
             return
         request = flow.request
         scope = ctx.options.llmitm_scope or GLOBAL_SCOPE
+        in_path, path = split_scope_path(request.path)
+        if in_path is not None:
+            scope, request.path = in_path, path  # never forwarded upstream
         for name in SCOPE_HEADERS:
             value = request.headers.pop(name, None)
             if value:

@@ -16,12 +16,28 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import quote, unquote
 
 from llmitm.replay.keys import MatchKey
 from llmitm.replay.model import Interaction
 
 GLOBAL_SCOPE = "global"
 SCOPE_HEADERS = ("x-llmitm-scope", "x-test-id")
+SCOPE_PREFIX = "/llmitm-scope/"
+"""A base URL ``http://proxy/llmitm-scope/<quoted scope>/v1`` scopes an unmodified client:
+``OPENAI_BASE_URL`` can carry it where a header cannot (the pytest plugin uses it)."""
+
+
+def split_scope_path(path: str) -> tuple[str | None, str]:
+    """``/llmitm-scope/a%2Fb/v1/x?q`` → ``("a/b", "/v1/x?q")``; other paths unchanged."""
+    if not path.startswith(SCOPE_PREFIX):
+        return None, path
+    quoted, _, rest = path[len(SCOPE_PREFIX) :].partition("/")
+    return unquote(quoted) or None, "/" + rest
+
+
+def scope_path(scope: str) -> str:
+    return SCOPE_PREFIX + quote(scope, safe="")
 
 
 @dataclass(frozen=True, slots=True)
