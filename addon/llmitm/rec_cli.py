@@ -3,7 +3,8 @@
     llmitm rec ls [--db PATH | --folder DIR] [--scope S] [--limit N] [--json]
     llmitm rec show ID [--db PATH | --folder DIR] [--timeline] [--json]
     llmitm rec diff A B [--db PATH | --folder DIR]   |   llmitm rec diff --last-miss [--db PATH]
-    llmitm rec export DIR [--db PATH] [--scope S]
+    llmitm rec export DIR [--db PATH | --from-folder DIR] [--scope S]
+    llmitm rec export FILE --har | --flows [--db PATH | --from-folder DIR]
     llmitm rec import DIR [--db PATH]
     llmitm rec verify (DIR | --db PATH)
     llmitm rec check-secrets PATH...
@@ -30,6 +31,7 @@ from rich.progress import track
 from rich.table import Table
 
 from llmitm.replay import folder as folder_format
+from llmitm.replay.har import to_har
 from llmitm.replay.keys import KeyOptions, match_key
 from llmitm.replay.model import Interaction
 from llmitm.replay.pool import canonical_diff
@@ -73,10 +75,16 @@ def add_parser(commands: Any) -> None:
     source(diff)
     diff.add_argument("ids", nargs="*", metavar="ID")
     diff.add_argument("--last-miss", action="store_true")
-    export = sub.add_parser("export", help="write the store's recordings as a folder")
-    export.add_argument("folder")
+    export = sub.add_parser(
+        "export", help="write the store's recordings as a folder, a HAR file or a flow file"
+    )
+    export.add_argument("folder", help="the folder (or, with --har/--flows, the file) to write")
     export.add_argument("--db")
+    export.add_argument("--from-folder", help="read a recordings folder instead of the store")
     export.add_argument("--scope")
+    kind = export.add_mutually_exclusive_group()
+    kind.add_argument("--har", action="store_true", help="HAR 1.2 (browser dev tools)")
+    kind.add_argument("--flows", action="store_true", help="a mitmproxy flow file (mitmweb)")
     imp = sub.add_parser("import", help="load a recordings folder into the store")
     imp.add_argument("folder")
     imp.add_argument("--db")
@@ -298,15 +306,30 @@ async def _diff(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _export(args: argparse.Namespace, console: Console) -> int:
-    store = await _open(args.db)
-    try:
-        interactions = await store.load_recordings(args.scope)
-    finally:
-        await store.close()
+    if args.from_folder:
+        interactions = folder_format.read_folder(Path(args.from_folder))
+        if args.scope:
+            interactions = [i for i in interactions if i.scope == args.scope]
+    else:
+        store = await _open(args.db)
+        try:
+            interactions = await store.load_recordings(args.scope)
+        finally:
+            await store.close()
     hits = [hit for i in interactions for hit in _secrets_in(folder_format.interaction_to_json(i))]
     if hits:
         raise RecError(f"refusing to export: {len(hits)} credential-shaped value(s) found")
-    written = folder_format.write_folder(Path(args.folder), interactions)
+    target = Path(args.folder)
+    if args.har:
+        target.write_bytes(orjson.dumps(to_har(interactions), option=orjson.OPT_INDENT_2))
+        console.print(f"wrote {len(interactions)} HAR entr(ies) to {target}")
+        return 0
+    if args.flows:
+        from llmitm.addons.flowfile import write_flows  # the one export that needs mitmproxy
+
+        console.print(f"wrote {write_flows(target, interactions)} flow(s) to {target}")
+        return 0
+    written = folder_format.write_folder(target, interactions)
     console.print(f"wrote {len(written)} recording(s) to {args.folder}")
     return 0
 
