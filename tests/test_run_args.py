@@ -297,3 +297,27 @@ def test_ca_variables_follow_the_confdir() -> None:
     ca = str(Path("/tmp/confdir/mitmproxy-ca-cert.pem"))
     env = command_environment(listening(("regular", [["127.0.0.1", 1]]), ca=ca), base_url=False)
     assert {env[variable] for variable in CA_VARIABLES} == {ca}
+
+
+def test_replay_and_record_set_the_mode_unless_the_user_does() -> None:
+    args = parse_run_args(["--replay", "recs", "--fail-on-unused", "--", "pytest"])
+    assert args.replay == "recs" and args.fail_on_unused and args.command == ["pytest"]
+    argv = mitmdump_argv(args, report="r.json")
+    assert "llmitm_record=replay" in argv and "llmitm_recordings=recs" in argv
+    assert "llmitm_replay_report=r.json" in argv
+    own = parse_run_args(["--record", "recs", "--set", "llmitm_record=rewrite"])
+    argv = mitmdump_argv(own)
+    assert "llmitm_record=record" not in argv and argv.count("llmitm_record=rewrite") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--replay"], "--replay needs a recordings folder"),
+        (["--replay", "a", "--record", "b"], "exclude each other"),
+        (["--fail-on-unused"], "go with --replay"),
+    ],
+)
+def test_replay_usage_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(RunUsageError, match=message):
+        parse_run_args(argv)

@@ -129,7 +129,7 @@ def mitmdump_argv(
     if args.config:
         argv += ["--set", f"llmitm_config={args.config}"]
     # A mode the user sets (rewrite, once, …) wins: mitmdump refuses an option set twice.
-    own_mode = "llmitm_record=" in user
+    own_mode = _gives(user, "--set=llmitm_record", None, "llmitm_record")
     if args.replay:
         argv += [] if own_mode else ["--set", "llmitm_record=replay"]
         argv += ["--set", f"llmitm_recordings={args.replay}"]
