@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -454,3 +454,50 @@ def test_realtime_keeps_ttft_and_truncations_replay_as_truncations(tmp_path: Pat
         _, replayed_cut, cut_end = read_stream(proxy, cut, {})
     assert ttft < 0.2  # instant: no recorded waits (the first of three recordings)
     assert cut_end == live_cut_end and replayed_cut == live_cut  # cut even when instant
+
+
+# --- the mixed modes --------------------------------------------------------------------------
+
+
+def test_once_replay_or_record_and_rewrite(tmp_path: Path) -> None:
+    db = tmp_path / "modes.db"
+    chat = {"model": "gpt-pass", "messages": MESSAGES}
+    other = {"model": "gpt-pass", "messages": [{"role": "user", "content": "Another one."}]}
+
+    def count(scope: str) -> int:
+        with sqlite3.connect(db) as connection:
+            query = "SELECT count(*) FROM rec_interactions WHERE scope = ?"
+            return connection.execute(query, (scope,)).fetchone()[0]
+
+    def proxy_in(mode: str, name: str) -> AbstractContextManager[Proxy]:
+        extra = ["--set", f"llmitm_record={mode}", "--set", f"llmitm_store={db}"]
+        return llmitm_proxy(tmp_path / name, modes=[f"reverse:{up.url}"], extra=extra)
+
+    with fake_upstream(tmp_path) as up:
+        with proxy_in("once", "once-1") as proxy:  # an empty scope: recorded
+            first = raw_post(proxy, "/v1/chat/completions", chat, **{"x-llmitm-scope": "a"})
+            assert first.status_code == 200 and "x-llmitm-replay" not in first.headers
+        assert count("a") == 1
+        with proxy_in("once", "once-2") as proxy:  # a recorded scope: replayed, strictly
+            hit = raw_post(proxy, "/v1/chat/completions", chat, **{"x-llmitm-scope": "a"})
+            assert hit.headers["x-llmitm-replay"] == "hit" and hit.content == first.content
+            miss = raw_post(proxy, "/v1/chat/completions", other, **{"x-llmitm-scope": "a"})
+            assert miss.status_code == 400 and miss.headers["x-llmitm-replay"] == "miss"
+            fresh = raw_post(proxy, "/v1/chat/completions", other, **{"x-llmitm-scope": "b"})
+            assert fresh.status_code == 200 and "x-llmitm-replay" not in fresh.headers
+        assert count("a") == 1 and count("b") == 1
+        with proxy_in("replay-or-record", "ror") as proxy:  # misses go upstream and are kept
+            missed = raw_post(proxy, "/v1/chat/completions", other, **{"x-llmitm-scope": "a"})
+            assert missed.status_code == 200 and "x-llmitm-replay" not in missed.headers
+            hit = raw_post(proxy, "/v1/chat/completions", chat, **{"x-llmitm-scope": "a"})
+            assert hit.headers["x-llmitm-replay"] == "hit"
+        assert count("a") == 2
+        with proxy_in("rewrite", "rewrite") as proxy:  # a scope's first request wipes it
+            assert raw_post(proxy, "/v1/chat/completions", chat, **{"x-llmitm-scope": "a"})
+            assert raw_post(proxy, "/v1/chat/completions", other, **{"x-llmitm-scope": "a"})
+        assert count("a") == 2 and count("b") == 1
+    with sqlite3.connect(db) as connection:
+        modes = connection.execute(
+            "SELECT mode FROM rec_interactions WHERE scope = 'a' ORDER BY started_us"
+        ).fetchall()
+    assert modes == [("rewrite",), ("rewrite",)]
