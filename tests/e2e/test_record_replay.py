@@ -99,6 +99,13 @@ CALLS: list[tuple[str, dict[str, Any], dict[str, str]]] = [
     ),
     ("/v1/responses", {"model": "over-chat-1", "input": "Say hello.", "stream": True}, {}),
     ("/v1/responses", {"model": "over-chat-1", "input": "Say hello."}, {}),
+    # A secret in the request that the translated stream echoes (response.created carries
+    # the instructions): redacted in every leg, also the client's.
+    (
+        "/v1/responses",
+        {"model": "over-chat-2", "input": "Hi", "instructions": f"Key: {SECRET}", "stream": True},
+        {},
+    ),
     (
         "/v1/chat/completions",
         {"model": "gpt-pass", "messages": MESSAGES, "stream": True, "user": "again"},
@@ -181,8 +188,9 @@ def test_replay_from_client_is_byte_identical_in_order_then_exhausted(recorded: 
             response = raw_post(proxy, path, body, **headers)
             assert response.status_code == 200, response.text
             assert response.headers["x-llmitm-replay"] == "hit"
-            # `user` is not in the key: calls 1, 5 and 6 share one, served in recorded order
-            assert response.content == expected
+            # `user` is not in the key: calls 1, 6 and 7 share one, served in recorded order;
+            # a recording holds no secret, so neither does its replay
+            assert response.content == expected.replace(SECRET.encode(), b"<redacted>")
         path, body, headers = CALLS[-1]
         again = raw_post(proxy, path, body, **headers)
         assert again.status_code == 400 and again.headers["x-should-retry"] == "false"
@@ -330,7 +338,8 @@ def test_export_writes_a_reviewable_folder_without_secrets(folder: Path) -> None
 def test_replay_reads_the_folder_directly(recorded: Recorded, folder: Path) -> None:
     with replaying(recorded, "folder", "llmitm_replay_from=client", folder=folder) as proxy:
         for (path, body, headers), expected in zip(CALLS, recorded.bodies, strict=True):
-            assert raw_post(proxy, path, body, **headers).content == expected
+            replayed = raw_post(proxy, path, body, **headers).content
+            assert replayed == expected.replace(SECRET.encode(), b"<redacted>")
 
 
 def test_run_replay_fails_the_command_on_a_miss_and_on_unused(

@@ -118,6 +118,8 @@ class Capture:
     rewrite_tap: list[tuple[float, bytes, bytes]] | None = None
     done: bool = False
     served: bool = False
+    request_clean: bool = False
+    """The client's request body held nothing to redact (a translated answer echoes it)."""
 
 
 # Per-flow state lives beside the flow, not in flow.metadata: mitmproxy serialises metadata
@@ -400,7 +402,8 @@ class LlmRecorder:
 
     def _capture(self, flow: http.HTTPFlow, scope: str) -> Capture:
         request = flow.request
-        content = redact_body(request.get_content(strict=False) or b"")
+        raw = request.get_content(strict=False) or b""
+        content = redact_body(raw)
         key = match_key(
             request.method,
             request.path,
@@ -415,7 +418,9 @@ class LlmRecorder:
             method=request.method,
             url=redact_url(request.pretty_url),
         )
-        return Capture(scope, key, client_req, _now_us())
+        capture = Capture(scope, key, client_req, _now_us())
+        capture.request_clean = content is raw  # redact_body hands back a clean body itself
+        return capture
 
     def _miss(self, flow: http.HTTPFlow, miss: Miss) -> None:
         where = miss.closest.source if miss.closest is not None else None
@@ -728,7 +733,7 @@ def _stream_legs(
 
     The costly part of recording a stream (it runs once per flow, over every piece), so it
     does each pass once: a client leg that is the upstream leg (a passthrough) shares its
-    list, and a client leg with the upstream's bytes shares its verdict that there is
+    list, and a client leg made only of clean inputs shares their verdict that there is
     nothing to redact. Offsets: pieces arrive after the request ended, so ``int`` suffices."""
     if capture.pass_tap is not None:
         raw = [(int((at - t0) * 1e6), d) for at, d in capture.pass_tap.pieces if d]
@@ -744,6 +749,10 @@ def _stream_legs(
     if all(out is data for _, data, out in pieces if data):
         return upstream, upstream  # a guard handed each chunk on as it was
     client = [(int((at - t0) * 1e6), out) for at, _, out in pieces if out]
+    if clean and capture.request_clean:
+        # A translated answer is made of the upstream's bytes and fields of the client's own
+        # request (echoed instructions, tools): neither held a credential, so neither does it.
+        return upstream, client
     if clean and b"".join([out for _, out in client]) == joined:
         return upstream, client  # same bytes, other split points: nothing to redact either
     return upstream, redact_chunks(client)
