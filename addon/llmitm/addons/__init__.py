@@ -5,7 +5,7 @@ from __future__ import annotations
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.listenfile import ListenFile
-from llmitm.addons.record import LlmRecorder, LlmRecordTap
+from llmitm.addons.record import LlmRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import LlmResponses
 from llmitm.addons.responses_api import LlmResponsesApi, LlmResponsesRecorder, ResponsesState
@@ -31,10 +31,11 @@ def make_addons() -> list[object]:
     # translated one.
     return [
         settings,
+        recorder,
         LlmResponsesApi(state),
         store,
-        recorder,
         relay,
+        LlmRecordingsLoad(recorder),  # replay pools, once the store is open
         LlmRouter(settings, relay),
         LlmUsage(store),
         LlmResponses(),

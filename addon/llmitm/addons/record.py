@@ -266,9 +266,13 @@ class LlmRecorder:
 
     # --- lifecycle -----------------------------------------------------------------------
 
-    def running(self) -> asyncio.Task[None] | None:
+    def running(self) -> None:
         self.report.mode = self.mode
-        if self.mode not in REPLAYING:
+
+    def start_loading(self) -> asyncio.Task[None] | None:
+        """Load the replay pools (run by :class:`LlmRecordingsLoad`, once the store is open;
+        mitmproxy awaits the task before any flow)."""
+        if self.mode not in REPLAYING or self._loading is not None:
             return None
         self._loading = asyncio.get_running_loop().create_task(
             self._load(), name="llmitm recordings load"
@@ -289,11 +293,7 @@ class LlmRecorder:
                     interactions = folder_format.read_folder(path)
                 self.report.source = str(path)
             else:
-                store = self.store.store
-                opening = self.store._opening
-                if opening is not None:
-                    await opening
-                store = self.store.store
+                store = await self.store.ready()
                 if isinstance(store, SqliteStore):
                     interactions = await store.load_recordings()
                     self.report.source = str(store.path)
@@ -563,6 +563,20 @@ def _answer(
     if replay:
         response.headers["x-llmitm-replay"] = replay
     flow.response = response
+
+
+class LlmRecordingsLoad:
+    """Loads the replay pools in ``running``: placed after the store, which the recorder —
+    first in line, to see each request as the client sent it — is not (mitmproxy awaits each
+    addon's ``running`` in order, so the recorder cannot wait for the store there)."""
+
+    name = "llmitm_recordings_load"
+
+    def __init__(self, recorder: LlmRecorder) -> None:
+        self.recorder = recorder
+
+    def running(self) -> asyncio.Task[None] | None:
+        return self.recorder.start_loading()
 
 
 class LlmRecordTap:
