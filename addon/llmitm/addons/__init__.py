@@ -24,7 +24,7 @@ def make_addons() -> list[object]:
     # The recorder sees the client's request as sent — before LlmResponsesApi inlines stored
     # chains and the router rewrites it — and the upstream's response before LlmResponses
     # translates it; its tap, after them, sees the translated result.
-    recorder = LlmRecorder(store)
+    recorder = LlmRecorder(store, relay)
     # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
     # a non-streamed body before LlmResponses translates it; LlmResponsesRecorder stores the

@@ -41,6 +41,7 @@ import orjson
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
+from llmitm.addons.relay import LlmRelay
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.addons.store import LlmStore
 from llmitm.exchange.stream import StreamRewriter
@@ -163,8 +164,9 @@ class LlmRecorder:
 
     name = "llmitm_recorder"
 
-    def __init__(self, store: LlmStore) -> None:
+    def __init__(self, store: LlmStore, relay: LlmRelay) -> None:
         self.store = store
+        self.shared_relay = relay
         self.mode = "record"
         self.key_options = KeyOptions()
         self.pool = ReplayPool()
@@ -282,8 +284,7 @@ class LlmRecorder:
     async def _load(self) -> None:
         # Paced answers and recorded truncations stream through a loopback relay: mitmproxy
         # sends a response an addon makes in one piece (mitmproxy-notes.md finding 1).
-        self.relay = RelayServer()
-        await self.relay.start()
+        self.relay = await self.shared_relay.ready()
         folder = ctx.options.llmitm_recordings
         interactions: list[Interaction] = []
         try:
@@ -309,8 +310,6 @@ class LlmRecorder:
         logger.info("llmitm: %s mode, %d recording(s) loaded", self.mode, len(interactions))
 
     def done(self) -> None:
-        if self.relay is not None:
-            self.relay.close()
         self._write_report()
         self._write_folder()
 
@@ -509,8 +508,7 @@ class LlmRecorder:
             cut=cut,
             started=time.monotonic() - max(0.0, time.time() - arrived),
         )
-        flow.request.url = self.relay.register(job)
-        flow.server_conn.via = None  # upstream-proxy mode would send loopback traffic on
+        self.shared_relay.point(flow, self.relay.register(job))
         flow.metadata.pop(METADATA_KEY, None)  # played as recorded: nothing to translate
 
     def finished(self, interaction: Interaction) -> None:
