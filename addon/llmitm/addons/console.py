@@ -29,7 +29,7 @@ from mitmproxy.addonmanager import Loader
 from rich.console import Group
 
 from llmitm.addons.responses import FACTS_KEY
-from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.addons.state import FlowState, flow_state
 from llmitm.exchange.request import client_model, parse_body
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.view.conversation import assemble_body
@@ -163,7 +163,7 @@ class LinesTap(Tap):
 
 def flow_info(flow: http.HTTPFlow) -> FlowInfo | None:
     """What the console says about a flow, or ``None`` for flows that are not LLM calls."""
-    state = flow.metadata.get(METADATA_KEY)
+    state = flow_state(flow)
     started = flow.request.timestamp_start or _now()
     if isinstance(state, FlowState):
         plan = state.plan

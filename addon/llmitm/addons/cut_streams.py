@@ -24,7 +24,7 @@ from typing import Any
 from mitmproxy.proxy.layers.http import HttpStream
 from mitmproxy.proxy.layers.http._events import ResponseEndOfMessage, ResponseProtocolError
 
-from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.addons.state import flow_state
 from llmitm.exchange.stream import StreamRewriter
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def _handle_protocol_error(self: Any, event: Any) -> Generator[Any, Any, None]:
             flow.request.pretty_url,
             event.message,
         )
-        state: FlowState | None = flow.metadata.get(METADATA_KEY)
+        state = flow_state(flow)
         if state is not None:
             state.upstream_cut = event.message
         yield from self.state_stream_response_body(ResponseEndOfMessage(self.stream_id))

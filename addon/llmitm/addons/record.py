@@ -42,7 +42,7 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.relay import LlmRelay
-from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.addons.state import METADATA_KEY, FlowState, flow_state
 from llmitm.addons.store import LlmStore
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.replay_job import ReplayJob
@@ -679,7 +679,7 @@ def build_interaction(flow: http.HTTPFlow, capture: Capture, session: str) -> In
     """The finished flow as a redacted :class:`Interaction` (runs once, at the flow's end)."""
     request, response = flow.request, flow.response
     t0 = request.timestamp_end or request.timestamp_start
-    state = flow.metadata.get(METADATA_KEY)
+    state = flow_state(flow)
     key = capture.key
     interaction = Interaction(
         id=new_id(capture.started_us),

@@ -12,7 +12,7 @@ from mitmproxy import http
 from mitmproxy.addonmanager import Loader
 
 from llmitm.addons import cut_streams
-from llmitm.addons.state import METADATA_KEY, FlowState, Routed
+from llmitm.addons.state import FlowState, Routed, flow_state
 from llmitm.exchange.response import stream_pipeline, translate_body
 from llmitm.exchange.stream import StreamRewriter, decoder_for
 
@@ -107,7 +107,7 @@ class LlmResponses:
         cut_streams.install()
 
     def error(self, flow: http.HTTPFlow) -> None:
-        state: FlowState | None = flow.metadata.get(METADATA_KEY)
+        state = flow_state(flow)
         if state is not None:
             redact_credentials(flow, state)
 
@@ -115,7 +115,7 @@ class LlmResponses:
         response = flow.response
         if response is None:
             return
-        state: FlowState | None = flow.metadata.get(METADATA_KEY)
+        state = flow_state(flow)
         if state is not None:
             redact_credentials(flow, state)
         if state is None:
@@ -156,7 +156,7 @@ class LlmResponses:
         response.headers = IndexedHeaders(response.headers.fields)
 
     def response(self, flow: http.HTTPFlow) -> None:
-        state: FlowState | None = flow.metadata.get(METADATA_KEY)
+        state = flow_state(flow)
         response = flow.response
         if state is None or response is None or state.streamed:
             return

@@ -32,7 +32,7 @@ from mitmproxy.addonmanager import Loader
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import redact_credentials
 from llmitm.addons.settings import LlmitmSettings
-from llmitm.addons.state import METADATA_KEY, RESPONSES_CREATE_KEY, FlowState
+from llmitm.addons.state import METADATA_KEY, RESPONSES_CREATE_KEY, FlowState, flow_state
 from llmitm.addons.store import LlmStore
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import UpstreamRequest, send
@@ -305,17 +305,17 @@ class LlmResponsesRecorder:
         self.state = state
 
     async def request(self, flow: http.HTTPFlow) -> None:
-        create: CreateCall | None = flow.metadata.get(CREATE_KEY)
-        flow_state = flow.metadata.get(METADATA_KEY)
-        if create is None or flow.response or not isinstance(flow_state, FlowState):
+        create = flow.metadata.get(CREATE_KEY)
+        routed_state = flow_state(flow)
+        if not isinstance(create, CreateCall) or flow.response or routed_state is None:
             return
-        plan = flow_state.plan
+        plan = routed_state.plan
         if plan.client_api != "responses":
             return
         if plan.upstream_api == "responses":
             create.native_endpoint = plan.endpoint.name  # it owns the id it will mint
             return
-        context = flow_state.context
+        context = routed_state.context
         create.response_id = context.response_id = random_id("resp")
         if create.previous_response_id is not None:
             context.echo["previous_response_id"] = create.previous_response_id
@@ -323,7 +323,7 @@ class LlmResponsesRecorder:
         if create.include_encrypted:
             context.seal_reasoning = (await self.state.seal()).seal
         if create.background:
-            await self._background(flow, flow_state, create)
+            await self._background(flow, routed_state, create)
 
     async def _background(
         self, flow: http.HTTPFlow, flow_state: FlowState, create: CreateCall
@@ -407,9 +407,9 @@ class LlmResponsesRecorder:
             answer(flow, LocalAnswer(200, run.response))
 
     def response(self, flow: http.HTTPFlow) -> None:
-        create: CreateCall | None = flow.metadata.get(CREATE_KEY)
+        create = flow.metadata.get(CREATE_KEY)
         response = flow.response
-        if create is None or response is None:
+        if not isinstance(create, CreateCall) or response is None:
             return
         try:
             if create.native_endpoint is not None:

@@ -34,7 +34,7 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
-from llmitm.addons.state import METADATA_KEY, RESPONSES_CREATE_KEY, FlowState, Routed
+from llmitm.addons.state import METADATA_KEY, RESPONSES_CREATE_KEY, FlowState, Routed, flow_state
 from llmitm.exchange.request import PreparedRequest, client_model, parse_body, prepare_request
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import HOP_BY_HOP, UpstreamRequest
@@ -111,7 +111,7 @@ class LlmRouter:
             answer_error(flow, exc.to_api_error())
         except Exception:  # an llmitm bug must cost this request, never the proxy
             logger.exception("llmitm: failed to route %s", flow.request.pretty_url)
-            state = flow.metadata.get(METADATA_KEY)
+            state = flow_state(flow)
             if isinstance(state, FlowState) and state.routed is not None:
                 state.routed.release()
             answer_error(
@@ -324,7 +324,7 @@ class LlmRouter:
     # --- outcomes -------------------------------------------------------------------------
 
     def response(self, flow: http.HTTPFlow) -> None:
-        state = flow.metadata.get(METADATA_KEY)
+        state = flow_state(flow)
         if not isinstance(state, FlowState) or state.routed is None:
             return
         routed = state.routed
@@ -353,7 +353,7 @@ class LlmRouter:
             )
 
     def error(self, flow: http.HTTPFlow) -> None:
-        state = flow.metadata.get(METADATA_KEY)
+        state = flow_state(flow)
         if not isinstance(state, FlowState) or state.routed is None:
             return
         routed = state.routed

@@ -1,9 +1,15 @@
-"""What llmitm keeps on a flow (``flow.metadata["llmitm"]``) between its hooks."""
+"""What llmitm keeps on a flow (``flow.metadata["llmitm"]``) between its hooks.
+
+mitmproxy deep-copies ``flow.metadata`` into a saved flow (``-w``, ``save_stream_file``,
+mitmweb's export) and its file format takes only plain data, so a copy of :class:`FlowState`
+is its facts as a plain dict: the live object stays with the live flow, and saving works.
+Readers use :func:`flow_state`, which ignores such a dict (a flow loaded from a file).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llmitm.routing.plan import Plan
 from llmitm.translate.context import TranslationContext
@@ -67,3 +73,18 @@ class FlowState:
     strip_usage: bool = False
     """llmitm asked the chat upstream for a usage chunk the client did not ask for."""
     routed: Routed | None = None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return {
+            "endpoint": self.plan.endpoint.name,
+            "plan": self.plan.label,
+            "client_stream": self.client_stream,
+            "streamed": self.streamed,
+            "upstream_cut": self.upstream_cut,
+        }
+
+
+def flow_state(flow: Any) -> FlowState | None:
+    """The live flow's :class:`FlowState`, if llmitm routed it."""
+    state = flow.metadata.get(METADATA_KEY)
+    return state if isinstance(state, FlowState) else None

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from mitmproxy import http
 
-from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.addons.state import FlowState, flow_state
 from llmitm.addons.store import LlmStore
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.exchange.usage import Tokens, body_tokens, stream_tokens
@@ -45,7 +45,7 @@ class LlmUsage:
         self.without_usage = 0
 
     def response(self, flow: http.HTTPFlow) -> None:
-        state = flow.metadata.get(METADATA_KEY)
+        state = flow_state(flow)
         if not isinstance(state, FlowState):
             return
         try:

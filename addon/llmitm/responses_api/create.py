@@ -44,6 +44,10 @@ class CreateCall:
     native_endpoint: str | None = None
     """The native endpoint the call went to, which owns the id it mints."""
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        # mitmproxy saves flow.metadata with its plain-data file format (addons/state.py).
+        return {"store": self.store, "background": self.background, "response_id": self.response_id}
+
 
 async def prepare_create(
     body: dict[str, Any],
