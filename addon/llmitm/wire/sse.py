@@ -33,30 +33,38 @@ class SSEDecoder:
         # Until the first bytes are seen: a UTF-8 byte-order mark there is not data.
         self._started = False
 
+    @property
+    def idle(self) -> bool:
+        """Nothing buffered, no pending CR, past the start: a chunk that is one whole event
+        means exactly that event."""
+        return self._started and not self._buffer and not self._pending_cr
+
     def single_event_data(self, chunk: bytes) -> bytes | None:
         """The data of ``chunk`` if it is exactly one plain event (``data:`` alone, or one
         ``event:`` line and one ``data:`` line) and nothing is buffered; else ``None``.
-        A pure check: it consumes nothing, so ``feed(chunk)`` is still the fallback."""
-        if (
-            self._buffer
-            or self._pending_cr
-            or not self._started
-            or chunk[-2:] != b"\n\n"
-            or b"\r" in chunk  # any CR is a line end in SSE: the general path handles it
-        ):
+        A pure check: it consumes nothing, so ``feed(chunk)`` is still the fallback.
+
+        Runs once per chunk: ``find`` rather than ``in`` (``bytes in bytes`` first tries the
+        needle as an integer and swallows that TypeError, several times slower)."""
+        if self._buffer or self._pending_cr or not self._started:
+            return None
+        if chunk.startswith(b"data: "):
+            start = 6
+        elif chunk.startswith(b"event: "):
+            newline = chunk.find(b"\n", 7)
+            if newline < 0 or not chunk.startswith(b"data: ", newline + 1):
+                return None
+            start = newline + 7
+        else:
             return None
         end = len(chunk) - 2
-        if chunk.startswith(b"data: "):
-            return chunk[6:end] if chunk.find(b"\n", 0, end) < 0 else None
-        if chunk.startswith(b"event: "):
-            newline = chunk.find(b"\n", 0, end)
-            if (
-                newline > 0
-                and chunk.startswith(b"data: ", newline + 1)
-                and chunk.find(b"\n", newline + 1, end) < 0
-            ):
-                return chunk[newline + 7 : end]
-        return None
+        if (
+            chunk.find(b"\n", start) != end  # the data line runs up to the final blank line
+            or chunk[-1] != 0x0A
+            or chunk.find(b"\r") >= 0  # any CR is a line end in SSE: the general path's job
+        ):
+            return None
+        return chunk[start:end]
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if (
@@ -65,7 +73,7 @@ class SSEDecoder:
             and not self._pending_cr
             and chunk.endswith(b"\n\n")
             and chunk.find(b"\n\n", 0, len(chunk) - 2) < 0
-            and b"\r" not in chunk
+            and chunk.find(b"\r") < 0
         ):
             # The hot path: exactly one whole event, as streaming servers write them.
             events: list[SSEEvent] = []
@@ -80,7 +88,7 @@ class SSEDecoder:
             self._pending_cr = False
             if chunk.startswith(b"\n"):
                 chunk = chunk[1:]
-        if b"\r" in chunk:
+        if chunk.find(b"\r") >= 0:
             if chunk.endswith(b"\r"):
                 self._pending_cr = True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
