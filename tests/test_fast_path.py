@@ -7,10 +7,15 @@ same stream fed in one piece (which goes through the general decoder and encoder
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from realfixtures import REAL, real_or_skip
 
+from llmitm.exchange.stream import StreamRewriter
 from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.ids import CountingIds, fixed_clock
@@ -87,13 +92,118 @@ def test_the_fast_path_is_taken_for_plain_text_deltas() -> None:
     fast = pipeline._fast_frame
     assert fast is not None
 
-    def counting(obj: dict) -> bytes | None:
+    def counting(obj: dict, frame: bytes, data: bytes) -> bytes | None:
         nonlocal taken
-        out = fast(obj)
+        out = fast(obj, frame, data)
         taken += out is not None
         return out
 
     pipeline._fast_frame = counting
+    pipeline._fast_chunk = None  # this test is about the parsed-event path
     for piece in _events(chat):
         pipeline.feed(piece)
     assert taken >= 48  # all text deltas but the one that opens the message
+
+
+def test_the_template_path_is_taken_for_chat_text_deltas() -> None:
+    """After the first plain text chunk, the rest go through the byte template alone."""
+    chat = _chat_text_stream(50)
+    pipeline = StreamPipeline("chat-to-responses", _context(False, "m"))
+    taken = 0
+    fast_chunk = pipeline._fast_chunk
+    assert fast_chunk is not None
+
+    def counting(frame: bytes) -> bytes | None:
+        nonlocal taken
+        out = fast_chunk(frame)
+        taken += out is not None
+        return out
+
+    pipeline._fast_chunk = counting
+    for piece in _events(chat):
+        pipeline.feed(piece)
+    assert taken >= 47  # all but the one that opens the message and the one that teaches
+
+
+def _chat_chunk(content: object, ensure_ascii: bool, spaced: bool) -> bytes:
+    chunk = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {"index": 0, "delta": {"content": content}, "logprobs": None, "finish_reason": None}
+        ],
+    }
+    separators = (", ", ": ") if spaced else (",", ":")
+    return json.dumps(chunk, ensure_ascii=ensure_ascii, separators=separators).encode()
+
+
+# What may sit where a text chunk's string literal sits: valid literals, and what is not one
+# string literal, which the general path must decide (a malformed event, a chunk without text).
+# (Not other JSON types: the translator does not handle content of another type alike on every
+# split, with or without the template.)
+_SLOT_MUTATIONS = [
+    b'"ok"',
+    b'"a\\nb \\" \\\\ \\/"',  # escapes
+    b'"\\u00e9\\ud83d\\ude00"',
+    b'"a","role":"assistant"',
+    b'"a" ',
+    b' "a"',
+    b"null",
+    b'"a"x',
+    b'""',
+    b'"a\\"',  # unterminated
+    b'"raw \x01"',  # a raw control character
+    b'"bad utf-8 \xff"',
+    b'"raw cr \r"',
+    b'"raw lf \n"',
+    b'"a" "b"',
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(st.text(min_size=0, max_size=12), min_size=1, max_size=25),
+    mutations=st.lists(st.tuples(st.integers(0, 30), st.sampled_from(_SLOT_MUTATIONS))),
+    ensure_ascii=st.booleans(),
+    spaced=st.booleans(),
+)
+def test_template_path_equals_general_path(
+    texts: list[str],
+    mutations: list[tuple[int, bytes]],
+    ensure_ascii: bool,
+    spaced: bool,
+) -> None:
+    """Any text (escaped either way, quotes, backslashes, astral characters), and frames that
+    match the template around something that is not one string literal: fed one event per
+    chunk (template and fast paths) the client gets exactly what the general path writes."""
+    role = _chat_chunk("", ensure_ascii, spaced).replace(
+        b'"content"',
+        b'"role": "assistant", "content"' if spaced else b'"role":"assistant","content"',
+    )
+    frames = [b"data: " + role + b"\n\n"]
+    frames += [b"data: " + _chat_chunk(text, ensure_ascii, spaced) + b"\n\n" for text in texts]
+    template = b"data: " + _chat_chunk("\x00slot\x00", ensure_ascii, spaced) + b"\n\n"
+    before, _, after = template.partition(b'"\\u0000slot\\u0000"')
+    for at, slot in mutations:
+        frames.insert(1 + at % len(frames), before + slot + after)
+    frames.append(
+        b"data: "
+        + _chat_chunk(None, False, False).replace(
+            b'"finish_reason":null', b'"finish_reason":"stop"'
+        )
+        + b"\n\n"
+    )
+    frames.append(b"data: [DONE]\n\n")
+    body = b"".join(frames)
+    assume(all(frame.find(b"\n\n") == len(frame) - 2 for frame in frames))
+    # Through the proxy's stream callable, which ends the stream on a malformed event.
+    whole = _rewrite([body])
+    by_event = _rewrite(frames)
+    assert by_event == whole
+
+
+def _rewrite(pieces: list[bytes]) -> bytes:
+    rewriter = StreamRewriter(StreamPipeline("chat-to-responses", _context(False, "m")))
+    return b"".join(b"".join(rewriter(piece)) for piece in [*pieces, b""])

@@ -162,7 +162,9 @@ class ResponsesToChatStream:
         )
         return [self._chunk({"role": "assistant", "content": "", "refusal": None})]
 
-    def fast_frame(self, event: dict[str, Any]) -> bytes | None:
+    def fast_frame(
+        self, event: dict[str, Any], frame: bytes = b"", data: bytes = b""
+    ) -> bytes | None:
         """The encoded chunk for a plain text delta, or ``None`` to take the general path.
         The hot path of this direction: no chunk dict, no generic serialisation."""
         if (

@@ -27,6 +27,7 @@ from llmitm.wire.errors import (
     response_object_error,
     responses_error_event,
 )
+from llmitm.wire.frame_template import StringSlotTemplate
 from llmitm.wire.objects import output_text_part, response_object
 from llmitm.wire.usage import chat_usage_to_responses
 
@@ -37,6 +38,8 @@ _TEXT_DELTA_PREFIX = (
     b'"sequence_number":'
 )
 _FILTERED_REFUSAL = "The response was blocked by the provider's content filter."
+_CONTENT_PATH = ("choices", 0, "delta", "content")
+_TEMPLATE_TRIES = 4
 
 
 class _Reasoning:
@@ -89,6 +92,8 @@ class ChatToResponsesStream:
         self._calls: dict[int, _Call] = {}
         self._open_calls: list[_Call] = []
         self._think = ThinkTagSplitter(options.think_open_missing)
+        self._template: StringSlotTemplate | None = None
+        self._template_tries = _TEMPLATE_TRIES
         self._upstream_model: str | None = None
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
@@ -160,10 +165,36 @@ class ChatToResponsesStream:
             self.finish_reason = finish_reason
         return out
 
-    def fast_frame(self, chunk: dict[str, Any]) -> bytes | None:
+    def fast_chunk(self, frame: bytes) -> bytes | None:
+        """The encoded ``output_text.delta`` for a raw upstream frame that is the learned text
+        chunk template with other text (see :meth:`fast_frame`), or ``None``. The hottest path
+        of this direction: only the text's string literal is parsed, not the whole chunk."""
+        template = self._template
+        if template is None:
+            return None
+        content = template.value(frame)
+        message = self._message
+        if (
+            not content
+            or message is None
+            or message.part_kind != "output_text"
+            or self.finished
+            or not self._think.settled
+        ):
+            # (The response's model needs no check: a template is only learned once it is set.)
+            return None
+        return self._text_delta_frame(message, content)
+
+    def fast_frame(
+        self, chunk: dict[str, Any], frame: bytes = b"", data: bytes = b""
+    ) -> bytes | None:
         """The encoded ``output_text.delta`` for a chunk that only adds text to the open text
         part, or ``None`` to take the general path. The hot path of this direction: no event
-        dict, no generic serialisation — the same bytes the general path writes."""
+        dict, no generic serialisation — the same bytes the general path writes.
+
+        Given the chunk's raw ``frame`` and its ``data``, the first such chunks also teach
+        :meth:`fast_chunk` the bytes around their text (a few tries per stream, in case the
+        upstream's first text chunks differ from the rest)."""
         message = self._message
         if (
             message is None
@@ -191,6 +222,14 @@ class ChatToResponsesStream:
             for key, value in delta.items():
                 if value is not None and key != "content" and key != "role":
                     return None
+        if frame and self._template_tries:
+            # Whatever else this chunk holds passed the checks above, so another chunk with
+            # the same bytes around a different text qualifies too.
+            self._template_tries -= 1
+            self._template = StringSlotTemplate.learn(frame, data, _CONTENT_PATH)
+        return self._text_delta_frame(message, content)
+
+    def _text_delta_frame(self, message: _Message, content: str) -> bytes:
         content_index = len(message.content)
         if message.fast_key != content_index:
             message.fast_key = content_index
