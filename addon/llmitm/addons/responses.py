@@ -8,10 +8,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mitmproxy import http
+from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 
 from llmitm.addons import cut_streams
+from llmitm.addons.coalesce import coalesce_client_writes
 from llmitm.addons.state import FlowState, Routed, flow_state
 from llmitm.exchange.response import stream_pipeline, translate_body
 from llmitm.exchange.stream import StreamRewriter, decoder_for
@@ -105,6 +106,18 @@ class LlmResponses:
 
     def load(self, loader: Loader) -> None:
         cut_streams.install()
+        loader.add_option(
+            "llmitm_batch_writes",
+            bool,
+            True,
+            "Send a streamed response's events that were read from the upstream together in "
+            "one write to the client instead of one write each (fewer system calls and client "
+            "wake-ups; nothing waits for data that has not arrived).",
+        )
+
+    def _stream_started(self, flow: http.HTTPFlow) -> None:
+        if ctx.options.llmitm_batch_writes:
+            coalesce_client_writes(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
         state = flow_state(flow)
@@ -121,6 +134,7 @@ class LlmResponses:
         if state is None:
             if is_event_stream(response):
                 response.stream = True  # relay SSE live instead of buffering it whole
+                self._stream_started(flow)
             return
         started = time.perf_counter()
         routed = state.routed
@@ -148,6 +162,7 @@ class LlmResponses:
             logger.error("llmitm: %s: %s", flow.request.url, exc)
             decode = _refuse(str(exc))
         response.stream = StreamRewriter(pipeline, decode)
+        self._stream_started(flow)
         response.headers.pop("content-encoding", None)
         response.headers.pop("content-length", None)
         if flow.request.http_version.startswith("HTTP/1"):
