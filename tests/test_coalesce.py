@@ -9,7 +9,7 @@ from typing import Any
 from mitmproxy.test import taddons, tflow
 
 from llmitm.addons import coalesce
-from llmitm.addons.coalesce import MAX_PENDING, coalesce_client_writes
+from llmitm.addons.coalesce import MAX_PENDING, UNBATCHED_WRITES, coalesce_client_writes
 
 
 class _Transport(asyncio.Transport):
@@ -66,7 +66,10 @@ async def test_one_turns_writes_go_out_as_one_in_order() -> None:
     with taddons.context() as tctx:
         flow = tflow.tflow()
         assert _batched(flow, writer, tctx)
-        assert _batched(flow, writer, tctx)  # a second flow on the connection: still once
+        for _ in range(UNBATCHED_WRITES):
+            writer.write(b"-")  # a stream's start: at once
+        assert transport.writes == [b"-"] * UNBATCHED_WRITES
+        transport.writes.clear()
         for piece in (b"a", b"bc", b"d"):
             writer.write(piece)
         assert transport.writes == []
@@ -75,12 +78,20 @@ async def test_one_turns_writes_go_out_as_one_in_order() -> None:
         writer.write(b"e")  # a later turn: its own write, not held back
         await asyncio.sleep(0)
         assert transport.writes == [b"abcd", b"e"]
+        assert _batched(flow, writer, tctx)  # the next stream on the connection starts unbatched
+        writer.write(b"f")
+        assert transport.writes == [b"abcd", b"e", b"f"]
+
+
+def _unbatched_done(writer: asyncio.StreamWriter) -> None:
+    writer.write.__self__.unbatched = 0  # type: ignore[attr-defined]
 
 
 async def test_a_long_burst_is_sent_in_pieces_as_it_comes() -> None:
     writer, transport = _writer(asyncio.get_running_loop())
     with taddons.context() as tctx:
         assert _batched(tflow.tflow(), writer, tctx)
+        _unbatched_done(writer)
         piece = b"x" * 1000
         for _ in range(MAX_PENDING // 1000 + 1):
             writer.write(piece)
@@ -95,12 +106,14 @@ async def test_half_close_and_close_send_what_is_pending_first() -> None:
     writer, transport = _writer(loop)
     with taddons.context() as tctx:
         assert _batched(tflow.tflow(), writer, tctx)
+        _unbatched_done(writer)
         writer.write(b"last")
         writer.write_eof()
         assert transport.writes == [b"last"] and transport.eof
     writer, transport = _writer(loop)
     with taddons.context() as tctx:
         assert _batched(tflow.tflow(), writer, tctx)
+        _unbatched_done(writer)
         writer.write(b"bye")
         writer.close()
         assert transport.writes == [b"bye"] and transport.closing

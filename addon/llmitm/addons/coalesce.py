@@ -4,20 +4,23 @@ mitmproxy writes every chunk of a streamed response to the client's socket as so
 stream callable returns it: one ``send()`` per SSE event, each waking the client. When the
 upstream is ahead of the proxy (a burst after a stall, many concurrent streams, the unpaced
 streams of ``scripts/bench_proxy.py``) one read from the upstream holds many events, and those
-sends are most of the proxy's cost: plain mitmdump spends about a third of its CPU per event in
-them, and each microsecond a translator adds costs ~2.5 µs in all (the client, idle sooner,
-needs a wake-up per send; measured with a busy-looping stream callable in plain mitmdump).
+sends are a large part of the proxy's cost: plain mitmdump spends a quarter of its time per
+event in them (py-spy), and each microsecond a translator adds cost ~2.5 µs of CPU in all
+(the client, idle sooner, needs a wake-up per send; measured with a busy-looping stream
+callable in plain mitmdump).
 
 :func:`coalesce_client_writes` makes the client connection of a flow llmitm streams collect
 what mitmproxy writes during one turn of the event loop and send it as one piece at the end of
 that turn — or at once past :data:`MAX_PENDING` bytes, so a long burst is sent in pieces as it
 is translated. Nothing waits for data that has not arrived: an event read alone (a paced model
-stream) is sent within the same turn, microseconds later. Bytes and their order on the wire
-are unchanged, only fewer ``send()`` calls carry them; closing and half-closing flush first.
+stream) is sent within the same turn, microseconds later; and the first
+:data:`UNBATCHED_WRITES` writes of each stream go out at once, so its first tokens never wait.
+Bytes and their order on the wire are unchanged, only fewer ``send()`` calls carry them;
+closing and half-closing flush first.
 
 It wraps the ``write`` of mitmproxy's asyncio ``StreamWriter`` for the client connection (found
 through the ``proxyserver`` addon's connection registry), so it is pinned by ``mitmproxy <
-13`` and by the end-to-end tests; if the registry is not as expected it does nothing.
+13``; if the registry is not as expected it does nothing and the stream is sent unbatched.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ from mitmproxy import ctx, http
 
 logger = logging.getLogger(__name__)
 
+UNBATCHED_WRITES = 32
+"""Writes of each new stream sent at once, unbatched: its first events (the first tokens)
+wait for nothing; batching pays off once a stream is flowing."""
+
 MAX_PENDING = 8 * 1024
 """Bytes held before they are sent without waiting for the end of the loop turn: ~40 events,
 which bounds the wait of the first of a burst to ~1 ms of translating on a slow machine."""
@@ -38,7 +45,16 @@ which bounds the wait of the first of a burst to ~1 ms of translating on a slow 
 class _Batcher:
     """Stands in for one ``StreamWriter``'s ``write``, ``write_eof`` and ``close``."""
 
-    __slots__ = ("_close", "_loop", "_pending", "_size", "_write", "_write_eof", "writer")
+    __slots__ = (
+        "_close",
+        "_loop",
+        "_pending",
+        "_size",
+        "_write",
+        "_write_eof",
+        "unbatched",
+        "writer",
+    )
 
     def __init__(self, writer: asyncio.StreamWriter, loop: asyncio.AbstractEventLoop) -> None:
         self.writer = writer
@@ -48,9 +64,15 @@ class _Batcher:
         self._close = writer.close
         self._pending: list[bytes] = []
         self._size = 0
+        self.unbatched = UNBATCHED_WRITES
 
     def write(self, data: bytes) -> None:
         pending = self._pending
+        if self.unbatched:
+            self.unbatched -= 1
+            if not pending:
+                self._write(data)
+                return
         if not pending:
             self._loop.call_soon(self.flush)
         pending.append(data)
@@ -89,8 +111,10 @@ def coalesce_client_writes(flow: http.HTTPFlow) -> bool:
         return False
     if type(writer) is not asyncio.StreamWriter:
         return False  # WireGuard/local modes write through mitmproxy_rs
-    if isinstance(getattr(writer.write, "__self__", None), _Batcher):
-        return True  # already batched (an earlier flow on this connection)
+    batcher = getattr(writer.write, "__self__", None)
+    if isinstance(batcher, _Batcher):
+        batcher.unbatched = UNBATCHED_WRITES  # a new stream on a connection already batched
+        return True
     batcher = _Batcher(writer, asyncio.get_running_loop())
     writer.write = batcher.write  # type: ignore[method-assign]
     writer.write_eof = batcher.write_eof  # type: ignore[method-assign]
