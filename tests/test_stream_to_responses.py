@@ -1709,3 +1709,24 @@ def test_assert_conformant_rejects_broken_streams(mutation: str) -> None:
     events = json.loads(json.dumps(translate(RICH)))
     with pytest.raises(AssertionError):
         assert_conformant(MUTATIONS[mutation](events))
+
+
+def test_content_given_as_text_parts_is_text() -> None:
+    parts = chunk({"content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]})
+    events = translate([text("Say: "), parts, chunk(finish="stop")])
+    assert output_text(output_of(events)) == "Say: Hello"
+
+
+@pytest.mark.parametrize("content", [12, {"text": "x"}, [1, 2]])
+def test_content_that_is_not_text_fails_the_stream_the_same_way_however_it_is_chunked(
+    content: Any,
+) -> None:
+    body = sse_body([text("Hi"), chunk({"content": content}), text("never"), chunk(finish="stop")])
+    whole = run_pipeline(body)
+    pipeline = StreamPipeline("chat-to-responses", make_context())
+    split = pipeline.start() + b"".join(
+        pipeline.feed(body[i : i + 7]) for i in range(0, len(body), 7)
+    )
+    split += pipeline.close()
+    assert whole == split
+    assert b"response.failed" in whole and b"not text" in whole and b"never" not in whole

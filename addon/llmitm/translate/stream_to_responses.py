@@ -303,6 +303,11 @@ class ChatToResponsesStream:
                 self._flush_held_text(out)
                 self._add_reasoning(reasoning, out)
         content = delta.get("content")
+        if content and type(content) is not str:
+            content = _content_text(content)
+            if content is None:
+                self._fail(_malformed_content(delta), out, with_error_event=True)
+                return
         if content:
             message = self._message
             if message is not None and message.part_kind == "output_text" and self._think.settled:
@@ -657,6 +662,26 @@ class ChatToResponsesStream:
 
 
 _REASONING_KEYS = frozenset({"reasoning_content", "reasoning", "reasoning_details"})
+
+
+def _content_text(content: Any) -> str | None:
+    """A delta's content that is not a string: a list of text parts (as some OpenAI-compatible
+    servers send) gives their text; anything else is ``None`` (the upstream is broken)."""
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and isinstance(part.get("text"), str) for part in content
+    ):
+        return "".join(part["text"] for part in content)
+    return None
+
+
+def _malformed_content(delta: dict[str, Any]) -> ApiError:
+    preview = repr(delta.get("content"))[:80]
+    return ApiError(
+        message=f"The upstream sent a chat delta whose content is not text: {preview}",
+        type="server_error",
+        code="server_error",
+        status=502,
+    )
 
 
 def _reasoning_text(delta: dict[str, Any]) -> str:
