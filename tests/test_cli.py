@@ -163,3 +163,14 @@ def test_the_example_configuration_is_valid() -> None:
     config = load_config(ROOT / "examples" / "llmitm.toml", environ={})
     assert set(config.endpoints) == {"ollama", "llamacpp"}
     assert config.endpoints["llamacpp"].non_conformant == {"responses"}
+
+
+def test_rec_show_timeline_draws_the_committed_recordings_stream() -> None:
+    folder = str(ROOT / "recordings")
+    rows = orjson.loads(run_cli("rec", "ls", "--folder", folder, "--json").stdout)
+    streamed = next(row["id"] for row in rows if row["plan"] == "chat→responses")
+    shown = run_cli("rec", "show", streamed, "--folder", folder, "--timeline")
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout.decode()
+    assert "TTFT" in text and "first token" in text and "content" in text
+    assert "response.output_text.delta" in text or "chat.completion.chunk" in text

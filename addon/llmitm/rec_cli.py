@@ -39,6 +39,8 @@ from llmitm.replay.redact import find_secrets
 from llmitm.store import SchemaTooNew, SqliteStore, default_store_path
 from llmitm.store.recordings import DeleteScope, PruneRecordings, RecordingWrite
 from llmitm.usage_report import UsageError, parse_since
+from llmitm.view.timeline import events_from_chunks
+from llmitm.view.timeline import timeline as draw_timeline
 from llmitm.wire.sse import SSEDecoder, SSEEvent
 
 EXIT_FOUND = 1
@@ -251,6 +253,10 @@ async def _show(args: argparse.Namespace, console: Console) -> int:
                     for t, e in events]  # fmt: skip
             sys.stdout.buffer.write(orjson.dumps(rows) + b"\n")
             return 0
+        # The picture first (TTFT, density, stalls), then every event with its time.
+        message = interaction.legs.get("client_resp") or interaction.legs.get("upstream_resp")
+        chunks = [(t_us / 1e6, data) for t_us, data in (message.chunks or [])] if message else []
+        console.print(draw_timeline(events_from_chunks(chunks), width=max(40, console.width - 8)))
         table = Table(title=f"{interaction.id}: {len(events)} event(s)")
         table.add_column("t+ms", justify="right")
         table.add_column("gap", justify="right")
