@@ -42,9 +42,9 @@ from llmitm.relay.failover import FailoverJob
 from llmitm.routing.affinity import fingerprint
 from llmitm.routing.config import Config, Route
 from llmitm.routing.engine import Routing
-from llmitm.routing.limits import Lease
 from llmitm.routing.outcomes import Outcome, outcome_for_status
 from llmitm.routing.plan import Plan, match_route, plan_for_endpoint
+from llmitm.routing.wait import wait_for_slot
 from llmitm.translate.errors import TranslationError
 from llmitm.wire.errors import ApiError, openai_error_body
 from llmitm.wire.paths import classify_path
@@ -209,22 +209,7 @@ class LlmRouter:
         """The direct path's endpoint is at its cap: wait in the bounded queue, or answer
         429 with ``Retry-After``."""
         limiter = self.routing.limiter
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Lease] = loop.create_future()
-
-        def deliver(lease: Lease) -> bool:
-            if future.done():
-                return False
-            future.set_result(lease)
-            return True
-
-        waiter = limiter.enqueue([(state.plan.endpoint.name, routed.model)], deliver)
-        lease: Lease | None = None
-        if waiter is not None:
-            try:
-                lease = await asyncio.wait_for(future, limiter.wait.timeout)
-            except TimeoutError:
-                waiter.cancel()
+        lease = await wait_for_slot(limiter, [(state.plan.endpoint.name, routed.model)])
         if lease is None:
             retry_after = max(1, round(limiter.wait.retry_after))
             answer_error(

@@ -36,6 +36,7 @@ from llmitm.routing.config import Route
 from llmitm.routing.engine import Routing
 from llmitm.routing.limits import Lease
 from llmitm.routing.outcomes import Outcome, outcome_for_status
+from llmitm.routing.wait import wait_for_slot
 
 logger = logging.getLogger(__name__)
 
@@ -160,33 +161,12 @@ class FailoverJob:
         first one freed within the queue's timeout; ``None`` when the queue is full or the
         wait times out."""
         limiter = self.routing.limiter
-        for candidate in [endpoint, *(e for e in order if e != endpoint)]:
+        candidates = [endpoint, *(e for e in order if e != endpoint)]
+        for candidate in candidates:
             lease = limiter.try_acquire(candidate, model)
             if lease is not None:
                 return lease
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Lease] = loop.create_future()
-
-        def deliver(lease: Lease) -> bool:
-            if future.done():
-                return False
-            future.set_result(lease)
-            return True
-
-        candidates = [(e, model) for e in [endpoint, *(e for e in order if e != endpoint)]]
-        waiter = limiter.enqueue(candidates, deliver)
-        if waiter is None:
-            return None
-        try:
-            return await asyncio.wait_for(future, limiter.wait.timeout)
-        except TimeoutError:
-            waiter.cancel()
-            return None
-        except asyncio.CancelledError:
-            waiter.cancel()
-            if future.done() and not future.cancelled():
-                future.result().release()  # delivered in the same instant we were cancelled
-            raise
+        return await wait_for_slot(limiter, [(e, model) for e in candidates])
 
     async def _attempt(
         self, request: UpstreamRequest, first_byte_timeout: float

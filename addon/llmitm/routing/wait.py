@@ -1,0 +1,41 @@
+"""Waiting in the limiter's bounded queue on an asyncio loop: the one place that turns the
+limiter's ``deliver`` callback into an awaitable, for the direct path and the failover job.
+
+No I/O: a future, a timeout, and the release of a slot delivered in the very instant the
+waiter was cancelled (otherwise that slot would never be given back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from llmitm.routing.limits import Key, Lease, Limiter
+
+
+async def wait_for_slot(
+    limiter: Limiter, candidates: Sequence[Key]
+) -> Lease | None:
+    """The first slot freed on any of ``candidates`` (endpoint, model) within the queue's
+    timeout; ``None`` when the queue is full or the wait times out."""
+    future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
+
+    def deliver(lease: Lease) -> bool:
+        if future.done():
+            return False
+        future.set_result(lease)
+        return True
+
+    waiter = limiter.enqueue(list(candidates), deliver)
+    if waiter is None:
+        return None
+    try:
+        return await asyncio.wait_for(future, limiter.wait.timeout)
+    except TimeoutError:
+        waiter.cancel()
+        return None
+    except asyncio.CancelledError:
+        waiter.cancel()
+        if future.done() and not future.cancelled():
+            future.result().release()  # delivered in the same instant we were cancelled
+        raise
