@@ -14,7 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 from llmitm.translate.think_stream import ThinkTagSplitter
+from llmitm.wire.sse import DONE_DATA
 from llmitm.wire.usage import usage_tokens
 
 BlockKind = Literal["text", "reasoning", "refusal", "tool_call", "tool_result", "other"]
@@ -191,6 +194,18 @@ class StreamAssembler:
     def done(self) -> None:
         """``data: [DONE]``."""
         self.conversation.events["[DONE]"] += 1
+
+    def feed_data(self, payload: bytes) -> None:
+        """One SSE event's ``data``: ``[DONE]``, a JSON event, or counted as malformed."""
+        if payload == DONE_DATA:
+            self.done()
+            return
+        try:
+            event = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            self.conversation.events["(malformed)"] += 1
+            return
+        self.feed(event)
 
     def close(self) -> Conversation:
         """End of stream: release text held back by think-tag splitting."""

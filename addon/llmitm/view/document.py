@@ -9,7 +9,7 @@ from __future__ import annotations
 import orjson
 
 from llmitm.view.conversation import Conversation, StreamAssembler, assemble_body
-from llmitm.wire.sse import DONE_DATA, SSEDecoder
+from llmitm.wire.sse import SSEDecoder
 
 SNIFF_BYTES = 4096
 _STREAM_MARKERS = (b'"chat.completion.chunk"', b'"choices"', b"response.", b'"error"')
@@ -41,15 +41,7 @@ def read_stream(data: bytes) -> Conversation:
     assembler = StreamAssembler()
     decoder = SSEDecoder()
     for _name, payload in decoder.feed(data) + decoder.close():
-        if payload == DONE_DATA:
-            assembler.done()
-            continue
-        try:
-            event = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            assembler.conversation.events["(malformed)"] += 1
-            continue
-        assembler.feed(event)
+        assembler.feed_data(payload)
     return assembler.close()
 
 

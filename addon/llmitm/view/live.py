@@ -14,10 +14,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-import orjson
-
 from llmitm.view.conversation import Conversation, StreamAssembler
-from llmitm.wire.sse import DONE_DATA, SSEDecoder
+from llmitm.wire.sse import SSEDecoder
 
 
 @dataclass(slots=True)
@@ -204,15 +202,7 @@ class StreamWatch:
         for _name, payload in events:
             if stop and conversation.deltas:
                 break
-            if payload == DONE_DATA:
-                assembler.done()
-                continue
-            try:
-                event = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                assembler.conversation.events["(malformed)"] += 1
-                continue
-            assembler.feed(event)
+            assembler.feed_data(payload)
         deltas = assembler.conversation.deltas
         if at is not None and before == 0 and deltas and self.first_token is None:
             self.first_token = at
