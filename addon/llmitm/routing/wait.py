@@ -13,9 +13,7 @@ from collections.abc import Sequence
 from llmitm.routing.limits import Key, Lease, Limiter
 
 
-async def wait_for_slot(
-    limiter: Limiter, candidates: Sequence[Key]
-) -> Lease | None:
+async def wait_for_slot(limiter: Limiter, candidates: Sequence[Key]) -> Lease | None:
     """The first slot freed on any of ``candidates`` (endpoint, model) within the queue's
     timeout; ``None`` when the queue is full or the wait times out."""
     future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
