@@ -8,6 +8,7 @@ not even after every recording was used" is asserted, not assumed.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import socket
 import sqlite3
@@ -200,10 +201,13 @@ def test_replay_from_client_is_byte_identical_in_order_then_exhausted(recorded: 
 
 def test_replay_from_upstream_translates_again_and_parses_in_the_sdk(recorded: Recorded) -> None:
     with replaying(recorded, "from-upstream") as proxy:
+        # Byte for byte the recorded answers: passthrough, and translated in both directions,
+        # streamed or not (today's translator is handed the recorded ids and times).
+        for index in range(6):
+            path, body, headers = CALLS[index]
+            assert raw_post(proxy, path, body, **headers).content == recorded.bodies[index]
+    with replaying(recorded, "from-upstream-sdk") as proxy:
         client = sdk(proxy)
-        # passthrough: byte for byte the recorded answer
-        streamed = raw_post(proxy, *CALLS[1][:2])
-        assert streamed.content == recorded.bodies[1]
         chunks = list(
             client.chat.completions.create(
                 model="over-responses-1",
@@ -340,6 +344,30 @@ def test_replay_reads_the_folder_directly(recorded: Recorded, folder: Path) -> N
         for (path, body, headers), expected in zip(CALLS, recorded.bodies, strict=True):
             replayed = raw_post(proxy, path, body, **headers).content
             assert replayed == expected.replace(SECRET.encode(), b"<redacted>")
+
+
+def test_a_changed_upstream_request_is_reported_as_drift(
+    recorded: Recorded, folder: Path, tmp_path: Path
+) -> None:
+    # As if the translator had once mapped the request differently: the recorded upstream
+    # request of the Responses-over-chat call says another temperature.
+    changed = tmp_path / "recordings"
+    shutil.copytree(folder, changed)
+    manifest = orjson.loads((changed / "manifest.json").read_bytes())
+    target = changed / manifest["interactions"][4]
+    document = orjson.loads(target.read_bytes())
+    assert document["plan"] == "responses→chat"
+    document["upstream_req"]["body"]["json"]["temperature"] = 0.25
+    target.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    report = tmp_path / "report.json"
+    with replaying(recorded, "drift", f"llmitm_replay_report={report}", folder=changed) as proxy:
+        answered = raw_post(proxy, *CALLS[4][:2])
+        assert answered.status_code == 200  # drift warns; the answer is still served
+    assert answered.content == recorded.bodies[4]
+    drift = orjson.loads(report.read_bytes())["drift"]
+    assert [entry["id"] for entry in drift] == [document["id"]]
+    assert any("temperature" in line for line in drift[0]["diff"]), drift
+    assert "replay drift" in (recorded.tmp / "drift" / "llmitm.log").read_text()
 
 
 def test_run_replay_fails_the_command_on_a_miss_and_on_unused(

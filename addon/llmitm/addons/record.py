@@ -42,7 +42,7 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.relay import LlmRelay
-from llmitm.addons.state import METADATA_KEY, FlowState, flow_state
+from llmitm.addons.state import METADATA_KEY, FlowState, flow_mint, flow_state, set_mint
 from llmitm.addons.store import LlmStore
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.replay_job import ReplayJob
@@ -70,6 +70,7 @@ from llmitm.replay.serve import Answer, from_upstream, miss_error, verbatim
 from llmitm.replay.timing import Timing, parse_timing
 from llmitm.store import SqliteStore
 from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecord
+from llmitm.wire.ids import Mint
 
 logger = logging.getLogger(__name__)
 
@@ -382,6 +383,8 @@ class LlmRecorder:
             if isinstance(outcome, Hit):
                 self.report.hits += 1
                 capture.hit = outcome
+                # Today's translator re-makes the answer with the recorded ids and times.
+                set_mint(flow, Mint(outcome.interaction.minted))
                 if ctx.options.llmitm_replay_from == "client" or (
                     "upstream_resp" not in outcome.interaction.legs
                 ):
@@ -395,6 +398,7 @@ class LlmRecorder:
             self._wiped.add(scope)
             self.store.submit(DeleteScope(scope))
         capture.record = True
+        set_mint(flow, Mint())
         # The stream callable should see the body as sent, not gzip (the router does the
         # same for the flows it plans).
         request.headers["accept-encoding"] = "identity"
@@ -696,6 +700,9 @@ def build_interaction(flow: http.HTTPFlow, capture: Capture, session: str) -> In
         mode=ctx.options.llmitm_record,
     )
     interaction.legs["client_req"] = capture.client_req
+    mint = flow_mint(flow)
+    if mint is not None:
+        interaction.minted = mint.tape
     if isinstance(state, FlowState):
         interaction.endpoint = state.plan.endpoint.name
         interaction.plan = state.plan.label if state.plan.translates else "passthrough"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -32,7 +33,13 @@ from mitmproxy.addonmanager import Loader
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import redact_credentials
 from llmitm.addons.settings import LlmitmSettings
-from llmitm.addons.state import METADATA_KEY, RESPONSES_CREATE_KEY, FlowState, flow_state
+from llmitm.addons.state import (
+    METADATA_KEY,
+    RESPONSES_CREATE_KEY,
+    FlowState,
+    flow_mint,
+    flow_state,
+)
 from llmitm.addons.store import LlmStore
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import UpstreamRequest, send
@@ -42,7 +49,7 @@ from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.create import CreateCall, prepare_create
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
-from llmitm.responses_api.seal import ReasoningSeal
+from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
 from llmitm.routing.affinity import TtlLru
 from llmitm.routing.plan import plan_for_endpoint
 from llmitm.store.api import UsageRecord, Write
@@ -58,7 +65,7 @@ from llmitm.store.responses import (
     StoredResponse,
 )
 from llmitm.wire.errors import ApiError
-from llmitm.wire.ids import random_id
+from llmitm.wire.ids import IdFactory, Mint, random_id
 from llmitm.wire.objects import response_object
 from llmitm.wire.paths import classify_path
 from llmitm.wire.usage import usage_tokens
@@ -199,7 +206,7 @@ class LlmResponsesApi:
             await self.state.reader(),
             self.state.seal,
             store_default=bool(ctx.options.llmitm_responses_store),
-            ids=random_id,
+            ids=_ids(flow),
             known_owner=self.state.owner_endpoint,
         )
         if changed:
@@ -316,12 +323,13 @@ class LlmResponsesRecorder:
             create.native_endpoint = plan.endpoint.name  # it owns the id it will mint
             return
         context = routed_state.context
-        create.response_id = context.response_id = random_id("resp")
+        create.response_id = context.response_id = _ids(flow)("resp")
         if create.previous_response_id is not None:
             context.echo["previous_response_id"] = create.previous_response_id
         context.echo["store"] = create.store
         if create.include_encrypted:
-            context.seal_reasoning = (await self.state.seal()).seal
+            seal, mint = await self.state.seal(), flow_mint(flow)
+            context.seal_reasoning = seal.seal if mint is None else _minted_seal(seal, mint)
         if create.background:
             await self._background(flow, routed_state, create)
 
@@ -351,7 +359,7 @@ class LlmResponsesRecorder:
         context = flow_state.context
         now = time.time()
         queued = response_object(
-            response_id=create.response_id or random_id("resp"),
+            response_id=create.response_id or _ids(flow)("resp"),
             created_at=int(now),
             model=context.model or "",
             echo=context.echo,
@@ -499,3 +507,22 @@ async def _open(upstream: UpstreamRequest, relay: LlmRelay) -> Any:
         tls_context=server.tls_context if server is not None else None,
         connect_timeout=server.connect_timeout if server is not None else 30.0,
     )
+
+
+def _ids(flow: http.HTTPFlow) -> IdFactory:
+    """The flow's id source: its mint when it is recorded or replayed."""
+    mint = flow_mint(flow)
+    return random_id if mint is None else mint.id
+
+
+def _minted_seal(seal: ReasoningSeal, mint: Mint) -> Callable[[dict[str, Any]], str]:
+    """Seal through the flow's mint: a replay hands out the recorded token, which this
+    process's key cannot open, so the seal is told what it holds for when it comes back."""
+
+    def sealing(item: dict[str, Any]) -> str:
+        token: str = mint.take("sealed", lambda: seal.seal(item))
+        if mint.replayed(token):
+            seal.remember(token, reasoning_text(item))
+        return token
+
+    return sealing

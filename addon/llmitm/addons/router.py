@@ -34,7 +34,14 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
-from llmitm.addons.state import METADATA_KEY, RESPONSES_CREATE_KEY, FlowState, Routed, flow_state
+from llmitm.addons.state import (
+    METADATA_KEY,
+    RESPONSES_CREATE_KEY,
+    FlowState,
+    Routed,
+    flow_mint,
+    flow_state,
+)
 from llmitm.exchange.request import PreparedRequest, client_model, parse_body, prepare_request
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import HOP_BY_HOP, UpstreamRequest
@@ -154,7 +161,7 @@ class LlmRouter:
             self._relayed(flow, api, content, body, model, routed, relay, started)
             return None
         endpoint = config.endpoints[route.endpoints[0]]
-        plan, prepared = self._prepare(endpoint.name, api, content, body, model, route)
+        plan, prepared = self._prepare(flow, endpoint.name, api, content, body, model, route)
         state = self._rewrite(flow, plan, prepared, routed)
         lease = routing.limiter.try_acquire(endpoint.name, sent_model)
         if lease is not None:
@@ -165,6 +172,7 @@ class LlmRouter:
 
     def _prepare(
         self,
+        flow: http.HTTPFlow,
         name: str,
         api: str,
         content: bytes,
@@ -176,6 +184,9 @@ class LlmRouter:
         plan = plan_for_endpoint(endpoint, api, route.model or model)  # type: ignore[arg-type]
         plan = replace(plan, route=route.name)
         options = self.settings.translate_options(endpoint)
+        mint = flow_mint(flow)
+        if mint is not None:  # recorded or replayed: ids and times come from the flow's mint
+            options = replace(options, ids=mint.id, clock=mint.now)
         prepared = prepare_request(
             content, body, model, plan, options, ask_usage=endpoint.stream_usage
         )
@@ -259,7 +270,7 @@ class LlmRouter:
         ]
         for name in route.endpoints:
             try:
-                plan, prepared = self._prepare(name, api, content, body, model, route)
+                plan, prepared = self._prepare(flow, name, api, content, body, model, route)
             except TranslationError as exc:
                 first_error = first_error or exc
                 continue

@@ -8,11 +8,13 @@ Readers use :func:`flow_state`, which ignores such a dict (a flow loaded from a 
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llmitm.routing.plan import Plan
 from llmitm.translate.context import TranslationContext
+from llmitm.wire.ids import Mint
 
 if TYPE_CHECKING:
     from llmitm.relay.failover import FailoverJob
@@ -88,3 +90,17 @@ def flow_state(flow: Any) -> FlowState | None:
     """The live flow's :class:`FlowState`, if llmitm routed it."""
     state = flow.metadata.get(METADATA_KEY)
     return state if isinstance(state, FlowState) else None
+
+
+# Beside the flow, not in its metadata (which mitmproxy serialises when it saves flows).
+_MINTS: weakref.WeakKeyDictionary[Any, Mint] = weakref.WeakKeyDictionary()
+
+
+def set_mint(flow: Any, mint: Mint) -> None:
+    """Make ``mint`` the source of every id and clock reading of this flow's translation (the
+    recorder keeps what it handed out; a replay hands out the recorded values again)."""
+    _MINTS[flow] = mint
+
+
+def flow_mint(flow: Any) -> Mint | None:
+    return _MINTS.get(flow)

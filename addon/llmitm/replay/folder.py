@@ -189,6 +189,8 @@ def interaction_to_json(interaction: Interaction) -> dict[str, Any]:
         "error": interaction.error,
         "request_canonical": canonical,
     }
+    if interaction.minted:
+        out["minted"] = interaction.minted
     for leg in LEGS:
         message = interaction.legs.get(leg)
         if message is not None:
@@ -226,6 +228,9 @@ def interaction_from_json(value: dict[str, Any], order: int = 0) -> Interaction:
         error=value.get("error"),
         mode="folder",
     )
+    minted = value.get("minted")
+    if isinstance(minted, dict):
+        interaction.minted = {str(k): list(v) for k, v in minted.items() if isinstance(v, list)}
     for leg in LEGS:
         if leg in value:
             interaction.legs[leg] = message_from_json(value[leg])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Leg = Literal["client_req", "upstream_req", "upstream_resp", "client_resp"]
 LEGS: tuple[Leg, ...] = ("client_req", "upstream_req", "upstream_resp", "client_resp")
@@ -82,6 +82,9 @@ class Interaction:
     error: str | None = None
     session: str = ""
     mode: str = "record"
+    minted: dict[str, list[Any]] = field(default_factory=dict)
+    """What the translation was handed, per kind (id prefix, ``clock``, ``sealed``): see
+    :class:`llmitm.wire.ids.Mint`."""
     source: str = ""
     """Where it was loaded from (a folder file, ``db``): named in miss reports."""
 

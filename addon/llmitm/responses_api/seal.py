@@ -41,6 +41,7 @@ class ReasoningSeal:
         if len(raw) != 32:
             raise ValueError("the reasoning seal key must be 32 bytes")
         self._fernet = Fernet(base64.urlsafe_b64encode(raw))
+        self._remembered: dict[str, str] = {}
 
     def seal(self, item: dict[str, Any]) -> str:
         """The ``encrypted_content`` for a reasoning item (its summary and content text)."""
@@ -51,6 +52,9 @@ class ReasoningSeal:
         """The reasoning text sealed in ``token``, or ``None`` when it is not llmitm's."""
         if not isinstance(token, str) or not token:
             return None
+        remembered = self._remembered.get(token)
+        if remembered is not None:
+            return remembered
         try:
             payload = orjson.loads(self._fernet.decrypt(token.encode("ascii")))
         except (InvalidToken, ValueError, UnicodeEncodeError):
@@ -59,6 +63,11 @@ class ReasoningSeal:
             return None
         text = payload.get("text")
         return text if isinstance(text, str) else None
+
+    def remember(self, token: str, text: str) -> None:
+        """Open ``token`` to ``text`` from now on: a replay serves tokens sealed under the
+        recording process's key, and its client sends them back next turn."""
+        self._remembered[token] = text
 
 
 def reasoning_text(item: dict[str, Any]) -> str:

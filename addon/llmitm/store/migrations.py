@@ -171,6 +171,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(3, "recordings", _RECORDINGS),
+    Migration(
+        4,
+        "recorded mints",
+        (
+            # The ids, times and sealed tokens a translated answer was minted with (JSON,
+            # replay.model.Interaction.minted): a replay through today's translator hands them
+            # out again, so it re-makes the recorded answer byte for byte.
+            "ALTER TABLE rec_interactions ADD COLUMN minted TEXT",
+        ),
+    ),
 )
 
 

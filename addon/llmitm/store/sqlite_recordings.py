@@ -57,8 +57,9 @@ def unpack_chunks(index: bytes, body: bytes) -> list[Chunk]:
 _INSERT_INTERACTION = """
     INSERT OR REPLACE INTO rec_interactions (
         id, session, started_us, scope, match_key, match_key_version, method, route, model,
-        stream, canonical, status, endpoint, plan, ttfb_us, duration_us, truncated, error, mode
-    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        stream, canonical, status, endpoint, plan, ttfb_us, duration_us, truncated, error, mode,
+        minted
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _INSERT_MESSAGE = """
     INSERT OR REPLACE INTO rec_messages
@@ -98,6 +99,7 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
                 i.truncated,
                 i.error,
                 i.mode,
+                orjson.dumps(i.minted).decode() if i.minted else None,
             )
         )
         for leg, message in i.legs.items():
@@ -169,7 +171,8 @@ async def apply_misses(db: aiosqlite.Connection, writes: Sequence[ReplayMissReco
 
 _COLUMNS = (
     "id, session, started_us, scope, match_key, match_key_version, method, route, model, "
-    "stream, canonical, status, endpoint, plan, ttfb_us, duration_us, truncated, error, mode"
+    "stream, canonical, status, endpoint, plan, ttfb_us, duration_us, truncated, error, mode, "
+    "minted"
 )
 
 
@@ -194,6 +197,7 @@ def _interaction(row: Sequence[Any]) -> Interaction:
         truncated=row[16],
         error=row[17],
         mode=row[18],
+        minted=orjson.loads(row[19]) if row[19] else {},
         source="db",
     )
 

@@ -1,7 +1,8 @@
 """Id and clock injection.
 
 Everything that mints an id or reads the clock takes an :data:`IdFactory` and a
-:data:`Clock`, so tests can make output byte-for-byte reproducible.
+:data:`Clock`, so tests can make output byte-for-byte reproducible, and a :class:`Mint`
+lets a replay hand out exactly what the recorded exchange was handed.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import itertools
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 IdFactory = Callable[[str], str]
 """Returns a fresh id for a prefix such as ``"resp"``, ``"msg"`` or ``"call"``."""
@@ -40,3 +43,43 @@ class CountingIds:
 def fixed_clock(at: float) -> Clock:
     """A clock frozen at ``at``."""
     return lambda: at
+
+
+class Mint:
+    """One exchange's ids, clock readings and other minted values, noted as handed out.
+
+    Recording keeps :attr:`tape` with the interaction; a replay seeds a new ``Mint`` with it
+    and gets the same values back in the same order per kind (an id's prefix, ``clock``,
+    ``sealed``…), so today's translator re-makes the recorded answer byte for byte. Past the
+    recorded values (the translator now mints more), values are fresh again."""
+
+    __slots__ = ("_replay", "_replayed", "tape")
+
+    def __init__(self, recorded: dict[str, list[Any]] | None = None) -> None:
+        self.tape: dict[str, list[Any]] = {}
+        self._replay = {kind: deque(values) for kind, values in (recorded or {}).items()}
+        self._replayed: set[str] = set()
+
+    def take(self, kind: str, make: Callable[[], Any]) -> Any:
+        """The next recorded value of ``kind``, else ``make()``; noted either way."""
+        queue = self._replay.get(kind)
+        if queue:
+            value = queue.popleft()
+            if isinstance(value, str):
+                self._replayed.add(value)
+        else:
+            value = make()
+        self.tape.setdefault(kind, []).append(value)
+        return value
+
+    def id(self, prefix: str) -> str:
+        """An :data:`IdFactory`."""
+        return self.take(prefix, lambda: random_id(prefix))
+
+    def now(self) -> float:
+        """A :data:`Clock`."""
+        return self.take("clock", system_clock)
+
+    def replayed(self, value: str) -> bool:
+        """``value`` came from the recording (not made fresh)."""
+        return value in self._replayed
