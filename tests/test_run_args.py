@@ -12,9 +12,9 @@ from mitmproxy import exceptions
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.test import taddons
 
+import llmitm
 from llmitm.run import (
     CA_VARIABLES,
-    SCRIPT,
     RunArgs,
     RunUsageError,
     command_environment,
@@ -84,9 +84,7 @@ def option_value(argv: list[str], flag: str) -> list[str]:
 
 def test_defaults_without_a_command() -> None:
     argv = mitmdump_argv(RunArgs())
-    assert argv[:2] == ["-s", str(SCRIPT)]
-    assert SCRIPT.is_file()
-    assert SCRIPT.name == "mitmproxy_script.py"
+    assert "-s" not in argv  # the master holds llmitm's addons (addons.entry)
     assert "connection_strategy=lazy" in option_value(argv, "--set")
     assert option_value(argv, "--listen-host") == ["127.0.0.1"]  # never exposed by default
     assert "--listen-port" not in argv  # mitmdump's own 8080
@@ -94,7 +92,7 @@ def test_defaults_without_a_command() -> None:
 
 
 def test_the_script_loads_llmitms_addons() -> None:
-    text = SCRIPT.read_text(encoding="utf-8")
+    text = (Path(llmitm.__file__).parent / "addons" / "mitmproxy_script.py").read_text()
     assert "from llmitm.addons import make_addons" in text
     assert "addons = make_addons()" in text
 

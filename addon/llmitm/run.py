@@ -30,10 +30,8 @@ from pathlib import Path
 
 import orjson
 
-import llmitm
 from llmitm.routing.config import ConfigError, load_config
 
-SCRIPT = Path(llmitm.__file__).parent / "addons" / "mitmproxy_script.py"
 OPENAI_ORIGIN = "https://api.openai.com"
 READY_TIMEOUT_S = 60.0
 CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
@@ -109,9 +107,10 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
 def mitmdump_argv(
     args: RunArgs, listenfile: str | None = None, report: str | None = None
 ) -> list[str]:
-    """mitmdump's arguments: llmitm's script and safe defaults, then the user's options
-    (which win: mitmdump takes the last value of an option)."""
-    argv = ["-s", str(SCRIPT), "--set", "connection_strategy=lazy"]
+    """mitmdump's arguments (its master already holds llmitm's addons: ``addons.entry``):
+    safe defaults, then the user's options (which win: mitmdump takes the last value of an
+    option)."""
+    argv = ["--set", "connection_strategy=lazy"]
     user = args.mitmdump
     if not _gives(user, "--listen-host", None, "listen_host"):
         argv += ["--listen-host", "127.0.0.1"]

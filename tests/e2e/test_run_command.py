@@ -112,6 +112,29 @@ def test_a_bad_config_fails_at_start_up_naming_file_and_key(tmp_path: Path) -> N
     assert "Traceback" not in output
 
 
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (["llmitm_record=bogus"], "llmitm_record must be one of 'off', 'record'"),
+        (["llmitm_console=loud"], "llmitm_console must be one of 'auto', 'live'"),
+        (["llmitm_record=off", "llmitm_record=replay"], "multiple values for llmitm_record"),
+    ],
+)
+def test_a_bad_llmitm_option_is_refused_before_listening(
+    tmp_path: Path, sets: list[str], expected: str
+) -> None:
+    """mitmproxy checks neither the choices of an option nor, for a script's options, a value
+    given twice: llmitm's addons sit in the master from the start and check them."""
+    argv = [str(LLMITM), "run", "--set", f"confdir={tmp_path / 'c'}", "--set", "llmitm_store="]
+    for item in sets:
+        argv += ["--set", item]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert expected in output and "listening" not in output
+    assert "Traceback" not in output
+
+
 def test_plain_mitmdump_with_a_bad_config_exits_1_with_one_line(tmp_path: Path) -> None:
     """The mitmproxy way (``mitmdump -s addon/llmitm_addon.py``) fails just as clearly."""
     config = tmp_path / "bad.toml"

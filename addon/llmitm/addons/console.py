@@ -28,6 +28,7 @@ from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 from rich.console import Group
 
+from llmitm.addons.choices import check_choices
 from llmitm.addons.responses import FACTS_KEY
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.exchange.request import client_model, parse_body
@@ -220,6 +221,7 @@ class LlmConsole:
         )
 
     def configure(self, updated: set[str]) -> None:
+        check_choices(updated, {"llmitm_console": MODES})
         if self._running and updated & {"llmitm_console", "termlog_verbosity"}:
             self._stop()
             self._start()

@@ -41,6 +41,7 @@ import orjson
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
+from llmitm.addons.choices import check_choices
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.state import METADATA_KEY, FlowState, flow_mint, flow_state, set_mint
 from llmitm.addons.store import LlmStore
@@ -246,6 +247,14 @@ class LlmRecorder:
         )
 
     def configure(self, updated: set[str]) -> None:
+        check_choices(
+            updated,
+            {
+                "llmitm_record": MODES,
+                "llmitm_replay_from": REPLAY_FROM,
+                "llmitm_match_profile": tuple(PROFILES),
+            },
+        )
         if "llmitm_record" in updated:
             self.mode = ctx.options.llmitm_record
             if self.mode == "replay" and ctx.options.upstream_cert:

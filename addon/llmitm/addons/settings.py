@@ -11,6 +11,7 @@ from collections.abc import Set
 from mitmproxy import ctx, exceptions
 from mitmproxy.addonmanager import Loader
 
+from llmitm.addons.choices import check_choices
 from llmitm.routing.config import Config, ConfigError, Endpoint, default_config, load_config
 from llmitm.translate.context import REASONING_MODES, TranslateOptions
 
@@ -27,6 +28,7 @@ class LlmitmSettings:
     def __init__(self) -> None:
         self.config: Config = default_config()
         self._loaded = False
+        self._running = False
 
     def load(self, loader: Loader) -> None:
         loader.add_option(
@@ -55,6 +57,7 @@ class LlmitmSettings:
             # Answering locally (400s for bad requests) fails under eager connections, which
             # dial the original target before any hook runs.
             ctx.options.update(connection_strategy="lazy")
+        check_choices(updated, {"llmitm_reasoning": ("", *REASONING_MODES)})
         if not updated & _OPTIONS:
             return
         path = ctx.options.llmitm_config
@@ -68,10 +71,20 @@ class LlmitmSettings:
                 return
             raise exceptions.OptionsError(str(exc)) from None
         self._loaded = True
-        if path:
+        if self._running:
+            self._announce()
+
+    def running(self) -> None:
+        # Said here, not in the first configure: mitmdump applies -q and friends after the
+        # --set options, so a line logged then would ignore them.
+        self._running = True
+        self._announce()
+
+    def _announce(self) -> None:
+        if ctx.options.llmitm_config:
             logger.info(
                 "llmitm: %s: %d endpoint(s), %d route(s)",
-                path,
+                ctx.options.llmitm_config,
                 len(self.config.endpoints),
                 len(self.config.routes),
             )
