@@ -120,6 +120,9 @@ models = ["bench-over-responses"]
 endpoints = ["responses-only"]
 """
 
+PROFILE_DIR: Path | None = None
+"""``--profile DIR``: each llmitm process runs under cProfile and writes DIR/<name>.prof."""
+
 TARGET_RATIO = 1.3
 CONSOLE_TARGET = 1.05
 RECORD_TARGET = 1.10
@@ -399,6 +402,11 @@ def start_llmitm(
     process = procs.start(
         name,
         [
+            *(
+                [str(BIN / "python"), "-m", "cProfile", "-o", str(PROFILE_DIR / f"{name}.prof")]
+                if PROFILE_DIR
+                else []
+            ),
             str(BIN / "llmitm"), "run",
             "--config", str(config_path),
             "--mode", f"reverse:{upstream}",
@@ -981,6 +989,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a --set for llmitm (repeatable), e.g. llmitm_record=off",
     )
     parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="run each llmitm process under cProfile, writing DIR/llmitm.prof and "
+        "DIR/llmitm-twin.prof at the end (for finding costs: the figures are then cProfile's)",
+    )
+    parser.add_argument(
         "--console",
         choices=("live", "lines", "off"),
         help="also measure each llmitm setup through a second llmitm running its console in "
@@ -1014,6 +1028,10 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.profile:
+        global PROFILE_DIR
+        PROFILE_DIR = Path(args.profile).resolve()
+        PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     setups = []
     for setup in all_setups():
         if setup.key in args.selected:

@@ -173,12 +173,15 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "recordings", _RECORDINGS),
     Migration(
         4,
-        "recorded mints",
+        "recorded mints, compressed bodies",
         (
             # The ids, times and sealed tokens a translated answer was minted with (JSON,
             # replay.model.Interaction.minted): a replay through today's translator hands them
             # out again, so it re-makes the recorded answer byte for byte.
             "ALTER TABLE rec_interactions ADD COLUMN minted TEXT",
+            # How a body and a chunk index are stored (store.blob_codec): '' raw, 'zstd'.
+            "ALTER TABLE rec_blobs ADD COLUMN codec TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE rec_messages ADD COLUMN index_codec TEXT NOT NULL DEFAULT ''",
         ),
     ),
 )

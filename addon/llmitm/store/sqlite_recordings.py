@@ -10,7 +10,9 @@ migration in ``store.migrations``). Layout:
   a passthrough stream's upstream and client legs;
 - a streamed leg keeps its pieces' split points and offsets in ``chunk_index``: packed
   little-endian int64 pairs ``(t_us, length)``. One blob and one small index per stream, not
-  a row per piece: recording a 2000-event stream is a handful of inserts.
+  a row per piece: recording a 2000-event stream is a handful of inserts;
+- bodies and indexes from 1 KiB are zstd-compressed (``store.blob_codec``; the ``codec`` and
+  ``index_codec`` columns say how each is stored).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import aiosqlite
 import orjson
 
 from llmitm.replay.model import LEGS, Chunk, Interaction, Message
+from llmitm.store import blob_codec
 from llmitm.store.recordings import (
     DeleteScope,
     PruneRecordings,
@@ -63,10 +66,11 @@ _INSERT_INTERACTION = """
 """
 _INSERT_MESSAGE = """
     INSERT OR REPLACE INTO rec_messages
-        (interaction_id, leg, method, url, status, headers_json, body_sha256, chunk_index)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+        (interaction_id, leg, method, url, status, headers_json, body_sha256, chunk_index,
+         index_codec)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
-_INSERT_BLOB = "INSERT OR IGNORE INTO rec_blobs (sha256, size, data) VALUES (?, ?, ?)"
+_INSERT_BLOB = "INSERT OR IGNORE INTO rec_blobs (sha256, size, codec, data) VALUES (?, ?, ?, ?)"
 
 
 async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingWrite]) -> None:
@@ -114,6 +118,9 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
                 if not digest:
                     digest = digests[id(message.chunks)] = f"stream:{i.id}:{leg}"
                     blobs[digest] = message.body()
+            index_codec, index = blob_codec.RAW, None
+            if message.chunks is not None:
+                index_codec, index = blob_codec.encode(pack_index(message.chunks))
             messages.append(
                 (
                     i.id,
@@ -123,10 +130,13 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
                     message.status,
                     orjson.dumps(message.headers).decode(),
                     digest,
-                    pack_index(message.chunks) if message.chunks is not None else None,
+                    index,
+                    index_codec,
                 )
             )
-    await db.executemany(_INSERT_BLOB, [(d, len(b), b) for d, b in blobs.items()])
+    await db.executemany(
+        _INSERT_BLOB, [(d, len(b), *blob_codec.encode(b)) for d, b in blobs.items()]
+    )
     await db.executemany(_INSERT_INTERACTION, interactions)
     await db.executemany(_INSERT_MESSAGE, messages)
 
@@ -225,11 +235,13 @@ async def _attach_legs(db: aiosqlite.Connection, interactions: list[Interaction]
         marks = ",".join("?" * len(part))
         sql = (
             "SELECT m.interaction_id, m.leg, m.method, m.url, m.status, m.headers_json, "
-            "m.chunk_index, b.data FROM rec_messages m JOIN rec_blobs b "
+            "m.chunk_index, m.index_codec, b.codec, b.data FROM rec_messages m JOIN rec_blobs b "
             f"ON b.sha256 = m.body_sha256 WHERE m.interaction_id IN ({marks})"
         )
         async with db.execute(sql, part) as cursor:
-            async for iid, leg, method, url, status, headers, index, data in cursor:
+            async for row in cursor:
+                iid, leg, method, url, status, headers, index, index_codec, codec, data = row
+                data = blob_codec.decode(codec, data)
                 message = Message(
                     headers=[(k, v) for k, v in orjson.loads(headers)],
                     method=method,
@@ -237,7 +249,7 @@ async def _attach_legs(db: aiosqlite.Connection, interactions: list[Interaction]
                     status=status,
                 )
                 if index is not None:
-                    message.chunks = unpack_chunks(index, data)
+                    message.chunks = unpack_chunks(blob_codec.decode(index_codec, index), data)
                 else:
                     message.content = data
                 by_id[iid].legs[leg] = message
