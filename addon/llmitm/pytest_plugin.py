@@ -78,7 +78,6 @@ def llmitm_proxy(pytestconfig: pytest.Config) -> Iterator[LlmitmProxy]:
         listenfile, log = tmp / "listen.json", tmp / "llmitm.log"
         argv = [
             sys.executable, "-m", "llmitm.addons.entry",
-            "-s", str(Path(__file__).parent / "addons" / "mitmproxy_script.py"),
             "--mode", f"reverse:{option('--llmitm-upstream')}",
             "--listen-host", "127.0.0.1", "--listen-port", "0",
             "--set", "connection_strategy=lazy",
