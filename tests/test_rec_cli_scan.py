@@ -12,11 +12,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from realfixtures import real_or_skip
 
 from llmitm.cli import main
 from llmitm.replay.scan import high_entropy_tokens, looks_random, scan_text, shannon_entropy
-
-from realfixtures import real_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"
