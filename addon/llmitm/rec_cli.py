@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -406,6 +407,11 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
 
 async def _import(args: argparse.Namespace, console: Console) -> int:
     interactions = folder_format.read_folder(Path(args.folder))
+    # Files carry positions, not times (``started_us`` is the file's order): stored as
+    # imported now, in that order, or ``prune --older-than`` would take them for 1970's.
+    now_us = time.time_ns() // 1000
+    for interaction in interactions:
+        interaction.started_us += now_us
     store = await _open(args.db, write=True)
     try:
         for interaction in _progress(interactions, "importing"):
