@@ -311,3 +311,17 @@ def test_progress_bar_on_a_terminal_stderr(tmp_path: Path) -> None:
     assert process.returncode == 0
     assert b"importing" in drawn and b"\xe2\x94\x81" in drawn  # the bar's "━"
     assert b"importing" not in out and out.startswith(b"imported 30 recording(s)")
+
+
+def test_check_secrets_reads_a_database_value_by_value(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "x.db"
+    assert main(["rec", "import", str(RECORDINGS), "--db", str(db)]) == 0
+    capsys.readouterr()
+    # Clean as imported, although the pages run ids, scopes and keys together into long
+    # random-looking runs of characters.
+    status, out, _ = run_main(["rec", "check-secrets", str(db)], capsys)
+    assert status == 0, out
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE rec_interactions SET error = ?", (f"leaked {PLANTED}",))
+    status, out, _ = run_main(["rec", "check-secrets", str(db)], capsys)
+    assert status == 1 and "entropy ghp_R8" in out and PLANTED not in out

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from llmitm.replay.keys import MATCH_KEY_VERSION, PROFILES, KeyOptions, parse_ig
 from llmitm.replay.model import Interaction
 from llmitm.replay.pool import GLOBAL_SCOPE, canonical_diff
 from llmitm.replay.rekey import rekey, request_key
-from llmitm.replay.scan import scan_text
+from llmitm.replay.scan import Finding, scan_patterns, scan_text
 from llmitm.replay.why import RequestError, explain, nearest, parse_request
 from llmitm.store import SchemaTooNew, SqliteStore, default_store_path
 from llmitm.store.recordings import DeleteScope, PruneRecordings, RecordingWrite, RekeyRecording
@@ -473,9 +474,48 @@ def _refuse_secrets(blobs: Iterable[tuple[str, bytes]]) -> None:
         )
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _sqlite_values(file: Path) -> Iterator[str]:
+    """Every text or blob value of every table of a SQLite file, read-only."""
+    connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = [row[0] for row in connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+        )]  # fmt: skip
+        for table in tables:
+            for row in connection.execute(f'SELECT * FROM "{table.replace(chr(34), "")}"'):
+                for value in row:
+                    if isinstance(value, str):
+                        yield value
+                    elif isinstance(value, bytes):
+                        yield value.decode("utf-8", "replace")
+    finally:
+        connection.close()
+
+
+def _scan_file(file: Path) -> list[Finding]:
+    data = file.read_bytes()
+    text = data.decode("latin-1")
+    if not data.startswith(_SQLITE_MAGIC) and not file.name.endswith(("-wal", "-journal")):
+        return scan_text(text)
+    # SQLite pages put a row's values side by side with no separator (ids, scope and key run
+    # into one "random" token), so entropy is judged value by value, through SQLite; the
+    # patterns still run over the raw bytes, free pages and WAL frames included.
+    found = scan_patterns(text)
+    if data.startswith(_SQLITE_MAGIC):
+        try:
+            for value in _sqlite_values(file):
+                found += [f for f in scan_text(value) if f.kind == "entropy"]
+        except sqlite3.Error:
+            return scan_text(text)  # unreadable as a database: judge the bytes as they are
+    return found
+
+
 def _scan_paths(paths: Sequence[Path]) -> list[str]:
-    """``file: pattern…`` for every credential-shaped value in the files (a database is read
-    as raw bytes, with its -wal file: free pages and unflushed frames count too)."""
+    """``file: finding`` for every credential-shaped value in the files (a database with its
+    -wal and -journal files: free pages and unflushed frames count too)."""
     found: list[str] = []
     files: list[Path] = []
     for path in paths:
@@ -487,15 +527,14 @@ def _scan_paths(paths: Sequence[Path]) -> list[str]:
         else:
             raise RecError(f"{path}: no such file or folder")
     for file in _progress(files, "scanning"):
-        text = file.read_bytes().decode("latin-1")
-        found += [f"{file}: {finding.label()}" for finding in scan_text(text)]
+        found += [f"{file}: {finding.label()}" for finding in _scan_file(file)]
     return found
 
 
 async def _check_secrets(args: argparse.Namespace, console: Console) -> int:
     found = _scan_paths([Path(p).expanduser() for p in args.paths])
     for line in found:
-        console.print(f"[red]secret[/] {line}", markup=True)
+        console.print(f"[red]secret[/] {line}", markup=True, soft_wrap=True)
     if not found:
         console.print("[green]✓[/] no credential-shaped values found")
     return EXIT_FOUND if found else 0

@@ -132,15 +132,21 @@ def high_entropy_tokens(text: str) -> list[Finding]:
     return found
 
 
-def scan_text(text: str) -> list[Finding]:
-    """Every credential-shaped value of ``text``: patterns first; an entropy finding inside a
-    pattern's span is the same secret and is not repeated."""
+def scan_patterns(text: str) -> list[Finding]:
+    """The credential patterns of ``text`` (the redactor's), in order."""
     patterns = []
     at = 0
     for value in find_secrets(text):  # in order of appearance, so each is found after the last
         at = text.find(value, at)
         patterns.append(Finding("pattern", value, at))
         at += len(value)
+    return patterns
+
+
+def scan_text(text: str) -> list[Finding]:
+    """Every credential-shaped value of ``text``: patterns first; an entropy finding inside a
+    pattern's span is the same secret and is not repeated."""
+    patterns = scan_patterns(text)
     spans = [(f.offset, f.offset + len(f.value)) for f in patterns]
     entropy = [
         f
