@@ -70,6 +70,11 @@ def test_why_a_recorded_request_finds_its_recording(folder: Path, capsys) -> Non
     finally:
         sys.stdin = sys.__stdin__
     assert status == 0 and "✓ same key" in out and '"route": "chat.completions"' in out
+    # Asked in another scope: no recording there, and the scope that has it is named.
+    status, out, _ = run_main(
+        ["rec", "why", str(recording), "--recordings", str(folder), "--scope", "other"], capsys
+    )
+    assert status == 1 and f"same key in other scope(s): {scope}" in out
 
 
 def test_why_traces_redaction_drops_ignores_and_placeholders(folder: Path, capsys) -> None:
@@ -152,6 +157,9 @@ def test_why_missing_file_and_missing_database(tmp_path: Path, capsys) -> None:
     request.write_bytes(b'{"model": "m", "input": "hi"}')
     status, _, err = run_main(["rec", "why", str(request), "--db", str(tmp_path / "x.db")], capsys)
     assert status == 2 and "no database" in err
+    for args in (["migrate"], ["prune", "--scope", "a"]):
+        status, _, err = run_main(["rec", *args, "--db", str(tmp_path / "x.db")], capsys)
+        assert status == 2 and "no database" in err and not (tmp_path / "x.db").exists()
 
 
 class _nothing:

@@ -175,6 +175,13 @@ def _progress[T](items: Sequence[T], description: str) -> Iterable[T]:
     return track(items, description=description, console=err, disable=hidden, transient=True)
 
 
+def _must_exist(db: str | None) -> None:
+    """Commands that change recordings never create an empty database by mistake."""
+    path = _db_path(db)
+    if not path.is_file():
+        raise RecError(f"no database at {path} (run the proxy first, or pass --db)")
+
+
 async def _open(
     db: str | None, *, write: bool = False, appliers: Mapping[type, SqliteApplier] | None = None
 ) -> SqliteStore:
@@ -401,7 +408,7 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
 
         console.print(f"wrote {write_flows(target, interactions)} flow(s) to {target}")
         return 0
-    written = folder_format.write_folder(target, _progress(interactions, "exporting"))
+    written = folder_format.write_folder(target, interactions)
     console.print(f"wrote {len(written)} recording(s) to {args.folder}")
     return 0
 
@@ -543,6 +550,7 @@ async def _check_secrets(args: argparse.Namespace, console: Console) -> int:
 async def _prune(args: argparse.Namespace, console: Console) -> int:
     if not args.older_than and not args.scope:
         raise RecError("say what to prune: --older-than SPAN and/or --scope SCOPE")
+    _must_exist(args.db)
     store = await _open(args.db, write=True)
     try:
         if args.scope:
@@ -599,6 +607,8 @@ async def _why(args: argparse.Namespace, console: Console) -> int:
     near = nearest(in_scope, args.scope, trace.key, max(1, args.limit))
     found = any(n.same_key for n in near)
     key = trace.key
+    # A request sent without its scope (or with another) is the commonest miss: say so.
+    elsewhere = sorted({i.scope for i in interactions if i.key == key.key} - {args.scope})
     if args.json:
         document = {
             "key": key.key,
@@ -617,6 +627,7 @@ async def _why(args: argparse.Namespace, console: Console) -> int:
             "scope": args.scope,
             "recordings_in_scope": len(in_scope),
             "found": found,
+            "same_key_in_other_scopes": elsewhere,
             "nearest": [
                 {
                     "id": n.interaction.id,
@@ -669,6 +680,12 @@ async def _why(args: argparse.Namespace, console: Console) -> int:
                 style = "red" if line.startswith("-") else "green" if line.startswith("+") else ""
                 text = f"    {line}"
                 console.print(f"[{style}]{text}[/]" if style else text, markup=bool(style))
+    if elsewhere:
+        console.print(
+            f"[yellow]same key in other scope(s):[/] {', '.join(elsewhere)}",
+            markup=True,
+            soft_wrap=True,
+        )
     return 0 if found else EXIT_FOUND
 
 
@@ -719,6 +736,7 @@ async def _migrate(args: argparse.Namespace, console: Console) -> int:
         where = str(folder)
     else:
         options = _options(args, {})
+        _must_exist(args.db)
         store = await _open(args.db, write=True, appliers={RekeyRecording: apply_rekey})
         try:
             interactions = await store.load_recordings()
