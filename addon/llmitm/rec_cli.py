@@ -594,6 +594,8 @@ def _read_request(name: str) -> bytes:
 
 
 async def _why(args: argparse.Namespace, console: Console) -> int:
+    if args.db and args.folder:
+        raise RecError("give --db or --recordings, not both")
     data = _read_request(args.request)
     method, path, headers, content = parse_request(data, args.method, args.path)
     settings: Mapping[str, Any] = {}
