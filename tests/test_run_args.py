@@ -314,8 +314,16 @@ def test_replay_and_record_set_the_mode_unless_the_user_does() -> None:
         (["--replay"], "--replay needs a recordings folder"),
         (["--replay", "a", "--record", "b"], "exclude each other"),
         (["--fail-on-unused"], "go with --replay"),
+        (["--junit", "j.xml", "--", "x"], "go with --replay"),
+        (["--replay", "a", "--junit"], "--junit needs a file"),
     ],
 )
 def test_replay_usage_errors(argv: list[str], message: str) -> None:
     with pytest.raises(RunUsageError, match=message):
         parse_run_args(argv)
+
+
+def test_junit_is_taken_with_replay_and_not_passed_to_mitmdump() -> None:
+    args = parse_run_args(["--replay", "recs", "--junit=out.xml", "--", "pytest"])
+    assert args.junit == "out.xml" and args.command == ["pytest"]
+    assert not any("junit" in item or "out.xml" in item for item in mitmdump_argv(args))

@@ -7,20 +7,27 @@
     llmitm rec export FILE --har | --flows [--db PATH | --from-folder DIR]
     llmitm rec import DIR [--db PATH]
     llmitm rec verify (DIR | --db PATH)
+    llmitm rec why REQUEST.json|- [--db PATH | --recordings DIR] [--scope S] [--profile P]
+                   [--ignore PATH]… [--method M] [--path P] [--json]
+    llmitm rec migrate (DIR | --db PATH) [--profile P] [--ignore PATH]…
     llmitm rec check-secrets PATH...
     llmitm rec prune [--db PATH] (--older-than 7d | --scope S)
 
-Reads the store read-only except ``import`` and ``prune``. Problems are one line on stderr:
-exit 2 for bad arguments or unreadable input, 1 for a check that found something (a
-secret, a key that no longer matches, a difference).
+Reads the store read-only except ``import``, ``migrate`` and ``prune``. Problems are one line
+on stderr: exit 2 for bad arguments or unreadable input, 1 for a check that found something
+(a secret, a key that no longer matches, a difference, no recording for a request). Long work
+(export, import, verify, migrate, check-secrets) shows a progress bar on stderr when it is a
+terminal, and nothing when it is not: piped output stays clean.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,12 +39,16 @@ from rich.table import Table
 
 from llmitm.replay import folder as folder_format
 from llmitm.replay.har import to_har
-from llmitm.replay.keys import KeyOptions, match_key
+from llmitm.replay.keys import MATCH_KEY_VERSION, PROFILES, KeyOptions, parse_ignore
 from llmitm.replay.model import Interaction
-from llmitm.replay.pool import canonical_diff
-from llmitm.replay.redact import find_secrets
+from llmitm.replay.pool import GLOBAL_SCOPE, canonical_diff
+from llmitm.replay.rekey import rekey, request_key
+from llmitm.replay.scan import Finding, scan_patterns, scan_text
+from llmitm.replay.why import RequestError, explain, nearest, parse_request
 from llmitm.store import SchemaTooNew, SqliteStore, default_store_path
-from llmitm.store.recordings import DeleteScope, PruneRecordings, RecordingWrite
+from llmitm.store.recordings import DeleteScope, PruneRecordings, RecordingWrite, RekeyRecording
+from llmitm.store.sqlite import SqliteApplier
+from llmitm.store.sqlite_recordings import apply_rekey
 from llmitm.usage_report import UsageError, parse_since
 from llmitm.view.timeline import events_from_chunks
 from llmitm.view.timeline import timeline as draw_timeline
@@ -45,6 +56,8 @@ from llmitm.wire.sse import SSEDecoder, SSEEvent
 
 EXIT_FOUND = 1
 EXIT_USAGE = 2
+PROGRESS_MIN = 20
+"""Fewer items than this finish before a progress bar is worth drawing."""
 
 
 class RecError(ValueError):
@@ -54,10 +67,26 @@ class RecError(ValueError):
 def add_parser(commands: Any) -> None:
     rec = commands.add_parser(
         "rec",
-        help="recordings: ls, show, diff, export, import, verify, check-secrets, prune",
+        help="recordings: ls, show, diff, why, export, import, verify, migrate, check-secrets, "
+        "prune",
         description="Look at, compare, move and check recorded interactions.",
     )
     sub = rec.add_subparsers(dest="rec_command", required=True, metavar="SUBCOMMAND")
+
+    def keyed(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--profile",
+            choices=PROFILES,
+            help="match profile; with --ignore, replaces a folder's settings (default: the "
+            "folder's, else default)",
+        )
+        parser.add_argument(
+            "--ignore",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="a dotted body path keys ignore (repeatable, or comma-separated)",
+        )
 
     def source(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--db", help="the store (default: $XDG_DATA_HOME/llmitm/llmitm.db)")
@@ -93,6 +122,26 @@ def add_parser(commands: Any) -> None:
     verify = sub.add_parser("verify", help="manifest, secrets, and keys recomputed today")
     verify.add_argument("folder", nargs="?")
     verify.add_argument("--db")
+    why = sub.add_parser(
+        "why", help="a request's match key, how it was made, and the nearest recordings"
+    )
+    why.add_argument(
+        "request", help="a request body, request leg or recording file (JSON); - for stdin"
+    )
+    why.add_argument("--db", help="the store (default: $XDG_DATA_HOME/llmitm/llmitm.db)")
+    why.add_argument("--recordings", "--folder", dest="folder", help="a recordings folder")
+    why.add_argument("--scope", default=GLOBAL_SCOPE, help=f"default: {GLOBAL_SCOPE}")
+    keyed(why)
+    why.add_argument("--method", help="the request's method (default: the file's, else POST)")
+    why.add_argument("--path", help="the request's path (default: the file's, or by its body)")
+    why.add_argument("--limit", type=int, default=3, help="nearest recordings shown (default 3)")
+    why.add_argument("--json", action="store_true")
+    migrate = sub.add_parser(
+        "migrate", help="recompute stored keys under today's key version and profile"
+    )
+    migrate.add_argument("folder", nargs="?", help="a recordings folder (else the store)")
+    migrate.add_argument("--db")
+    keyed(migrate)
     secrets = sub.add_parser("check-secrets", help="scan databases or folders for credentials")
     secrets.add_argument("paths", nargs="+", metavar="PATH")
     prune = sub.add_parser("prune", help="forget old recordings, or a scope")
@@ -106,7 +155,7 @@ def rec_command(args: argparse.Namespace) -> int:
     try:
         handler = _HANDLERS[args.rec_command]
         return asyncio.run(handler(args, console))
-    except (RecError, UsageError, folder_format.FolderError) as exc:
+    except (RecError, UsageError, RequestError, folder_format.FolderError) as exc:
         print(f"llmitm rec {args.rec_command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -118,9 +167,26 @@ def _db_path(value: str | None) -> Path:
     return Path(value).expanduser() if value else default_store_path()
 
 
-async def _open(db: str | None, *, write: bool = False) -> SqliteStore:
+def _progress[T](items: Sequence[T], description: str) -> Iterable[T]:
+    """``items`` with a progress bar on stderr while it is a terminal and there are many;
+    nothing is drawn otherwise, so piped or captured output stays clean."""
+    err = Console(stderr=True)
+    hidden = not err.is_terminal or len(items) < PROGRESS_MIN
+    return track(items, description=description, console=err, disable=hidden, transient=True)
+
+
+def _must_exist(db: str | None) -> None:
+    """Commands that change recordings never create an empty database by mistake."""
     path = _db_path(db)
-    store = SqliteStore(path, read_only=not write)
+    if not path.is_file():
+        raise RecError(f"no database at {path} (run the proxy first, or pass --db)")
+
+
+async def _open(
+    db: str | None, *, write: bool = False, appliers: Mapping[type, SqliteApplier] | None = None
+) -> SqliteStore:
+    path = _db_path(db)
+    store = SqliteStore(path, read_only=not write, appliers=appliers)
     try:
         await store.open()
     except FileNotFoundError:
@@ -322,12 +388,19 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
             interactions = await store.load_recordings(args.scope)
         finally:
             await store.close()
-    hits = [hit for i in interactions for hit in _secrets_in(folder_format.interaction_to_json(i))]
-    if hits:
-        raise RecError(f"refusing to export: {len(hits)} credential-shaped value(s) found")
     target = Path(args.folder)
+    # Scan what would be written (§5.7: export refuses when anything matches): the files
+    # themselves for a folder or a HAR file; each interaction for a flow file (binary).
     if args.har:
-        target.write_bytes(orjson.dumps(to_har(interactions), option=orjson.OPT_INDENT_2))
+        har = orjson.dumps(to_har(interactions), option=orjson.OPT_INDENT_2)
+        _refuse_secrets([("the HAR file", har)])
+    else:
+        _refuse_secrets(
+            (i.source or i.id, folder_format.dumps_pretty(folder_format.interaction_to_json(i)))
+            for i in _progress(interactions, "scanning")
+        )
+    if args.har:
+        target.write_bytes(har)
         console.print(f"wrote {len(interactions)} HAR entr(ies) to {target}")
         return 0
     if args.flows:
@@ -342,9 +415,14 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
 
 async def _import(args: argparse.Namespace, console: Console) -> int:
     interactions = folder_format.read_folder(Path(args.folder))
+    # Files carry positions, not times (``started_us`` is the file's order): stored as
+    # imported now, in that order, or ``prune --older-than`` would take them for 1970's.
+    now_us = time.time_ns() // 1000
+    for interaction in interactions:
+        interaction.started_us += now_us
     store = await _open(args.db, write=True)
     try:
-        for interaction in track(interactions, description="importing", console=console):
+        for interaction in _progress(interactions, "importing"):
             store.submit(RecordingWrite(interaction))
         await store.flush()
     finally:
@@ -370,17 +448,16 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
             interactions = await store.load_recordings()
         finally:
             await store.close()
-    for interaction in track(interactions, description="verifying", console=console):
-        request = interaction.legs.get("client_req")
-        if request is None:
+    migrate = f"llmitm rec migrate {args.folder}" if args.folder else "llmitm rec migrate --db …"
+    for interaction in _progress(interactions, "verifying"):
+        key = request_key(interaction, options)
+        if key is None:
             problems.append(f"{interaction.id}: no client request")
             continue
-        path = request.url.split("://", 1)[-1].partition("/")[2]
-        key = match_key(request.method, "/" + path, request.headers, request.content, options)
         if key.key != interaction.key:
             problems.append(
                 f"{interaction.id}: key {interaction.key} was recorded, {key.key} is computed "
-                "today (re-record, or re-export after `llmitm rec import`)"
+                f"today (run `{migrate}`)"
             )
     for problem in problems:
         console.print(f"[red]✗[/] {problem}")
@@ -389,13 +466,63 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FOUND if problems else 0
 
 
-def _secrets_in(value: Any) -> list[str]:
-    return find_secrets(orjson.dumps(value).decode())
+def _refuse_secrets(blobs: Iterable[tuple[str, bytes]]) -> None:
+    """Raise (nothing written yet) when any of the ``(name, bytes)`` holds a secret."""
+    found = [
+        f"{name}: {finding.label()}"
+        for name, data in blobs
+        for finding in scan_text(data.decode("utf-8", "replace"))
+    ]
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise RecError(
+            f"refusing to export: {len(found)} credential-shaped value(s) found, first "
+            f"{found[0]}{more}; run `llmitm rec check-secrets` on the source"
+        )
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _sqlite_values(file: Path) -> Iterator[str]:
+    """Every text or blob value of every table of a SQLite file, read-only."""
+    connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = [row[0] for row in connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+        )]  # fmt: skip
+        for table in tables:
+            for row in connection.execute(f'SELECT * FROM "{table.replace(chr(34), "")}"'):
+                for value in row:
+                    if isinstance(value, str):
+                        yield value
+                    elif isinstance(value, bytes):
+                        yield value.decode("utf-8", "replace")
+    finally:
+        connection.close()
+
+
+def _scan_file(file: Path) -> list[Finding]:
+    data = file.read_bytes()
+    text = data.decode("latin-1")
+    if not data.startswith(_SQLITE_MAGIC) and not file.name.endswith(("-wal", "-journal")):
+        return scan_text(text)
+    # SQLite pages put a row's values side by side with no separator (ids, scope and key run
+    # into one "random" token), so entropy is judged value by value, through SQLite; the
+    # patterns still run over the raw bytes, free pages and WAL frames included.
+    found = scan_patterns(text)
+    if data.startswith(_SQLITE_MAGIC):
+        try:
+            for value in _sqlite_values(file):
+                found += [f for f in scan_text(value) if f.kind == "entropy"]
+        except sqlite3.Error:
+            return scan_text(text)  # unreadable as a database: judge the bytes as they are
+    return found
 
 
 def _scan_paths(paths: Sequence[Path]) -> list[str]:
-    """``file: pattern…`` for every credential-shaped value in the files (a database is read
-    as raw bytes, with its -wal file: free pages and unflushed frames count too)."""
+    """``file: finding`` for every credential-shaped value in the files (a database with its
+    -wal and -journal files: free pages and unflushed frames count too)."""
     found: list[str] = []
     files: list[Path] = []
     for path in paths:
@@ -406,17 +533,15 @@ def _scan_paths(paths: Sequence[Path]) -> list[str]:
             files += [p for p in (Path(f"{path}-wal"), Path(f"{path}-journal")) if p.is_file()]
         else:
             raise RecError(f"{path}: no such file or folder")
-    for file in files:
-        text = file.read_bytes().decode("latin-1")
-        for secret in find_secrets(text):
-            found.append(f"{file}: {secret[:6]}…({len(secret)} chars)")
+    for file in _progress(files, "scanning"):
+        found += [f"{file}: {finding.label()}" for finding in _scan_file(file)]
     return found
 
 
 async def _check_secrets(args: argparse.Namespace, console: Console) -> int:
     found = _scan_paths([Path(p).expanduser() for p in args.paths])
     for line in found:
-        console.print(f"[red]secret[/] {line}", markup=True)
+        console.print(f"[red]secret[/] {line}", markup=True, soft_wrap=True)
     if not found:
         console.print("[green]✓[/] no credential-shaped values found")
     return EXIT_FOUND if found else 0
@@ -425,6 +550,7 @@ async def _check_secrets(args: argparse.Namespace, console: Console) -> int:
 async def _prune(args: argparse.Namespace, console: Console) -> int:
     if not args.older_than and not args.scope:
         raise RecError("say what to prune: --older-than SPAN and/or --scope SCOPE")
+    _must_exist(args.db)
     store = await _open(args.db, write=True)
     try:
         if args.scope:
@@ -441,6 +567,211 @@ async def _prune(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+# --- why and migrate -------------------------------------------------------------------------
+
+
+def _options(args: argparse.Namespace, settings: Mapping[str, Any]) -> KeyOptions:
+    """Key options from the command line when it gives any (``--profile default`` alone
+    clears a folder's ignore paths), else a folder manifest's ``settings``."""
+    ignore = tuple(path for value in args.ignore for path in parse_ignore(value))
+    if not args.profile and not ignore:
+        profile, ignore = settings.get("profile", "default"), tuple(settings.get("ignore", ()))
+    else:
+        profile = args.profile or "default"
+    try:
+        return KeyOptions(profile=profile, ignore=ignore)
+    except ValueError as exc:
+        raise RecError(str(exc)) from None
+
+
+def _read_request(name: str) -> bytes:
+    if name == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(name).expanduser().read_bytes()
+    except OSError as exc:
+        raise RecError(f"{name}: {exc.strerror or exc}") from None
+
+
+async def _why(args: argparse.Namespace, console: Console) -> int:
+    if args.db and args.folder:
+        raise RecError("give --db or --recordings, not both")
+    data = _read_request(args.request)
+    method, path, headers, content = parse_request(data, args.method, args.path)
+    settings: Mapping[str, Any] = {}
+    if args.folder:
+        settings = folder_format.read_manifest(Path(args.folder)).get("settings", {})
+    options = _options(args, settings)
+    trace = explain(method, path, headers, content, options)
+    interactions = await _load_all(args)
+    rekey(interactions, options)  # as a replay does at load: today's rules, not the stored keys
+    in_scope = [i for i in interactions if i.scope == args.scope]
+    near = nearest(in_scope, args.scope, trace.key, max(1, args.limit))
+    found = any(n.same_key for n in near)
+    key = trace.key
+    # A request sent without its scope (or with another) is the commonest miss: say so.
+    elsewhere = sorted({i.scope for i in interactions if i.key == key.key} - {args.scope})
+    if args.json:
+        document = {
+            "key": key.key,
+            "key_version": key.version,
+            "method": key.method,
+            "route": key.route,
+            "model": key.model,
+            "stream": key.stream,
+            "profile": options.profile,
+            "redacted": trace.redacted,
+            "dropped": trace.dropped,
+            "ignored": trace.ignored,
+            "unmatched_ignores": trace.unmatched_ignores,
+            "placeholders": [list(pair) for pair in trace.placeholders],
+            "canonical": orjson.loads(key.canonical),
+            "scope": args.scope,
+            "recordings_in_scope": len(in_scope),
+            "found": found,
+            "same_key_in_other_scopes": elsewhere,
+            "nearest": [
+                {
+                    "id": n.interaction.id,
+                    "same_key": n.same_key,
+                    "similarity": round(n.ratio, 4),
+                    "source": n.interaction.source,
+                    "diff": [] if n.same_key else canonical_diff(
+                        n.interaction.canonical, key.canonical
+                    ),
+                }
+                for n in near
+            ],
+        }  # fmt: skip
+        sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+        return 0 if found else EXIT_FOUND
+    stream = str(key.stream).lower()
+    rows = [
+        ("request", f"{key.method} {key.route} model={key.model or '-'} stream={stream}"),
+        ("key", f"{key.key} (match key version {key.version}, profile {options.profile})"),
+        ("redacted", ", ".join(trace.redacted) or "nothing"),
+        ("dropped", ", ".join(trace.dropped) + f" (profile {options.profile})"
+         if trace.dropped else "nothing"),
+        ("ignored", ", ".join(trace.ignored) or "nothing"),
+    ]  # fmt: skip
+    if trace.unmatched_ignores:
+        rows.append(("no match", ", ".join(trace.unmatched_ignores) + " (ignore paths)"))
+    rows.append(
+        ("volatile", "; ".join(f"{value} → {ph}" for value, ph in trace.placeholders) or "none")
+    )
+    for name, value in rows:
+        console.print(f"[bold]{name:>9}[/]  {value}", markup=True)
+    console.print("[bold]canonical[/]", markup=True)
+    console.print(key.canonical, markup=False)
+    console.print(
+        f"[bold]nearest[/] in scope {args.scope!r} ({len(in_scope)} recording(s)):", markup=True
+    )
+    if not near:
+        console.print("  none")
+    for n in near:
+        i = n.interaction
+        mark = "[green]✓ same key[/]" if n.same_key else f"similarity {n.ratio:.3f}"
+        where = f" {i.source}" if i.source and i.source != "db" else ""
+        console.print(
+            f"  {i.id} {i.method} {i.route} model={i.model or '-'}: {mark}{where}",
+            markup=True,
+            soft_wrap=True,
+        )
+        if not n.same_key:
+            for line in canonical_diff(i.canonical, key.canonical):
+                style = "red" if line.startswith("-") else "green" if line.startswith("+") else ""
+                text = f"    {line}"
+                console.print(f"[{style}]{text}[/]" if style else text, markup=bool(style))
+    if elsewhere:
+        console.print(
+            f"[yellow]same key in other scope(s):[/] {', '.join(elsewhere)}",
+            markup=True,
+            soft_wrap=True,
+        )
+    return 0 if found else EXIT_FOUND
+
+
+def _read_folder_any_version(folder: Path) -> tuple[dict[str, Any], list[Interaction]]:
+    """A folder's manifest and interactions whatever match key version wrote them (the one
+    reader that does not refuse an old key version: ``migrate`` is how it is brought up)."""
+    path = folder / folder_format.MANIFEST
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise RecError(f"{folder}: no {folder_format.MANIFEST} (not a recordings folder)") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise RecError(f"{path}: {exc}") from None
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format_version") != folder_format.FORMAT_VERSION
+    ):
+        raise RecError(
+            f"{path}: not a recordings manifest of format {folder_format.FORMAT_VERSION}"
+        )
+    interactions = []
+    for order, name in enumerate(manifest.get("interactions", [])):
+        file = folder / name
+        try:
+            interaction = folder_format.interaction_from_json(
+                orjson.loads(file.read_bytes()), order
+            )
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise RecError(f"{file}: {exc}") from None
+        interaction.source = str(file)
+        interactions.append(interaction)
+    return manifest, interactions
+
+
+async def _migrate(args: argparse.Namespace, console: Console) -> int:
+    if args.folder:
+        folder = Path(args.folder)
+        manifest, interactions = _read_folder_any_version(folder)
+        options = _options(args, manifest.get("settings", {}))
+        changed = rekey(_progress(interactions, "re-keying"), options)
+        old_version = manifest.get("match_key_version")
+        if (
+            changed
+            or old_version != MATCH_KEY_VERSION
+            or _settings(options) != manifest.get("settings")
+        ):
+            folder_format.write_folder(folder, interactions, _settings(options))
+        where = str(folder)
+    else:
+        options = _options(args, {})
+        _must_exist(args.db)
+        store = await _open(args.db, write=True, appliers={RekeyRecording: apply_rekey})
+        try:
+            interactions = await store.load_recordings()
+            changed = rekey(_progress(interactions, "re-keying"), options)
+            for interaction in changed:
+                store.submit(
+                    RekeyRecording(
+                        interaction.id,
+                        interaction.key,
+                        interaction.key_version,
+                        interaction.canonical,
+                    )
+                )
+            await store.flush()
+            failed = store.stats().failed
+        finally:
+            await store.close()
+        if failed:
+            raise RecError(f"{store.path}: {failed} key update(s) failed (see above)")
+        where = str(store.path)
+    console.print(
+        f"re-keyed {len(changed)} of {len(interactions)} recording(s) in {where} "
+        f"(match key version {MATCH_KEY_VERSION}, profile {options.profile}"
+        + (f", ignoring {', '.join(options.ignore)})" if options.ignore else ")"),
+        soft_wrap=True,
+    )
+    return 0
+
+
+def _settings(options: KeyOptions) -> dict[str, Any]:
+    return {"profile": options.profile, "ignore": list(options.ignore)}
+
+
 _HANDLERS = {
     "ls": _ls,
     "show": _show,
@@ -448,6 +779,8 @@ _HANDLERS = {
     "export": _export,
     "import": _import,
     "verify": _verify,
+    "why": _why,
+    "migrate": _migrate,
     "check-secrets": _check_secrets,
     "prune": _prune,
 }

@@ -1,7 +1,7 @@
 """``llmitm run``: mitmdump with llmitm's addons, alone or around a command.
 
     llmitm run [--config FILE] [--base-url] [mitmdump options …] [-- COMMAND …]
-    llmitm run --replay DIR [--fail-on-unused] [--report FILE] … -- COMMAND …
+    llmitm run --replay DIR [--fail-on-unused] [--report FILE] [--junit FILE] … -- COMMAND …
     llmitm run --record DIR … [-- COMMAND …]
 
 Alone it is mitmdump in this process, listening on 127.0.0.1:8080 in regular mode unless the
@@ -12,7 +12,8 @@ proxy and exits with the command's status. ``--replay DIR`` serves the recording
 never goes upstream; with a command, any miss (and, with ``--fail-on-unused``, any recording
 never served) makes the exit status non-zero even when the command passed, and the JSON
 report is written to ``--report`` (default ``DIR/../replay-report.json`` is not assumed:
-without ``--report`` it is only summarised on stderr). ``--record DIR`` writes the folder.
+without ``--report`` it is only summarised on stderr); ``--junit FILE`` writes it as JUnit
+XML too, one testcase per scope (``replay.junit``). ``--record DIR`` writes the folder.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class RunArgs:
     record: str | None = None
     fail_on_unused: bool = False
     report: str | None = None
+    junit: str | None = None
 
 
 # Options of llmitm run that take a value, and what to call that value in an error.
@@ -59,6 +61,7 @@ _VALUED = {
     "--replay": ("replay", "a recordings folder"),
     "--record": ("record", "a recordings folder"),
     "--report": ("report", "a file"),
+    "--junit": ("junit", "a file"),
 }
 
 
@@ -99,8 +102,8 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
         index += 1
     if args.replay and args.record:
         raise RunUsageError("--replay and --record exclude each other")
-    if (args.fail_on_unused or args.report) and not args.replay:
-        raise RunUsageError("--fail-on-unused and --report go with --replay")
+    if (args.fail_on_unused or args.report or args.junit) and not args.replay:
+        raise RunUsageError("--fail-on-unused, --report and --junit go with --replay")
     return args
 
 
@@ -178,7 +181,13 @@ def run(argv: Sequence[str]) -> int:
     if not args.command:
         from llmitm.addons.entry import run_mitmdump
 
-        return run_mitmdump(mitmdump_argv(args, report=args.report))
+        if not args.junit:
+            return run_mitmdump(mitmdump_argv(args, report=args.report))
+        with tempfile.TemporaryDirectory(prefix="llmitm-run-") as scratch:
+            report = args.report or str(Path(scratch) / "replay-report.json")
+            status = run_mitmdump(mitmdump_argv(args, report=report))
+            write_junit(args, Path(report))
+            return status
     return _run_command(args)
 
 
@@ -214,7 +223,33 @@ def _run_command(args: RunArgs) -> int:
             _stop(proxy)
         if report is None:
             return status
-        return replay_verdict(Path(report), status, fail_on_unused=args.fail_on_unused)
+        verdict = replay_verdict(Path(report), status, fail_on_unused=args.fail_on_unused)
+        write_junit(args, Path(report))
+        return verdict
+
+
+def write_junit(args: RunArgs, report: Path) -> None:
+    """The replay report as JUnit XML at ``--junit`` (nothing without it, or without a
+    report: the proxy failed to start, which the exit status already says)."""
+    if not args.junit or not args.replay or not report.is_file():
+        return
+    from llmitm.replay import folder as folder_format
+    from llmitm.replay.junit import junit_xml
+
+    scopes: dict[str, int] = {}
+    scope_of: dict[str, str] = {}
+    try:
+        for interaction in folder_format.read_folder(Path(args.replay)):
+            scopes[interaction.scope] = scopes.get(interaction.scope, 0) + 1
+            scope_of[interaction.id] = interaction.scope
+    except folder_format.FolderError as exc:
+        print(f"llmitm run: {exc}", file=sys.stderr)  # the report still lists the problems
+    document = orjson.loads(report.read_bytes())
+    data = junit_xml(document, scopes, scope_of, fail_on_unused=args.fail_on_unused)
+    try:
+        Path(args.junit).write_bytes(data)
+    except OSError as exc:
+        print(f"llmitm run: cannot write {args.junit}: {exc.strerror}", file=sys.stderr)
 
 
 def replay_verdict(report: Path, status: int, *, fail_on_unused: bool) -> int:

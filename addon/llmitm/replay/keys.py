@@ -195,16 +195,30 @@ def _placeholders(value: Any, pattern: re.Pattern[str], numbering: _Numbering) -
     return value
 
 
-def canonical_body(body: Any, options: KeyOptions) -> Any:
-    """The redacted body reduced to what identifies the request under ``options``."""
+def _reduced(body: Any, options: KeyOptions) -> Any:
+    """The redacted body without the profile's dropped fields and the ignore paths."""
     body = redact_json(body)
     if isinstance(body, dict):
         drop = DROPPED_FIELDS[options.profile]
         body = {k: v for k, v in body.items() if k not in drop}
     for path in options.ignore:
         body = _drop_path(body, [part for part in path.split(".") if part])
+    return body
+
+
+def canonical_body(body: Any, options: KeyOptions) -> Any:
+    """The redacted body reduced to what identifies the request under ``options``."""
     pattern = _VOLATILE_STRICT if options.profile == "strict" else _VOLATILE
-    return _placeholders(body, pattern, _Numbering())
+    return _placeholders(_reduced(body, options), pattern, _Numbering())
+
+
+def volatile_values(body: Any, options: KeyOptions) -> list[tuple[str, str]]:
+    """``(value, placeholder)`` for each volatile value :func:`canonical_body` replaces, in
+    numbering order (``llmitm rec why`` shows them)."""
+    pattern = _VOLATILE_STRICT if options.profile == "strict" else _VOLATILE
+    numbering = _Numbering()
+    _placeholders(_reduced(body, options), pattern, numbering)
+    return [(value, f"<{kind}:{number}>") for (kind, value), number in numbering.seen.items()]
 
 
 def match_key(

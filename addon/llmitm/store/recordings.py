@@ -53,3 +53,15 @@ class ReplayMissRecord:
     canonical: str
     closest_id: str | None
     closest_canonical: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RekeyRecording:
+    """A stored recording's key recomputed under today's rules (``rec migrate``)."""
+
+    kind: ClassVar[str] = "recording-rekey"
+
+    id: str
+    key: str
+    key_version: int
+    canonical: str

@@ -31,6 +31,7 @@ from llmitm.store.recordings import (
     DeleteScope,
     PruneRecordings,
     RecordingWrite,
+    RekeyRecording,
     ReplayMissRecord,
 )
 
@@ -164,6 +165,15 @@ async def apply_delete_scope(db: aiosqlite.Connection, writes: Sequence[DeleteSc
 async def apply_prune(db: aiosqlite.Connection, writes: Sequence[PruneRecordings]) -> None:
     for write in writes:
         await _delete_where(db, "started_us < ?", (write.before_us,))
+
+
+async def apply_rekey(db: aiosqlite.Connection, writes: Sequence[RekeyRecording]) -> None:
+    """New keys for stored recordings; the legs stay as they are (``rec migrate``)."""
+    await db.executemany(
+        "UPDATE rec_interactions SET match_key = ?, match_key_version = ?, canonical = ? "
+        "WHERE id = ?",
+        [(w.key, w.key_version, w.canonical, w.id) for w in writes],
+    )
 
 
 async def apply_misses(db: aiosqlite.Connection, writes: Sequence[ReplayMissRecord]) -> None:
