@@ -22,6 +22,7 @@ from llmitm.replay import folder as folder_format
 from llmitm.replay.keys import KeyOptions
 from llmitm.replay.rekey import request_key
 from llmitm.replay.why import explain, parse_request
+from llmitm.store import blob_codec
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDINGS = ROOT / "recordings"
@@ -333,3 +334,22 @@ def test_check_secrets_reads_a_database_value_by_value(tmp_path: Path, capsys) -
         connection.execute("UPDATE rec_interactions SET error = ?", (f"leaked {PLANTED}",))
     status, out, _ = run_main(["rec", "check-secrets", str(db)], capsys)
     assert status == 1 and "entropy ghp_R8" in out and PLANTED not in out
+
+
+def test_check_secrets_opens_compressed_bodies(tmp_path: Path, capsys) -> None:
+    """Recorded bodies are stored zstd-compressed, where the raw scan cannot see them."""
+    db = tmp_path / "x.db"
+    assert main(["rec", "import", str(RECORDINGS), "--db", str(db)]) == 0
+    capsys.readouterr()
+    key = "sk-proj-" + "Q7b" * 12
+    body = b"data: " + b'{"delta":"x"}\n\n' * 200 + f'{{"delta":"{key}"}}\n\n'.encode()
+    codec, stored = blob_codec.encode(body)
+    assert codec == blob_codec.ZSTD and key.encode() not in stored
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "UPDATE rec_blobs SET codec = ?, data = ?, size = ? "
+            "WHERE sha256 = (SELECT max(sha256) FROM rec_blobs)",
+            (codec, stored, len(body)),
+        )
+    status, out, _ = run_main(["rec", "check-secrets", str(db)], capsys)
+    assert status == 1 and "sk-pro" in out and key not in out

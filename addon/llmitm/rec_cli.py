@@ -45,7 +45,7 @@ from llmitm.replay.pool import GLOBAL_SCOPE, canonical_diff
 from llmitm.replay.rekey import rekey, request_key
 from llmitm.replay.scan import Finding, scan_patterns, scan_text
 from llmitm.replay.why import RequestError, explain, nearest, parse_request
-from llmitm.store import SchemaTooNew, SqliteStore, default_store_path
+from llmitm.store import SchemaTooNew, SqliteStore, blob_codec, default_store_path
 from llmitm.store.recordings import DeleteScope, PruneRecordings, RecordingWrite, RekeyRecording
 from llmitm.store.sqlite import SqliteApplier
 from llmitm.store.sqlite_recordings import apply_rekey
@@ -482,10 +482,13 @@ def _refuse_secrets(blobs: Iterable[tuple[str, bytes]]) -> None:
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-def _sqlite_values(file: Path) -> Iterator[str]:
-    """Every text or blob value of every table of a SQLite file, read-only."""
+def _sqlite_values(file: Path) -> Iterator[tuple[str, bool]]:
+    """Every text or blob value of every table of a SQLite file, read-only, and whether it
+    was compressed (recorded bodies are: store.blob_codec) — its bytes then hid it from the
+    raw scan."""
     connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
     try:
         tables = [row[0] for row in connection.execute(
@@ -495,11 +498,22 @@ def _sqlite_values(file: Path) -> Iterator[str]:
             for row in connection.execute(f'SELECT * FROM "{table.replace(chr(34), "")}"'):
                 for value in row:
                     if isinstance(value, str):
-                        yield value
+                        yield value, False
                     elif isinstance(value, bytes):
-                        yield value.decode("utf-8", "replace")
+                        plain = _uncompressed(value)
+                        yield (plain or value).decode("utf-8", "replace"), plain is not None
     finally:
         connection.close()
+
+
+def _uncompressed(value: bytes) -> bytes | None:
+    """A zstd frame's content (how the store keeps bodies), else ``None``."""
+    if not value.startswith(_ZSTD_MAGIC):
+        return None
+    try:
+        return blob_codec.decode(blob_codec.ZSTD, value)
+    except Exception:
+        return None  # not a frame after all: the raw scan judged its bytes
 
 
 def _scan_file(file: Path) -> list[Finding]:
@@ -513,8 +527,8 @@ def _scan_file(file: Path) -> list[Finding]:
     found = scan_patterns(text)
     if data.startswith(_SQLITE_MAGIC):
         try:
-            for value in _sqlite_values(file):
-                found += [f for f in scan_text(value) if f.kind == "entropy"]
+            for value, compressed in _sqlite_values(file):
+                found += [f for f in scan_text(value) if compressed or f.kind == "entropy"]
         except sqlite3.Error:
             return scan_text(text)  # unreadable as a database: judge the bytes as they are
     return found

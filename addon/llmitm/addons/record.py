@@ -35,7 +35,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 from mitmproxy import ctx, exceptions, http
@@ -67,6 +66,7 @@ from llmitm.replay.redact import (
     redact_headers,
     redact_url,
 )
+from llmitm.replay.rekey import rekey
 from llmitm.replay.serve import Answer, from_upstream, miss_error, verbatim
 from llmitm.replay.timing import Timing, parse_timing
 from llmitm.store import SqliteStore
@@ -530,23 +530,6 @@ class LlmRecorder:
         self.store.submit(RecordingWrite(interaction))
         if ctx.options.llmitm_recordings:
             self.recorded.append(interaction)
-
-
-def rekey(interactions: list[Interaction], options: KeyOptions) -> None:
-    """Key recordings by today's rules (profile, ignore paths): the redacted client request is
-    stored, so a key is recomputed exactly, and an ignore path added after recording — or a
-    new key version — applies to old recordings without re-recording them."""
-    for interaction in interactions:
-        request = interaction.legs.get("client_req")
-        if request is None or not request.method:
-            continue
-        parts = urlsplit(request.url)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        key = match_key(
-            request.method, path, request.headers, request.content, options, parts.hostname or ""
-        )
-        interaction.key, interaction.canonical = key.key, key.canonical
-        interaction.key_version = key.version
 
 
 def _no_network(url: str) -> tuple[int, list[tuple[str, str]], bytes]:

@@ -3,8 +3,8 @@
 
 The redacted client request is stored with every recording, so a key is recomputed exactly:
 an ignore path added after recording, another profile, or a new :data:`MATCH_KEY_VERSION`
-applies to old recordings without re-recording them. The replay addon does the same at load
-time (``addons.record.rekey``); this is the pure form the CLI uses.
+applies to old recordings without re-recording them. The replay addon re-keys what it loads
+with it, and the CLI's ``migrate``, ``verify`` and ``why`` use it.
 """
 
 from __future__ import annotations
