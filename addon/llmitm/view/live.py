@@ -129,16 +129,16 @@ class StreamWatch:
         if len(times) < count:
             fallback = now if now is not None else (times[-1] if times else self.last_chunk)
             times += [fallback or 0.0] * (count - len(times))
-        if not self.full and self.first_token is not None and pending[-1]:
-            # Nothing to parse (past the first token, no panel, not the end): the batch in C.
-            self.behind = True
-            self.chunks += count
-            self.bytes_in += sum(map(len, pending))
-            self.events += b"".join(pending).count(b"\n\n")
-            self.recent.extend(pending[-TAIL_CHUNKS:])
-            self.last_chunk = times[-1]
-            return
-        for at, data in zip(times, pending, strict=True):
+        start = 0
+        if self.full or self.first_token is None:
+            start = self._take(times, pending)  # up to the first token, or all of a panel's
+        if start < count:
+            self._skim(times[start:], pending[start:])
+
+    def _take(self, times: list[float], pending: list[bytes]) -> int:
+        """Parse chunk by chunk; stop after the one with the first token when no panel shows
+        the stream. Returns how many chunks were taken."""
+        for index, (at, data) in enumerate(zip(times, pending, strict=True)):
             self.chunks += 1
             if not data:  # the end of the body
                 self.ended = at
@@ -152,12 +152,27 @@ class StreamWatch:
             self.bytes_in += len(data)
             self.events += data.count(b"\n\n")
             self.recent.append(data)
-            if self.full or self.first_token is None:
-                self._parse(self._decoder.feed(data), at)
-                if not self.full and self.first_token is not None:
-                    self.behind = True  # the rest of that chunk went unparsed
-            else:
-                self.behind = True
+            self._parse(self._decoder.feed(data), at)
+            if not self.full and self.first_token is not None:
+                self.behind = True  # the rest of that chunk went unparsed
+                return index + 1
+        return len(pending)
+
+    def _skim(self, times: list[float], pending: list[bytes]) -> None:
+        """Count chunks nobody sees without parsing them — the whole batch in C — and keep the
+        last ones for ``promote`` and ``finish``."""
+        self.behind = True
+        if not pending[-1]:  # the end of the body
+            self.ended = times[-1]
+            self.chunks += 1
+            times, pending = times[:-1], pending[:-1]
+            if not pending:
+                return
+        self.chunks += len(pending)
+        self.bytes_in += sum(map(len, pending))
+        self.events += b"".join(pending).count(b"\n\n")
+        self.recent.extend(pending[-TAIL_CHUNKS:])
+        self.last_chunk = times[-1]
 
     def promote(self, now: float | None = None) -> None:
         """Assemble every chunk from now on, starting from the last ones kept."""
