@@ -2,6 +2,7 @@
 
     recordings/manifest.json
     recordings/<scope-slug>-<sha1(scope)[:8]>/0000-chat.completions-4a77c0e1.json
+    recordings/_blobs/<sha256>.json
 
 Files are sorted-key JSON with a two-space indent and a trailing newline; names depend only
 on the scope, the interaction's position in its scope and its key, so an unchanged re-record
@@ -9,7 +10,18 @@ rewrites identical files. JSON bodies are embedded as values (diffs stay line-wi
 text as ``text``, anything else as ``base64``; a stream is a list of ``{"t_ms", "raw"}``
 pieces (``b64`` instead of ``raw`` for a piece that is not UTF-8 on its own). Volatile
 response headers (dates, request ids, rate-limit resets) are left out of files. Pure
-conversion functions plus :func:`write_folder` / :func:`read_folder`.
+conversion functions plus :func:`write_folder` / :func:`read_folder`, and
+:func:`folder_problems` for ``rec verify``.
+
+Format 2 (format 1 folders still read: they have no blobs and exact times):
+
+- **Blobs.** A JSON value of an interaction file (a long system prompt, a tool list, a whole
+  body or leg) whose compact JSON is over 16 KB and that occurs more than once in the folder
+  is stored once, as ``_blobs/<sha256 of its compact JSON>.json``, and replaced where it
+  occurs by ``{"$blob": "<sha256>"}``; readers put it back before anything else.
+- **Timing.** ``coarse`` (default) rounds chunk offsets, time to first byte and duration to
+  10 ms, ``exact`` keeps microseconds, ``none`` writes zeros: a re-record of the same calls
+  then rewrites the same bytes. The manifest says which.
 """
 
 from __future__ import annotations
@@ -17,7 +29,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +41,14 @@ from llmitm.replay.keys import MATCH_KEY_VERSION
 from llmitm.replay.model import LEGS, Interaction, Message
 from llmitm.replay.redact import REDACTION_VERSION
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_FORMATS = frozenset({1, 2})
 MANIFEST = "manifest.json"
+BLOBS = "_blobs"
+BLOB_KEY = "$blob"
+BLOB_MIN_BYTES = 16 * 1024
+TIMINGS = ("coarse", "exact", "none")
+COARSE_US = 10_000
 VOLATILE_HEADERS = frozenset(
     {
         "date",
@@ -113,7 +132,19 @@ def decode_body(value: dict[str, Any]) -> bytes:
     return str(value.get("text", "")).encode()
 
 
-def message_to_json(message: Message) -> dict[str, Any]:
+def export_ms(t_us: int, timing: str = "exact") -> float | int:
+    """A time in a file, in milliseconds: to the microsecond (``exact``), to 10 ms
+    (``coarse``: what a reviewed diff can bear) or 0 (``none``)."""
+    if timing == "coarse":
+        return round(t_us / COARSE_US) * (COARSE_US // 1000)
+    if timing == "none":
+        return 0
+    if timing != "exact":
+        raise ValueError(f"export timing {timing!r}: one of {', '.join(TIMINGS)}")
+    return round(t_us / 1000, 3)
+
+
+def message_to_json(message: Message, timing: str = "exact") -> dict[str, Any]:
     out: dict[str, Any] = {"headers": _stable_headers(message.headers, bool(message.method))}
     if message.method:
         out["method"] = message.method
@@ -123,12 +154,11 @@ def message_to_json(message: Message) -> dict[str, Any]:
     if message.chunks is not None:
         chunks = []
         for t_us, data in message.chunks:
+            t_ms = export_ms(t_us, timing)
             try:
-                chunks.append({"t_ms": round(t_us / 1000, 3), "raw": data.decode("utf-8")})
+                chunks.append({"t_ms": t_ms, "raw": data.decode("utf-8")})
             except UnicodeDecodeError:
-                chunks.append(
-                    {"t_ms": round(t_us / 1000, 3), "b64": base64.b64encode(data).decode()}
-                )
+                chunks.append({"t_ms": t_ms, "b64": base64.b64encode(data).decode()})
         out["chunks"] = chunks
     else:
         out["body"] = encode_body(message.content or b"")
@@ -163,7 +193,9 @@ def message_from_json(value: dict[str, Any]) -> Message:
     return message
 
 
-def interaction_to_json(interaction: Interaction) -> dict[str, Any]:
+def interaction_to_json(interaction: Interaction, timing: str = "exact") -> dict[str, Any]:
+    """An interaction as a file's JSON (``exact`` times unless told: ``rec show`` and secret
+    scans see everything; :func:`write_folder` passes its own)."""
     try:
         canonical: Any = orjson.loads(interaction.canonical)
     except orjson.JSONDecodeError:
@@ -181,9 +213,9 @@ def interaction_to_json(interaction: Interaction) -> dict[str, Any]:
         "status": interaction.status,
         "endpoint": interaction.endpoint,
         "plan": interaction.plan,
-        "ttfb_ms": None if interaction.ttfb_us is None else round(interaction.ttfb_us / 1000, 3),
+        "ttfb_ms": None if interaction.ttfb_us is None else export_ms(interaction.ttfb_us, timing),
         "duration_ms": (
-            None if interaction.duration_us is None else round(interaction.duration_us / 1000, 3)
+            None if interaction.duration_us is None else export_ms(interaction.duration_us, timing)
         ),
         "truncated": interaction.truncated,
         "error": interaction.error,
@@ -194,13 +226,16 @@ def interaction_to_json(interaction: Interaction) -> dict[str, Any]:
     for leg in LEGS:
         message = interaction.legs.get(leg)
         if message is not None:
-            out[leg] = message_to_json(message)
+            out[leg] = message_to_json(message, timing)
     return _sorted(out)
 
 
 def interaction_from_json(value: dict[str, Any], order: int = 0) -> Interaction:
-    if value.get("format") != FORMAT_VERSION:
-        raise FolderError(f"format {value.get('format')!r}, this llmitm reads {FORMAT_VERSION}")
+    if value.get("format") not in READABLE_FORMATS:
+        raise FolderError(
+            f"format {value.get('format')!r}, this llmitm reads {_readable()} (and writes "
+            f"{FORMAT_VERSION})"
+        )
     canonical = value.get("request_canonical")
     canonical_text = (
         orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode()
@@ -257,28 +292,166 @@ def _sorted(value: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(value.items()))
 
 
+def share_blobs(
+    files: list[dict[str, Any]], min_bytes: int = BLOB_MIN_BYTES
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Files with every value over ``min_bytes`` (compact JSON) that occurs more than once
+    across them replaced by a ``{"$blob": sha256}`` reference, and the blobs by hash.
+
+    Innermost first: a shared system prompt becomes one blob even where the messages around
+    it differ (or only their key order, as in a body and its canonical form); a container is
+    a blob of its own only if it is still over ``min_bytes`` with its shared parts replaced
+    (a long tool list), and may then refer to other blobs."""
+    counts: Counter[bytes] = Counter()
+
+    def big(node: Any) -> bytes | None:
+        if not isinstance(node, (str, list, dict)):
+            return None
+        data = orjson.dumps(node)
+        return data if len(data) > min_bytes else None
+
+    def count(node: Any) -> None:
+        # A value is never smaller than one inside it: below the threshold, stop looking.
+        data = big(node)
+        if data is None:
+            return
+        counts[hashlib.sha256(data).digest()] += 1
+        for child in _children(node):
+            count(child)
+
+    def replace(node: Any, blobs: dict[str, Any]) -> Any:
+        # Equal values are replaced alike, so a value's count is also its replaced form's.
+        data = big(node)
+        if data is None:
+            return node
+        shared = counts[hashlib.sha256(data).digest()] > 1
+        if isinstance(node, dict):
+            node = {key: replace(value, blobs) for key, value in node.items()}
+        elif isinstance(node, list):
+            node = [replace(value, blobs) for value in node]
+        if not shared:
+            return node
+        data = orjson.dumps(node)
+        if len(data) <= min_bytes:
+            return node
+        digest = hashlib.sha256(data).hexdigest()
+        blobs[digest] = node
+        return {BLOB_KEY: digest}
+
+    for file in files:
+        for value in file.values():  # the file itself is never a blob
+            count(value)
+    blobs: dict[str, Any] = {}
+    out = [{key: replace(value, blobs) for key, value in file.items()} for file in files]
+    return out, blobs
+
+
+def _children(node: Any) -> Iterable[Any]:
+    if isinstance(node, dict):
+        return node.values()
+    if isinstance(node, list):
+        return node
+    return ()
+
+
+def _blob_ref(node: Any) -> str | None:
+    if isinstance(node, dict) and len(node) == 1 and isinstance(node.get(BLOB_KEY), str):
+        return node[BLOB_KEY]
+    return None
+
+
+def blob_refs(node: Any) -> set[str]:
+    """The blob hashes a file's JSON refers to."""
+    ref = _blob_ref(node)
+    if ref is not None:
+        return {ref}
+    found: set[str] = set()
+    for child in _children(node):
+        found |= blob_refs(child)
+    return found
+
+
+def resolve_blobs(node: Any, load: Callable[[str], Any]) -> Any:
+    """``node`` with every blob reference replaced by the blob (``load`` reads one)."""
+    ref = _blob_ref(node)
+    if ref is not None:
+        return load(ref)
+    if isinstance(node, dict):
+        return {key: resolve_blobs(value, load) for key, value in node.items()}
+    if isinstance(node, list):
+        return [resolve_blobs(value, load) for value in node]
+    return node
+
+
+def blob_path(folder: Path, digest: str) -> Path:
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise FolderError(f"blob reference {digest!r} is not a sha256")
+    return folder / BLOBS / f"{digest}.json"
+
+
+def _blob_loader(folder: Path) -> Callable[[str], Any]:
+    cache: dict[str, Any] = {}
+    loading: set[str] = set()
+
+    def load(digest: str) -> Any:
+        if digest not in cache:
+            path = blob_path(folder, digest)
+            if digest in loading:
+                raise FolderError(f"{path}: refers to itself")
+            loading.add(digest)
+            try:
+                # A blob may refer to others (a tool list in a shared body): never to itself.
+                cache[digest] = resolve_blobs(orjson.loads(path.read_bytes()), load)
+            except FileNotFoundError:
+                raise FolderError(f"{path}: missing blob") from None
+            except orjson.JSONDecodeError as exc:
+                raise FolderError(f"{path}: not JSON ({exc})") from None
+            finally:
+                loading.discard(digest)
+        return cache[digest]
+
+    return load
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    # Unchanged files keep their modification time: tools that watch the folder see no churn.
+    if not path.is_file() or path.read_bytes() != data:
+        path.write_bytes(data)
+
+
 def write_folder(
-    folder: Path, interactions: Iterable[Interaction], settings: dict[str, Any] | None = None
+    folder: Path,
+    interactions: Iterable[Interaction],
+    settings: dict[str, Any] | None = None,
+    timing: str = "coarse",
 ) -> list[Path]:
     """Write ``interactions`` as the whole content of ``folder`` (files of earlier runs that
-    are not rewritten are removed); return the files written."""
+    are not rewritten are removed, blobs no file refers to too); return the interaction files
+    written. ``timing``: ``coarse`` (10 ms), ``exact`` or ``none`` (see the module doc)."""
+    if timing not in TIMINGS:
+        raise ValueError(f"export timing {timing!r}: one of {', '.join(TIMINGS)}")
     folder.mkdir(parents=True, exist_ok=True)
     by_scope: dict[str, list[Interaction]] = {}
     for interaction in sorted(interactions, key=lambda i: (i.started_us, i.id)):
         by_scope.setdefault(interaction.scope, []).append(interaction)
-    written: list[Path] = []
-    index_entries = []
+    paths: list[Path] = []
+    values: list[dict[str, Any]] = []
     for scope in sorted(by_scope):
         directory = folder / scope_dir(scope)
-        directory.mkdir(exist_ok=True)
         for index, interaction in enumerate(by_scope[scope]):
-            path = directory / file_name(index, interaction)
-            data = dumps_pretty(interaction_to_json(interaction))
-            if not path.is_file() or path.read_bytes() != data:
-                path.write_bytes(data)
-            written.append(path)
-            index_entries.append(str(path.relative_to(folder)))
-    keep = set(written)
+            paths.append(directory / file_name(index, interaction))
+            values.append(interaction_to_json(interaction, timing))
+    values, blobs = share_blobs(values)
+    for path, value in zip(paths, values, strict=True):
+        path.parent.mkdir(exist_ok=True)
+        _write_if_changed(path, dumps_pretty(value))
+    blob_files = []
+    if blobs:
+        (folder / BLOBS).mkdir(exist_ok=True)
+    for digest in sorted(blobs):
+        blob_files.append(blob_path(folder, digest))
+        _write_if_changed(blob_files[-1], dumps_pretty(blobs[digest]))
+    keep = {*paths, *blob_files}
     for stale in folder.glob("*/*.json"):
         if stale not in keep:
             stale.unlink()
@@ -291,10 +464,15 @@ def write_folder(
         "redaction_version": REDACTION_VERSION,
         "llmitm_version": __version__,
         "settings": settings or {},
-        "interactions": index_entries,
+        "timing": timing,
+        "interactions": [str(path.relative_to(folder)) for path in paths],
     }
-    (folder / MANIFEST).write_bytes(dumps_pretty(_sorted(manifest)))
-    return written
+    _write_if_changed(folder / MANIFEST, dumps_pretty(_sorted(manifest)))
+    return paths
+
+
+def _readable() -> str:
+    return " and ".join(str(v) for v in sorted(READABLE_FORMATS))
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -305,10 +483,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         manifest = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise FolderError(f"{path}: not JSON ({exc})") from None
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in READABLE_FORMATS:
         raise FolderError(
             f"{path}: format_version {manifest.get('format_version')!r}; this llmitm reads "
-            f"{FORMAT_VERSION}"
+            f"{_readable()}"
         )
     if manifest.get("match_key_version") != MATCH_KEY_VERSION:
         raise FolderError(
@@ -322,17 +500,97 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 def read_folder(folder: Path) -> list[Interaction]:
     """Every interaction of a recordings folder, in scope and file order."""
     manifest = read_manifest(folder)
+    load = _blob_loader(folder)
     interactions = []
     for order, name in enumerate(manifest.get("interactions", [])):
         path = folder / name
         try:
             value = orjson.loads(path.read_bytes())
+            if value.get("format", 1) >= 2:  # format 1 had no blobs: take its values as they are
+                value = resolve_blobs(value, load)
             interaction = interaction_from_json(value, order)
             interaction.source = str(path)
             interactions.append(interaction)
+        except FolderError as exc:
+            raise FolderError(f"{path}: {exc}") from None
         except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise FolderError(f"{path}: {exc}") from None
     return interactions
+
+
+def folder_problems(folder: Path) -> list[str]:
+    """What is wrong with a recordings folder, one line each (empty: nothing): an unreadable
+    manifest, listed files that are missing or broken, interaction files the manifest does not
+    list, blobs referred to but missing, blobs no file refers to, blobs whose content does not
+    match their name. For ``rec verify``."""
+    try:
+        manifest = read_manifest(folder)
+    except FolderError as exc:
+        return [str(exc)]
+    problems: list[str] = []
+    listed = [folder / name for name in manifest.get("interactions", [])]
+    referrers: dict[str, list[str]] = {}
+    load = _blob_loader(folder)
+    for path in listed:
+        name = str(path.relative_to(folder))
+        try:
+            value = orjson.loads(path.read_bytes())
+        except FileNotFoundError:
+            problems.append(f"{name}: listed in {MANIFEST} but missing")
+            continue
+        except orjson.JSONDecodeError as exc:
+            problems.append(f"{name}: not JSON ({exc})")
+            continue
+        refs = blob_refs(value)
+        for digest in refs:
+            referrers.setdefault(digest, []).append(name)
+        try:
+            for digest in refs:
+                load(digest)  # missing and broken blobs are reported below, once each
+            interaction_from_json(resolve_blobs(value, load) if refs else value)
+        except FolderError:
+            pass
+        except (KeyError, TypeError, ValueError) as exc:
+            problems.append(f"{name}: {exc}")
+    on_disk = {p for p in folder.glob("*/*.json") if p.parent.name != BLOBS}
+    problems += [
+        f"{p.relative_to(folder)}: not listed in {MANIFEST}" for p in sorted(on_disk - set(listed))
+    ]
+    blobs_on_disk = {p.stem: p for p in (folder / BLOBS).glob("*.json")}
+    # Blobs that blobs refer to are in use too: follow references from the files down.
+    contents: dict[str, Any] = {}
+    pending = sorted(referrers)
+    while pending:
+        digest = pending.pop()
+        path = blobs_on_disk.get(digest)
+        if path is None or digest in contents:
+            continue
+        try:
+            contents[digest] = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            contents[digest] = None
+            problems.append(f"{path.relative_to(folder)}: not JSON ({exc})")
+            continue
+        for inner in blob_refs(contents[digest]):
+            referrers.setdefault(inner, []).append(str(path.relative_to(folder)))
+            pending.append(inner)
+    for digest in sorted(referrers):
+        path = folder / BLOBS / f"{digest}.json"
+        if digest not in blobs_on_disk:
+            problems.append(
+                f"{path.relative_to(folder)}: missing (referred to by "
+                f"{', '.join(sorted(set(referrers[digest])))})"
+            )
+    for digest, path in sorted(blobs_on_disk.items()):
+        where = path.relative_to(folder)
+        if digest not in referrers:
+            problems.append(f"{where}: orphan blob (no interaction file refers to it)")
+        elif (
+            contents.get(digest) is not None
+            and hashlib.sha256(orjson.dumps(contents[digest])).hexdigest() != digest
+        ):
+            problems.append(f"{where}: content does not match its name (edited by hand?)")
+    return problems
 
 
 def folder_path_of(folder: Path, interaction: Interaction, index: int) -> str:
