@@ -323,7 +323,7 @@ def folder(recorded: Recorded) -> Path:
 
 def test_export_writes_a_reviewable_folder_without_secrets(folder: Path) -> None:
     manifest = orjson.loads((folder / "manifest.json").read_bytes())
-    assert manifest["format_version"] == 1 and len(manifest["interactions"]) == len(CALLS)
+    assert manifest["format_version"] == 2 and len(manifest["interactions"]) == len(CALLS)
     first = orjson.loads((folder / manifest["interactions"][0]).read_bytes())
     assert first["client_req"]["body"]["json"]["model"] == "gpt-pass"
     assert first["client_req"]["headers"].count("authorization: Bearer <redacted>") == 1
