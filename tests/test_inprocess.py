@@ -59,3 +59,37 @@ def test_starts_listens_and_stops(tmp_path: Path) -> None:
     finally:
         proxy.stop()
     assert not any(t.name == "llmitm" for t in threading.enumerate())
+
+
+def test_ledger_notes_scope_outcome_and_message() -> None:
+    from mitmproxy.test import tflow
+
+    from llmitm.addons.inprocess import Exchange, ReplayLedger
+
+    noted: list[tuple[str, Exchange]] = []
+    ledger = ReplayLedger(lambda scope, exchange: noted.append((scope, exchange)))
+    miss = tflow.tflow(resp=True)
+    miss.request.path = "/llmitm-scope/t%3A%3Aa/v1/chat/completions"
+    ledger.request(miss)
+    miss.response.status_code = 400  # type: ignore[union-attr]
+    miss.response.headers["x-llmitm-replay"] = "miss"  # type: ignore[union-attr]
+    miss.response.content = b'{"error": {"message": "llmitm replay miss: no recording"}}'  # type: ignore[union-attr]
+    ledger.response(miss)
+    ledger.error(miss)  # already noted: not twice
+    cut = tflow.tflow(resp=True, err=True)
+    cut.request.path = "/v1/responses"
+    cut.request.headers["x-llmitm-scope"] = "t::b"
+    ledger.request(cut)
+    ledger.error(cut)  # a stream cut midway: a response head, then the error
+    unscoped = tflow.tflow(resp=True)
+    ledger.request(unscoped)
+    ledger.response(unscoped)  # no scope: not a test's call
+    assert noted == [
+        (
+            "t::a",
+            Exchange(
+                "miss", "GET", "/v1/chat/completions", 400, "llmitm replay miss: no recording"
+            ),
+        ),
+        ("t::b", Exchange("error", "GET", "/v1/responses", 200, "error")),
+    ]

@@ -33,6 +33,7 @@ THREAD_NAME = "llmitm"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 _SCOPE = "llmitm-inprocess-scope"
+_NOTED = "llmitm-inprocess-noted"
 
 
 class InProcessError(RuntimeError):
@@ -41,8 +42,9 @@ class InProcessError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class Exchange:
-    """One API call a scope made through the proxy: ``outcome`` is ``hit``, ``miss`` or
-    ``upstream`` (forwarded, recorded in a recording mode); ``message`` is the miss's."""
+    """One API call a scope made through the proxy: ``outcome`` is ``hit``, ``miss``,
+    ``upstream`` (forwarded, recorded in a recording mode) or ``error`` (no answer: the
+    upstream failed or the client went away); ``message`` is the miss's or the error's."""
 
     outcome: str
     method: str
@@ -74,7 +76,17 @@ class ReplayLedger:
         scope, method, path = noted
         outcome = response.headers.get("x-llmitm-replay") or "upstream"
         message = _error_message(response.content or b"") if outcome == "miss" else ""
+        flow.metadata[_NOTED] = True
         self.on_exchange(scope, Exchange(outcome, method, path, response.status_code, message))
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        noted = flow.metadata.get(_SCOPE)
+        if noted is None or noted[0] is None or flow.metadata.get(_NOTED):
+            return
+        scope, method, path = noted
+        status = flow.response.status_code if flow.response else 0  # a stream cut midway
+        message = flow.error.msg if flow.error else ""
+        self.on_exchange(scope, Exchange("error", method, path, status, message))
 
 
 def _error_message(body: bytes) -> str:
