@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 from mitmproxy import ctx, http, master, options
-from mitmproxy.addons import default_addons
+from mitmproxy.addons import default_addons, script
 from mitmproxy.addons.errorcheck import ErrorCheck
 
 from llmitm.addons import make_addons
@@ -206,10 +206,13 @@ class InProcessProxy:
         opts = options.Options()
         current = master.Master(opts, event_loop=loop)
         self.master = current
-        current.addons.add(*default_addons())
-        current.addons.add(ErrorCheck())
-        # The ledger first (it reads the scope before the recorder strips it), _Ready last.
-        current.addons.add(ReplayLedger(self.on_exchange), *make_addons(), _Ready(self))
+        # llmitm's addons where mitmdump's script loader would put them (as llmitm run's
+        # master has them, see entry.py), the ledger just before them (it reads the scope
+        # before the recorder strips it from the path); _Ready last.
+        chain = default_addons()
+        after = next(i for i, a in enumerate(chain) if isinstance(a, script.ScriptLoader)) + 1
+        chain[after:after] = [ReplayLedger(self.on_exchange), *make_addons()]
+        current.addons.add(*chain, ErrorCheck(), _Ready(self))
         try:
             opts.update(**self.settings)
         except Exception as exc:  # unknown option (KeyError) or a value configure refused
