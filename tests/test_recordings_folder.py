@@ -197,3 +197,13 @@ def test_format_1_folders_still_read() -> None:
     examples = read_folder(EXAMPLES)
     assert examples and all(i.legs.get("client_resp") for i in examples)
     assert folder_problems(EXAMPLES) == []
+
+
+def test_migrate_reads_blobs_and_format_1(tmp_path: Path) -> None:
+    write_folder(tmp_path / "blobs", suite())
+    shutil.copytree(EXAMPLES, tmp_path / "v1")
+    for folder in (tmp_path / "blobs", tmp_path / "v1"):
+        before = [i.legs["client_req"].body() for i in read_folder(folder)]
+        assert main(["rec", "migrate", str(folder), "--ignore", "messages.*.content"]) == 0
+        assert [i.legs["client_req"].body() for i in read_folder(folder)] == before
+        assert folder_problems(folder) == []

@@ -708,32 +708,11 @@ async def _why(args: argparse.Namespace, console: Console) -> int:
 def _read_folder_any_version(folder: Path) -> tuple[dict[str, Any], list[Interaction]]:
     """A folder's manifest and interactions whatever match key version wrote them (the one
     reader that does not refuse an old key version: ``migrate`` is how it is brought up)."""
-    path = folder / folder_format.MANIFEST
     try:
-        manifest = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise RecError(f"{folder}: no {folder_format.MANIFEST} (not a recordings folder)") from None
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise RecError(f"{path}: {exc}") from None
-    if (
-        not isinstance(manifest, dict)
-        or manifest.get("format_version") != folder_format.FORMAT_VERSION
-    ):
-        raise RecError(
-            f"{path}: not a recordings manifest of format {folder_format.FORMAT_VERSION}"
-        )
-    interactions = []
-    for order, name in enumerate(manifest.get("interactions", [])):
-        file = folder / name
-        try:
-            interaction = folder_format.interaction_from_json(
-                orjson.loads(file.read_bytes()), order
-            )
-        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise RecError(f"{file}: {exc}") from None
-        interaction.source = str(file)
-        interactions.append(interaction)
-    return manifest, interactions
+        manifest = folder_format.read_manifest(folder, any_key_version=True)
+        return manifest, folder_format.read_folder(folder, any_key_version=True)
+    except folder_format.FolderError as exc:
+        raise RecError(str(exc)) from None
 
 
 async def _migrate(args: argparse.Namespace, console: Console) -> int:

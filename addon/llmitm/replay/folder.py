@@ -475,7 +475,9 @@ def _readable() -> str:
     return " and ".join(str(v) for v in sorted(READABLE_FORMATS))
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
+def read_manifest(folder: Path, *, any_key_version: bool = False) -> dict[str, Any]:
+    """The manifest of a folder this llmitm can read; ``any_key_version`` also takes one
+    written under another match key version (``rec migrate`` re-keys it)."""
     path = folder / MANIFEST
     if not path.is_file():
         raise FolderError(f"{folder}: no {MANIFEST} (not a recordings folder)")
@@ -483,12 +485,14 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         manifest = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise FolderError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise FolderError(f"{path}: not a recordings manifest (a JSON object)")
     if manifest.get("format_version") not in READABLE_FORMATS:
         raise FolderError(
             f"{path}: format_version {manifest.get('format_version')!r}; this llmitm reads "
             f"{_readable()}"
         )
-    if manifest.get("match_key_version") != MATCH_KEY_VERSION:
+    if not any_key_version and manifest.get("match_key_version") != MATCH_KEY_VERSION:
         raise FolderError(
             f"{path}: match_key_version {manifest.get('match_key_version')!r}; this llmitm "
             f"computes {MATCH_KEY_VERSION} — re-record, or re-key with `llmitm rec import` "
@@ -497,9 +501,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
-def read_folder(folder: Path) -> list[Interaction]:
-    """Every interaction of a recordings folder, in scope and file order."""
-    manifest = read_manifest(folder)
+def read_folder(folder: Path, *, any_key_version: bool = False) -> list[Interaction]:
+    """Every interaction of a recordings folder, in scope and file order (``any_key_version``:
+    see :func:`read_manifest`)."""
+    manifest = read_manifest(folder, any_key_version=any_key_version)
     load = _blob_loader(folder)
     interactions = []
     for order, name in enumerate(manifest.get("interactions", [])):
