@@ -437,6 +437,14 @@ def start_llmitm(
     return port, process.pid
 
 
+def overridden(base: Sequence[str], override: Sequence[str]) -> list[str]:
+    """``OPTION=VALUE`` items of ``base`` with those of ``override`` in their place (mitmdump
+    refuses an option given twice)."""
+    merged = {item.partition("=")[0]: item for item in base}
+    merged.update({item.partition("=")[0]: item for item in override})
+    return list(merged.values())
+
+
 def start_stack(
     procs: Processes,
     setups: list[Setup],
@@ -457,7 +465,7 @@ def start_stack(
             where["llmitm"] = start_llmitm(procs, both, config, extra=extra)
         if "llmitm-twin" in vias:
             where["llmitm-twin"] = start_llmitm(
-                procs, both, config, console, twin=True, extra=[*extra, *twin_extra]
+                procs, both, config, console, twin=True, extra=overridden(extra, twin_extra)
             )
     for setup in setups:
         setup.port, setup.pid = where[setup.via]
