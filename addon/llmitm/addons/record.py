@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import operator
 import time
 import weakref
 from collections.abc import Sequence
@@ -742,28 +743,52 @@ def _stream_legs(
 ) -> tuple[list[tuple[int, bytes]] | None, list[tuple[int, bytes]] | None]:
     """The upstream and client pieces of a streamed flow, as offsets, redacted.
 
-    The costly part of recording a stream (it runs once per flow, over every piece), so it
-    does each pass once: a client leg that is the upstream leg (a passthrough) shares its
-    list, and a client leg made only of clean inputs shares their verdict that there is
-    nothing to redact. Offsets: pieces arrive after the request ended, so ``int`` suffices."""
+    The costly part of recording a stream (it runs once per flow, over every piece), so the
+    per-piece work is done by C loops (``zip``, ``map``, ``join``) and each pass happens once:
+    a client leg that is the upstream leg (a passthrough) shares its list, and a client leg
+    made only of clean inputs shares their verdict that there is nothing to redact. Offsets:
+    pieces arrive after the request ended, so ``int`` suffices. The stream callable's last
+    call (``b""`` in) can still bring bytes out (what a translator held back)."""
     if capture.pass_tap is not None:
-        raw = [(int((at - t0) * 1e6), d) for at, d in capture.pass_tap.pieces if d]
-        upstream = redact_chunks(raw) if may_hold_secret(b"".join([d for _, d in raw])) else raw
+        pieces = capture.pass_tap.pieces
+        if not pieces:
+            return [], []
+        times, ins = zip(*pieces, strict=True)
+        upstream = _offset_pieces(times, ins, t0)
+        if may_hold_secret(b"".join(ins)):
+            upstream = redact_chunks(upstream)
         return upstream, upstream
-    pieces = capture.rewrite_tap
-    if pieces is None:
+    if capture.rewrite_tap is None:
         return None, None
-    raw = [(int((at - t0) * 1e6), d) for at, d, _ in pieces if d]
-    joined = b"".join([d for _, d in raw])
+    if not capture.rewrite_tap:
+        return [], []
+    times, ins, outs = zip(*capture.rewrite_tap, strict=True)
+    offsets = [int((at - t0) * 1e6) for at in times]
+    joined = b"".join(ins)
     clean = not may_hold_secret(joined)
-    upstream = raw if clean else redact_chunks(raw)
-    if all(out is data for _, data, out in pieces if data):
+    upstream = _pieces(offsets, ins)
+    if not clean:
+        upstream = redact_chunks(upstream)
+    if all(map(operator.is_, ins, outs)):
         return upstream, upstream  # a guard handed each chunk on as it was
-    client = [(int((at - t0) * 1e6), out) for at, _, out in pieces if out]
+    client = _pieces(offsets, outs)
     if clean and capture.request_clean:
         # A translated answer is made of the upstream's bytes and fields of the client's own
         # request (echoed instructions, tools): neither held a credential, so neither does it.
         return upstream, client
-    if clean and b"".join([out for _, out in client]) == joined:
+    if clean and b"".join(outs) == joined:
         return upstream, client  # same bytes, other split points: nothing to redact either
     return upstream, redact_chunks(client)
+
+
+def _offset_pieces(
+    times: Sequence[float], datas: Sequence[bytes], t0: float
+) -> list[tuple[int, bytes]]:
+    return _pieces([int((at - t0) * 1e6) for at in times], datas)
+
+
+def _pieces(offsets: list[int], datas: Sequence[bytes]) -> list[tuple[int, bytes]]:
+    """``(offset, bytes)`` of the pieces that hold bytes."""
+    if b"" in datas:
+        return [(at, data) for at, data in zip(offsets, datas, strict=True) if data]
+    return list(zip(offsets, datas, strict=True))

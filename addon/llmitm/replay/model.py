@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Literal
 
 Leg = Literal["client_req", "upstream_req", "upstream_resp", "client_resp"]
@@ -40,7 +41,7 @@ class Message:
 
     def body(self) -> bytes:
         if self.chunks is not None:
-            return b"".join(data for _, data in self.chunks)
+            return b"".join(map(itemgetter(1), self.chunks))
         return self.content or b""
 
     def header(self, name: str, default: str = "") -> str:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import sys
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,10 +41,16 @@ from llmitm.store.recordings import (
 
 
 def pack_index(chunks: Sequence[Chunk]) -> bytes:
-    flat: list[int] = []
-    for t_us, data in chunks:
-        flat += (t_us, len(data))
-    return struct.pack(f"<{len(flat)}q", *flat)
+    """``(t_us, length)`` of each piece as little-endian int64 pairs, interleaved in C."""
+    if not chunks:
+        return b""
+    offsets, datas = zip(*chunks, strict=True)
+    flat = array("q", bytes(16 * len(chunks)))
+    flat[0::2] = array("q", offsets)
+    flat[1::2] = array("q", map(len, datas))
+    if sys.byteorder == "big":
+        flat.byteswap()
+    return flat.tobytes()
 
 
 def unpack_chunks(index: bytes, body: bytes) -> list[Chunk]:
