@@ -217,8 +217,8 @@ def test_migrate_brings_an_old_key_version_folder_up(folder: Path, capsys) -> No
     value = orjson.loads(recording.read_bytes())
     value["key"], value["key_version"] = "0" * 16, 0
     recording.write_bytes(orjson.dumps(value))
-    status, _, err = run_main(["rec", "verify", str(folder)], capsys)
-    assert status == 2 and "match_key_version 0" in err
+    status, out, _ = run_main(["rec", "verify", str(folder)], capsys)
+    assert status == 1 and "match_key_version 0" in out and "llmitm rec migrate" in out
     status, out, _ = run_main(["rec", "migrate", str(folder)], capsys)
     assert status == 0 and "re-keyed 1 of" in out
     assert folder_format.read_manifest(folder)["match_key_version"] == 1
@@ -353,3 +353,39 @@ def test_check_secrets_opens_compressed_bodies(tmp_path: Path, capsys) -> None:
         )
     status, out, _ = run_main(["rec", "check-secrets", str(db)], capsys)
     assert status == 1 and "sk-pro" in out and key not in out
+
+
+def test_verify_names_a_broken_folder_before_reading_it(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "recordings"
+    shutil.copytree(RECORDINGS, folder)
+    status, out, _ = run_main(["rec", "verify", str(folder)], capsys)
+    assert status == 0, out
+    manifest = orjson.loads((folder / "manifest.json").read_bytes())
+    (folder / manifest["interactions"][0]).unlink()
+    (folder / manifest["interactions"][1]).with_name("9999-stray.json").write_text("{}")
+    status, out, _ = run_main(["rec", "verify", str(folder)], capsys)
+    assert status == 1 and manifest["interactions"][0] in out and "9999-stray.json" in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("timing", ["coarse", "exact", "none"])
+def test_export_timing(tmp_path: Path, capsys, timing: str) -> None:
+    db, folder = tmp_path / "x.db", tmp_path / "out"
+    assert main(["rec", "import", str(RECORDINGS), "--db", str(db)]) == 0
+    status, out, _ = run_main(
+        ["rec", "export", str(folder), "--db", str(db), "--export-timing", timing], capsys
+    )
+    assert status == 0, out
+    manifest = orjson.loads((folder / "manifest.json").read_bytes())
+    assert manifest["timing"] == timing
+    offsets = [
+        chunk["t_ms"]
+        for name in manifest["interactions"]
+        for leg in ("client_resp", "upstream_resp")
+        for chunk in orjson.loads((folder / name).read_bytes()).get(leg, {}).get("chunks", [])
+    ]
+    assert offsets
+    if timing == "none":
+        assert set(offsets) == {0}
+    if timing == "coarse":
+        assert all(t % 10 == 0 for t in offsets)

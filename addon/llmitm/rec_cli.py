@@ -116,6 +116,13 @@ def add_parser(commands: Any) -> None:
     kind = export.add_mutually_exclusive_group()
     kind.add_argument("--har", action="store_true", help="HAR 1.2 (browser dev tools)")
     kind.add_argument("--flows", action="store_true", help="a mitmproxy flow file (mitmweb)")
+    export.add_argument(
+        "--export-timing",
+        choices=folder_format.TIMINGS,
+        default="coarse",
+        help="chunk offsets in a folder: coarse (10 ms, the default: re-recording churns "
+        "less), exact, or none",
+    )
     imp = sub.add_parser("import", help="load a recordings folder into the store")
     imp.add_argument("folder")
     imp.add_argument("--db")
@@ -408,7 +415,7 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
 
         console.print(f"wrote {write_flows(target, interactions)} flow(s) to {target}")
         return 0
-    written = folder_format.write_folder(target, interactions)
+    written = folder_format.write_folder(target, interactions, timing=args.export_timing)
     console.print(f"wrote {len(written)} recording(s) to {args.folder}")
     return 0
 
@@ -435,6 +442,10 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
     problems: list[str] = []
     options = KeyOptions()
     if args.folder:
+        # Missing, unlisted, broken or orphan files and blobs first: reading needs them whole.
+        problems += folder_format.folder_problems(Path(args.folder))
+        if problems:
+            return _report_problems(problems, 0, console)
         manifest = folder_format.read_manifest(Path(args.folder))
         settings = manifest.get("settings", {})
         options = KeyOptions(
@@ -459,10 +470,14 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
                 f"{interaction.id}: key {interaction.key} was recorded, {key.key} is computed "
                 f"today (run `{migrate}`)"
             )
+    return _report_problems(problems, len(interactions), console)
+
+
+def _report_problems(problems: list[str], verified: int, console: Console) -> int:
     for problem in problems:
         console.print(f"[red]✗[/] {problem}")
     if not problems:
-        console.print(f"[green]✓[/] {len(interactions)} recording(s) verified")
+        console.print(f"[green]✓[/] {verified} recording(s) verified")
     return EXIT_FOUND if problems else 0
 
 
@@ -727,7 +742,8 @@ async def _migrate(args: argparse.Namespace, console: Console) -> int:
             or old_version != MATCH_KEY_VERSION
             or _settings(options) != manifest.get("settings")
         ):
-            folder_format.write_folder(folder, interactions, _settings(options))
+            timing = manifest.get("timing", "exact")  # as the folder was written
+            folder_format.write_folder(folder, interactions, _settings(options), timing=timing)
         where = str(folder)
     else:
         options = _options(args, {})

@@ -240,6 +240,14 @@ class LlmRecorder:
             "Longest single wait of a paced replay, in milliseconds (0: no cap).",
         )
         loader.add_option(
+            "llmitm_export_timing",
+            str,
+            "coarse",
+            "Chunk offsets in a recordings folder written at shutdown: coarse (10 ms: "
+            "re-recording churns less), exact, or none.",
+            choices=list(folder_format.TIMINGS),
+        )
+        loader.add_option(
             "llmitm_replay_report",
             str,
             "",
@@ -254,6 +262,7 @@ class LlmRecorder:
                 "llmitm_record": MODES,
                 "llmitm_replay_from": REPLAY_FROM,
                 "llmitm_match_profile": tuple(PROFILES),
+                "llmitm_export_timing": folder_format.TIMINGS,
             },
         )
         if "llmitm_record" in updated:
@@ -358,6 +367,7 @@ class LlmRecorder:
             path,
             [*kept, *fresh],
             {"profile": self.key_options.profile, "ignore": list(self.key_options.ignore)},
+            timing=ctx.options.llmitm_export_timing,
         )
         logger.info("llmitm: wrote %d recording(s) to %s", len(written), path)
 

@@ -495,8 +495,8 @@ def read_manifest(folder: Path, *, any_key_version: bool = False) -> dict[str, A
     if not any_key_version and manifest.get("match_key_version") != MATCH_KEY_VERSION:
         raise FolderError(
             f"{path}: match_key_version {manifest.get('match_key_version')!r}; this llmitm "
-            f"computes {MATCH_KEY_VERSION} — re-record, or re-key with `llmitm rec import` "
-            "and `llmitm rec export`"
+            f"computes {MATCH_KEY_VERSION} — run `llmitm rec migrate {path.parent}` (or "
+            "re-record)"
         )
     return manifest
 
