@@ -8,6 +8,7 @@ not even after every recording was used" is asserted, not assumed.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import socket
@@ -538,3 +539,56 @@ def test_once_replay_or_record_and_rewrite(tmp_path: Path) -> None:
             "SELECT mode FROM rec_interactions WHERE scope = 'a' ORDER BY started_us"
         ).fetchall()
     assert modes == [("rewrite",), ("rewrite",)]
+
+
+FAILOVER = """
+[endpoints.dead]
+kind = "compatible"
+base_url = "http://127.0.0.1:{dead}/v1"
+apis = ["chat"]
+
+[endpoints.alive]
+kind = "compatible"
+base_url = "{chat}/v1"
+apis = ["chat"]
+
+[[routes]]
+models = ["fo-*"]
+endpoints = ["dead", "alive"]
+strategy = "failover"
+"""
+
+
+def test_a_failover_flow_records_what_the_answering_endpoint_was_sent(tmp_path: Path) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = closed.getsockname()[1]  # nothing listens once the socket is closed
+    body = {"model": "fo-1", "input": "Say hello.", "stream": True}
+    with fake_upstream(tmp_path) as up:
+        config = FAILOVER.format(dead=dead, chat=up.url)
+        with llmitm_proxy(tmp_path / "rec", config=config) as proxy:
+            live = raw_post(proxy, "/v1/responses", body)
+            # The id the client saw is the one stored (every candidate carries the same id).
+            (response_id,) = set(re.findall(rb'"id":"(resp_[0-9a-f]+)"', live.content))
+            with httpx.Client(timeout=30) as client:
+                stored = client.get(f"{proxy.base_url()}/responses/{response_id.decode()}")
+    assert stored.status_code == 200, stored.text
+    assert live.status_code == 200 and live.headers["x-llmitm-endpoint"] == "alive"
+    done = llmitm("rec", "export", str(tmp_path / "out"), "--db", str(tmp_path / "rec/llmitm.db"))
+    assert done.returncode == 0, done.stderr
+    manifest = orjson.loads((tmp_path / "out" / "manifest.json").read_bytes())
+    recordings = [
+        orjson.loads((tmp_path / "out" / n).read_bytes()) for n in manifest["interactions"]
+    ]
+    (recording,) = [r for r in recordings if r["method"] == "POST"]
+    assert recording["endpoint"] == "alive" and recording["plan"] == "responses→chat"
+    sent = recording["upstream_req"]
+    assert sent["url"] == f"{up.url}/v1/chat/completions"  # not llmitm's relay
+    assert sent["body"]["json"]["messages"][-1]["content"] == "Say hello."
+    assert "authorization: Bearer <redacted>" in sent["headers"]
+    with tripwire() as wire:
+        config = FAILOVER.format(dead=wire.port, chat=wire.url)
+        args = ["--set", "llmitm_record=replay", "--set", f"llmitm_recordings={tmp_path / 'out'}"]
+        with llmitm_proxy(tmp_path / "replay", config=config, extra=args) as proxy:
+            again = raw_post(proxy, "/v1/responses", body)
+    assert again.content == live.content

@@ -46,6 +46,7 @@ from llmitm.addons.relay import LlmRelay
 from llmitm.addons.state import METADATA_KEY, FlowState, flow_mint, flow_state, set_mint
 from llmitm.addons.store import LlmStore
 from llmitm.exchange.stream import StreamRewriter
+from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.replay_job import ReplayJob
 from llmitm.relay.server import RelayServer
 from llmitm.replay import folder as folder_format
@@ -712,6 +713,9 @@ def build_interaction(flow: http.HTTPFlow, capture: Capture, session: str) -> In
         if state.upstream_cut:
             interaction.truncated = f"upstream: {state.upstream_cut}"
     upstream_chunks, client_chunks = _stream_legs(capture, t0)
+    routed = state.routed if isinstance(state, FlowState) else None
+    if routed is not None and routed.upstream_request is not None:
+        capture.upstream_req = _relayed_request(routed.upstream_request)
     if capture.forwarded and capture.upstream_req is not None:
         upstream_req = capture.upstream_req
         upstream_req.content = redact_body(upstream_req.content)
@@ -746,6 +750,17 @@ def build_interaction(flow: http.HTTPFlow, capture: Capture, session: str) -> In
             side = "client" if "client" in flow.error.msg.lower() else "upstream"
             interaction.truncated = f"{side}: {flow.error.msg}"
     return interaction
+
+
+def _relayed_request(request: UpstreamRequest) -> Message:
+    """The upstream leg of a relayed flow: what the answering endpoint was sent (the flow's
+    request names llmitm's relay)."""
+    return Message(
+        headers=redact_headers(list(request.headers)),
+        content=request.body,  # redacted with the other legs
+        method=request.method,
+        url=redact_url(request.url),
+    )
 
 
 def _stream_legs(

@@ -72,6 +72,7 @@ def _adopt_winner(state: FlowState, routed: Routed) -> None:
     routed.attempts = result.attempts
     routed.overhead += result.overhead
     routed.endpoint = result.endpoint
+    routed.upstream_request = result.request
     if result.endpoint is not None:
         state.plan, state.context, state.strip_usage = routed.candidates[result.endpoint]
 

@@ -319,17 +319,28 @@ class LlmResponsesRecorder:
         plan = routed_state.plan
         if plan.client_api != "responses":
             return
-        if plan.upstream_api == "responses":
+        routed = routed_state.routed
+        if routed is not None and routed.candidates:
+            # Relayed: whichever endpoint answers, a translated answer carries the one id.
+            contexts = [c for p, c, _ in routed.candidates.values() if p.upstream_api == "chat"]
+        elif plan.upstream_api == "responses":
             create.native_endpoint = plan.endpoint.name  # it owns the id it will mint
             return
-        context = routed_state.context
-        create.response_id = context.response_id = _ids(flow)("resp")
-        if create.previous_response_id is not None:
-            context.echo["previous_response_id"] = create.previous_response_id
-        context.echo["store"] = create.store
+        else:
+            contexts = [routed_state.context]
+        if not contexts:
+            return
+        create.response_id = _ids(flow)("resp")
+        sealing = None
         if create.include_encrypted:
             seal, mint = await self.state.seal(), flow_mint(flow)
-            context.seal_reasoning = seal.seal if mint is None else _minted_seal(seal, mint)
+            sealing = seal.seal if mint is None else _minted_seal(seal, mint)
+        for context in contexts:
+            context.response_id = create.response_id
+            if create.previous_response_id is not None:
+                context.echo["previous_response_id"] = create.previous_response_id
+            context.echo["store"] = create.store
+            context.seal_reasoning = sealing
         if create.background:
             await self._background(flow, routed_state, create)
 
@@ -419,6 +430,7 @@ class LlmResponsesRecorder:
         response = flow.response
         if not isinstance(create, CreateCall) or response is None:
             return
+        create.native_endpoint = create.native_endpoint or _native_winner(flow)
         try:
             if create.native_endpoint is not None:
                 self._remember_owner(flow, create.native_endpoint)
@@ -526,3 +538,12 @@ def _minted_seal(seal: ReasoningSeal, mint: Mint) -> Callable[[dict[str, Any]], 
         return token
 
     return sealing
+
+
+def _native_winner(flow: http.HTTPFlow) -> str | None:
+    """A relayed flow a native Responses endpoint answered: that endpoint (it owns the id)."""
+    state = flow_state(flow)
+    routed = state.routed if state is not None else None
+    if state is None or routed is None or not routed.relayed:
+        return None
+    return state.plan.endpoint.name if state.plan.upstream_api == "responses" else None

@@ -17,6 +17,7 @@ from llmitm.translate.context import TranslationContext
 from llmitm.wire.ids import Mint
 
 if TYPE_CHECKING:
+    from llmitm.relay.client import UpstreamRequest
     from llmitm.relay.failover import FailoverJob
     from llmitm.routing.config import Route
     from llmitm.routing.limits import Lease
@@ -52,6 +53,9 @@ class Routed:
     upstream's usage chunk must be stripped."""
     endpoint: str | None = None
     """The endpoint that answered (``None``: llmitm answered with an error itself)."""
+    upstream_request: UpstreamRequest | None = None
+    """A relayed flow: what the answering endpoint was sent (the flow's own request points
+    at the relay)."""
     attempts: int = 1
 
     def release(self) -> None:

@@ -55,6 +55,8 @@ class FailoverResult:
     """Seconds spent in the job before the answer's head, minus the upstream attempts."""
     error: bool = False
     """The answer is llmitm's own error (nothing succeeded); no endpoint's plan applies."""
+    request: UpstreamRequest | None = None
+    """What the answering endpoint was sent (the recorder keeps it as the upstream leg)."""
 
 
 @dataclass(slots=True)
@@ -151,6 +153,7 @@ class FailoverJob:
                 continue
             assert response is not None
             self.result.endpoint = endpoint
+            self.result.request = request
             self.result.attempts = len(log)
             self.result.overhead = max(0.0, attempt_ended - started - upstream_time)
             await self._relay(reply, endpoint, response, first)
