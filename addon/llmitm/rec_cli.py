@@ -259,6 +259,7 @@ def summary(interaction: Interaction) -> dict[str, Any]:
         "ttfb_ms": None if interaction.ttfb_us is None else interaction.ttfb_us / 1000,
         "duration_ms": None if interaction.duration_us is None else interaction.duration_us / 1000,
         "truncated": interaction.truncated,
+        "credential": interaction.credential,
         "source": interaction.source,
     }
 

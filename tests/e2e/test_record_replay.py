@@ -28,6 +28,8 @@ import openai
 import orjson
 import pytest
 
+from llmitm.store import blob_codec
+
 from .processes import LLMITM, TWO_ENDPOINTS, Proxy, fake_upstream, llmitm_proxy
 
 pytestmark = pytest.mark.slow
@@ -168,6 +170,10 @@ def test_recording_keeps_four_legs_timing_and_no_secret(recorded: Recorded) -> N
         ).fetchall()
         legs = db.execute("SELECT leg, count(*) FROM rec_messages GROUP BY leg").fetchall()
         dump = "\n".join(db.iterdump())
+        bodies = [
+            blob_codec.decode(*row) for row in db.execute("SELECT codec, data FROM rec_blobs")
+        ]
+        credentials = {row[0] for row in db.execute("SELECT credential FROM rec_interactions")}
     assert [r[:4] for r in rows[:5]] == [
         ("chat.completions", "gpt-pass", "", 200),
         ("chat.completions", "gpt-pass", "", 200),
@@ -178,7 +184,12 @@ def test_recording_keeps_four_legs_timing_and_no_secret(recorded: Recorded) -> N
     assert all(0 < ttfb <= duration for *_, ttfb, duration in rows)
     assert dict(legs) == {leg: len(CALLS) for leg in LEGS}
     assert SECRET not in dump and "Q7w8E9r0T1y2" not in dump
+    assert not any(SECRET.encode() in body or b"Q7w8E9r0T1y2" in body for body in bodies)
+    assert any(b"<redacted>" in body for body in bodies)  # the echoed instructions
     assert "Bearer <redacted>" in dump
+    # Which key was used: one fingerprint for the one key, nothing of the key itself.
+    (fingerprint,) = credentials
+    assert fingerprint.startswith("hmac:") and SECRET[-6:] not in fingerprint
 
 
 LEGS = ("client_req", "upstream_req", "upstream_resp", "client_resp")

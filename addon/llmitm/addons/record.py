@@ -50,6 +50,7 @@ from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.replay_job import ReplayJob
 from llmitm.relay.server import RelayServer
 from llmitm.replay import folder as folder_format
+from llmitm.replay.fingerprint import credential, fingerprint
 from llmitm.replay.keys import PROFILES, KeyOptions, MatchKey, is_api_path, match_key
 from llmitm.replay.model import Interaction, Message, new_id
 from llmitm.replay.pool import (
@@ -125,6 +126,8 @@ class Capture:
     served: bool = False
     request_clean: bool = False
     """The client's request body held nothing to redact (a translated answer echoes it)."""
+    credential: str | None = None
+    """The fingerprint of the credential the client sent."""
 
 
 # Per-flow state lives beside the flow, not in flow.metadata: mitmproxy serialises metadata
@@ -181,6 +184,8 @@ class LlmRecorder:
         self._loading: asyncio.Task[None] | None = None
         self.timing = Timing()
         self.relay: RelayServer | None = None
+        self.fingerprint_key: bytes | None = None
+        """Makes ``Interaction.credential`` (replay.fingerprint); from the store."""
 
     # --- options -------------------------------------------------------------------------
 
@@ -295,7 +300,7 @@ class LlmRecorder:
     def start_loading(self) -> asyncio.Task[None] | None:
         """Load the replay pools (run by :class:`LlmRecordingsLoad`, once the store is open;
         mitmproxy awaits the task before any flow)."""
-        if self.mode not in REPLAYING or self._loading is not None:
+        if self.mode == "off" or self._loading is not None:
             return None
         self._loading = asyncio.get_running_loop().create_task(
             self._load(), name="llmitm recordings load"
@@ -303,6 +308,20 @@ class LlmRecorder:
         return self._loading
 
     async def _load(self) -> None:
+        if self.mode in RECORDING:
+            self.fingerprint_key = await self._fingerprint_key()
+        if self.mode in REPLAYING:
+            await self._load_recordings()
+
+    async def _fingerprint_key(self) -> bytes | None:
+        try:
+            store = await self.store.ready()
+            return await store.fingerprint_key() if isinstance(store, SqliteStore) else None
+        except Exception:  # a fingerprint is a nicety: recording goes on without it
+            logger.warning("llmitm: no credential fingerprints (cannot read their key)")
+            return None
+
+    async def _load_recordings(self) -> None:
         # Paced answers and recorded truncations stream through a loopback relay: mitmproxy
         # sends a response an addon makes in one piece (mitmproxy-notes.md finding 1).
         self.relay = await self.shared_relay.ready()
@@ -444,6 +463,10 @@ class LlmRecorder:
         )
         capture = Capture(scope, key, client_req, _now_us())
         capture.request_clean = content is raw  # redact_body hands back a clean body itself
+        if self.fingerprint_key is not None:
+            sent = credential(_fields(request.headers))
+            if sent is not None:
+                capture.credential = fingerprint(self.fingerprint_key, sent)
         return capture
 
     def _miss(self, flow: http.HTTPFlow, miss: Miss) -> None:
@@ -702,6 +725,7 @@ def build_interaction(flow: http.HTTPFlow, capture: Capture, session: str) -> In
         started_us=capture.started_us,
         session=session,
         mode=ctx.options.llmitm_record,
+        credential=capture.credential,
     )
     interaction.legs["client_req"] = capture.client_req
     mint = flow_mint(flow)

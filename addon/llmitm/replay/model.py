@@ -86,6 +86,9 @@ class Interaction:
     minted: dict[str, list[Any]] = field(default_factory=dict)
     """What the translation was handed, per kind (id prefix, ``clock``, ``sealed``): see
     :class:`llmitm.wire.ids.Mint`."""
+    credential: str | None = None
+    """An HMAC fingerprint of the credential the client sent (replay.fingerprint); kept in
+    the database only, never exported."""
     source: str = ""
     """Where it was loaded from (a folder file, ``db``): named in miss reports."""
 

@@ -173,7 +173,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "recordings", _RECORDINGS),
     Migration(
         4,
-        "recorded mints, compressed bodies",
+        "recorded mints, compressed bodies, credential fingerprints",
         (
             # The ids, times and sealed tokens a translated answer was minted with (JSON,
             # replay.model.Interaction.minted): a replay through today's translator hands them
@@ -182,6 +182,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             # How a body and a chunk index are stored (store.blob_codec): '' raw, 'zstd'.
             "ALTER TABLE rec_blobs ADD COLUMN codec TEXT NOT NULL DEFAULT ''",
             "ALTER TABLE rec_messages ADD COLUMN index_codec TEXT NOT NULL DEFAULT ''",
+            # Which credential a recording was made with, as an HMAC fingerprint under a key
+            # that never leaves this database (replay.fingerprint); never exported.
+            "ALTER TABLE rec_interactions ADD COLUMN credential TEXT",
+            "INSERT INTO llmitm_secrets (name, value) "
+            "VALUES ('credential-fingerprint', randomblob(32))",
         ),
     ),
 )

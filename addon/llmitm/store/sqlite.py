@@ -272,6 +272,13 @@ class SqliteStore(Store, ResponseReader):
             return None
         return await recordings.get_interaction(reader, ident)
 
+    async def fingerprint_key(self) -> bytes | None:
+        """The key credential fingerprints are made with (``None``: an older schema)."""
+        reader = self._read_connection()
+        if self.schema_version < 4:
+            return None
+        return await recordings.read_fingerprint_key(reader)
+
     async def last_replay_miss(self) -> ReplayMissRecord | None:
         reader = self._read_connection()
         if not await self._has_recordings(reader):

@@ -70,8 +70,8 @@ _INSERT_INTERACTION = """
     INSERT OR REPLACE INTO rec_interactions (
         id, session, started_us, scope, match_key, match_key_version, method, route, model,
         stream, canonical, status, endpoint, plan, ttfb_us, duration_us, truncated, error, mode,
-        minted
-    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        minted, credential
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _INSERT_MESSAGE = """
     INSERT OR REPLACE INTO rec_messages
@@ -113,6 +113,7 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
                 i.error,
                 i.mode,
                 orjson.dumps(i.minted).decode() if i.minted else None,
+                i.credential,
             )
         )
         for leg, message in i.legs.items():
@@ -200,8 +201,24 @@ async def apply_misses(db: aiosqlite.Connection, writes: Sequence[ReplayMissReco
 _COLUMNS = (
     "id, session, started_us, scope, match_key, match_key_version, method, route, model, "
     "stream, canonical, status, endpoint, plan, ttfb_us, duration_us, truncated, error, mode, "
-    "minted"
+    "minted, credential"
 )
+# A database opened read-only is not migrated: one written before migration 4 lacks its
+# columns, which read as NULL (and raw bodies).
+_COLUMNS_3 = _COLUMNS.replace("minted, credential", "NULL, NULL")
+_BLOB_COLUMNS = "m.chunk_index, m.index_codec, b.codec, b.data"
+_BLOB_COLUMNS_3 = "m.chunk_index, '', '', b.data"
+
+
+async def _before_4(db: aiosqlite.Connection) -> bool:
+    async with db.execute(
+        "SELECT 1 FROM pragma_table_info('rec_interactions') WHERE name = 'minted'"
+    ) as cursor:
+        return await cursor.fetchone() is None
+
+
+async def _columns(db: aiosqlite.Connection) -> str:
+    return _COLUMNS_3 if await _before_4(db) else _COLUMNS
 
 
 def _interaction(row: Sequence[Any]) -> Interaction:
@@ -226,6 +243,7 @@ def _interaction(row: Sequence[Any]) -> Interaction:
         error=row[17],
         mode=row[18],
         minted=orjson.loads(row[19]) if row[19] else {},
+        credential=row[20],
         source="db",
     )
 
@@ -235,7 +253,8 @@ async def list_interactions(
 ) -> list[Interaction]:
     """Interactions without their legs, newest last (``limit``: the newest ``limit``)."""
     where, params = ("WHERE scope = ?", (scope,)) if scope is not None else ("", ())
-    sql = f"SELECT {_COLUMNS} FROM rec_interactions {where} ORDER BY started_us DESC, id DESC"
+    columns = await _columns(db)
+    sql = f"SELECT {columns} FROM rec_interactions {where} ORDER BY started_us DESC, id DESC"
     if limit is not None:
         sql += f" LIMIT {int(limit):d}"
     async with db.execute(sql, params) as cursor:
@@ -248,12 +267,13 @@ async def _attach_legs(db: aiosqlite.Connection, interactions: list[Interaction]
     if not by_id:
         return
     ids = list(by_id)
+    blob_columns = _BLOB_COLUMNS_3 if await _before_4(db) else _BLOB_COLUMNS
     for start in range(0, len(ids), 500):
         part = ids[start : start + 500]
         marks = ",".join("?" * len(part))
         sql = (
             "SELECT m.interaction_id, m.leg, m.method, m.url, m.status, m.headers_json, "
-            "m.chunk_index, m.index_codec, b.codec, b.data FROM rec_messages m JOIN rec_blobs b "
+            f"{blob_columns} FROM rec_messages m JOIN rec_blobs b "
             f"ON b.sha256 = m.body_sha256 WHERE m.interaction_id IN ({marks})"
         )
         async with db.execute(sql, part) as cursor:
@@ -287,7 +307,7 @@ async def load_interactions(
 async def get_interaction(db: aiosqlite.Connection, ident: str) -> Interaction | None:
     """The interaction whose id is ``ident`` or starts with it (``None`` when ambiguous)."""
     async with db.execute(
-        f"SELECT {_COLUMNS} FROM rec_interactions WHERE id LIKE ? ORDER BY id LIMIT 2",
+        f"SELECT {await _columns(db)} FROM rec_interactions WHERE id LIKE ? ORDER BY id LIMIT 2",
         (ident.replace("%", "").replace("_", "") + "%",),
     ) as cursor:
         rows = list(await cursor.fetchall())
@@ -296,6 +316,15 @@ async def get_interaction(db: aiosqlite.Connection, ident: str) -> Interaction |
     interaction = _interaction(rows[0])
     await _attach_legs(db, [interaction])
     return interaction
+
+
+async def read_fingerprint_key(db: aiosqlite.Connection) -> bytes | None:
+    """The key of credential fingerprints (replay.fingerprint), made with the schema."""
+    async with db.execute(
+        "SELECT value FROM llmitm_secrets WHERE name = 'credential-fingerprint'"
+    ) as cursor:
+        row = await cursor.fetchone()
+    return bytes(row[0]) if row else None
 
 
 async def last_miss(db: aiosqlite.Connection) -> ReplayMissRecord | None:
