@@ -7,7 +7,10 @@ For the replay to hold, the second request must still *match* (the default profi
 provider ids by placeholder, so the id's value does not count) and the replaying process
 must *know* the id it names: llmitm inlines the stored chain into ``input`` before it
 translates, and a chat-only upstream has no state of its own — an unknown id is OpenAI's own
-400 ``previous_response_not_found``.
+400 ``previous_response_not_found``. Replayed from the client leg, the recorded answers are
+served before the local Responses API runs; from the upstream leg, the translator re-makes
+them with the recorded ids (the recording's mint) and the replaying process stores them like
+live ones — also a stream served whole (instant) or paced through the relay (realtime).
 """
 
 from __future__ import annotations
@@ -85,10 +88,11 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     yield folder, live
 
 
+@pytest.mark.parametrize("timing", ["instant", "realtime"])
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 @pytest.mark.parametrize("replay_from", ["client", "upstream"])
 def test_a_chained_conversation_replays_in_a_fresh_process(
-    recorded: tuple[Path, dict], tmp_path: Path, replay_from: str, stream: bool
+    recorded: tuple[Path, dict], tmp_path: Path, replay_from: str, stream: bool, timing: str
 ) -> None:
     folder, live = recorded
     report = tmp_path / "report.json"
@@ -98,6 +102,7 @@ def test_a_chained_conversation_replays_in_a_fresh_process(
             "llmitm_recordings": str(folder),
             "llmitm_replay_from": replay_from,
             "llmitm_replay_report": str(report),
+            "llmitm_replay_timing": timing,
         }
         extra = [arg for k, v in options.items() for arg in ("--set", f"{k}={v}")]
         with llmitm_proxy(tmp_path, config=CONFIG.format(chat=wire.url), extra=extra) as proxy:

@@ -416,6 +416,16 @@ class LlmResponsesRecorder:
         else:
             answer(flow, LocalAnswer(200, run.response))
 
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        create = flow.metadata.get(CREATE_KEY)
+        response = flow.response
+        if not isinstance(create, CreateCall) or response is None or response.stream is not True:
+            return
+        if create.response_id is not None and create.store and not create.background:
+            # A translated create streamed as is: a replayed hit paced through the relay. No
+            # translator holds its final Response, so keep its bytes to store it at the end.
+            response.stream = _KeepStream()  # type: ignore[assignment]
+
     def response(self, flow: http.HTTPFlow) -> None:
         create = flow.metadata.get(CREATE_KEY)
         response = flow.response
@@ -482,6 +492,8 @@ def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
         return final if isinstance(final, dict) else None
     if response.status_code >= 400:
         return None
+    if isinstance(stream, _KeepStream):
+        return _terminal_response(b"".join(stream.pieces))
     content = response.get_content(strict=False)
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         # A whole stream an addon made (a replayed hit): stored like a live one, so a later
@@ -489,6 +501,19 @@ def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
         return _terminal_response(content)
     body = _json(content)
     return body if isinstance(body, dict) and body.get("object") == "response" else None
+
+
+class _KeepStream:
+    """A stream callable that passes each piece on and keeps it."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+
+    def __call__(self, data: bytes) -> bytes:
+        self.pieces.append(data)
+        return data
 
 
 def _terminal_response(content: bytes | None) -> dict[str, Any] | None:
