@@ -88,35 +88,51 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     yield folder, live
 
 
-@pytest.mark.parametrize("timing", ["instant", "realtime"])
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-@pytest.mark.parametrize("replay_from", ["client", "upstream"])
-def test_a_chained_conversation_replays_in_a_fresh_process(
-    recorded: tuple[Path, dict], tmp_path: Path, replay_from: str, stream: bool, timing: str
+def replay_conversation(
+    recorded: tuple[Path, dict], tmp: Path, replay_from: str, stream: bool, **more: str
 ) -> None:
+    """Replay the recorded conversation in a fresh process and compare it with the live one."""
     folder, live = recorded
-    report = tmp_path / "report.json"
+    report = tmp / "report.json"
     with tripwire() as wire:
         options = {
             "llmitm_record": "replay",
             "llmitm_recordings": str(folder),
             "llmitm_replay_from": replay_from,
             "llmitm_replay_report": str(report),
-            "llmitm_replay_timing": timing,
+            **more,
         }
         extra = [arg for k, v in options.items() for arg in ("--set", f"{k}={v}")]
-        with llmitm_proxy(tmp_path, config=CONFIG.format(chat=wire.url), extra=extra) as proxy:
+        with llmitm_proxy(tmp, config=CONFIG.format(chat=wire.url), extra=extra) as proxy:
             try:
                 replayed = conversation(client_for(proxy.base_url(), f"s{stream}"), stream)
             except openai.APIStatusError as exc:
                 pytest.fail(f"turn failed: {exc.status_code} {exc.message}")
     summary = orjson.loads(report.read_bytes())
     assert (summary["hits"], summary["misses"], summary["drift"]) == (2, [], [])
-    recorded_answers = live[stream]
-    for got, then in zip(replayed, recorded_answers, strict=True):
+    for got, then in zip(replayed, live[stream], strict=True):
         assert got["output"] == then["output"]
         # the same ids as recorded: the second turn names the first answer as it did then
         assert (got["id"], got["previous_response_id"]) == (
             then["id"],
             then["previous_response_id"],
         )
+
+
+@pytest.mark.parametrize("timing", ["instant", "realtime"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("replay_from", ["client", "upstream"])
+def test_a_chained_conversation_replays_in_a_fresh_process(
+    recorded: tuple[Path, dict], tmp_path: Path, replay_from: str, stream: bool, timing: str
+) -> None:
+    replay_conversation(recorded, tmp_path, replay_from, stream, llmitm_replay_timing=timing)
+
+
+@pytest.mark.parametrize("replay_from", ["client", "upstream"])
+def test_the_chain_matches_even_with_ids_in_the_key(
+    recorded: tuple[Path, dict], tmp_path: Path, replay_from: str
+) -> None:
+    """The strict profile keys previous_response_id by value, not by placeholder: the replay
+    still matches, because the first answer's id is the recorded one (served as recorded, or
+    re-made with the recording's ids)."""
+    replay_conversation(recorded, tmp_path, replay_from, True, llmitm_match_profile="strict")
