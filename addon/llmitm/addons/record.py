@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import operator
+import os
 import time
 import weakref
 from collections.abc import Sequence
@@ -50,11 +51,13 @@ from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.replay_job import ReplayJob
 from llmitm.relay.server import RelayServer
 from llmitm.replay import folder as folder_format
+from llmitm.replay.ci_guard import record_refusal
 from llmitm.replay.fingerprint import credential, fingerprint
 from llmitm.replay.keys import PROFILES, KeyOptions, MatchKey, is_api_path, match_key
 from llmitm.replay.model import Interaction, Message, new_id
 from llmitm.replay.pool import (
     GLOBAL_SCOPE,
+    ON_EXHAUSTED,
     SCOPE_HEADERS,
     Hit,
     Miss,
@@ -70,7 +73,7 @@ from llmitm.replay.redact import (
     redact_url,
 )
 from llmitm.replay.rekey import rekey
-from llmitm.replay.serve import Answer, from_upstream, miss_error, verbatim
+from llmitm.replay.serve import Answer, drift_error, from_upstream, miss_error, verbatim
 from llmitm.replay.timing import Timing, parse_timing
 from llmitm.store import SqliteStore
 from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecord
@@ -186,6 +189,7 @@ class LlmRecorder:
         self.relay: RelayServer | None = None
         self.fingerprint_key: bytes | None = None
         """Makes ``Interaction.credential`` (replay.fingerprint); from the store."""
+        self._started = False
 
     # --- options -------------------------------------------------------------------------
 
@@ -260,6 +264,40 @@ class LlmRecorder:
             "Write a JSON report of replay hits, misses, unused recordings and drift here at "
             "shutdown.",
         )
+        loader.add_option(
+            "llmitm_replay_exhausted",
+            str,
+            "error",
+            "A request whose recordings were all used: error (a miss), repeat_last (the last "
+            "one again) or cycle (all of them again, in order).",
+            choices=list(ON_EXHAUSTED),
+        )
+        loader.add_option(
+            "llmitm_strict_drift",
+            bool,
+            False,
+            "Refuse a replay hit (400) whose upstream request llmitm builds differently today "
+            "than when it was recorded, instead of only warning.",
+        )
+        loader.add_option(
+            "llmitm_match_host",
+            bool,
+            False,
+            "Count the request's host in match keys.",
+        )
+        loader.add_option(
+            "llmitm_miss_status",
+            int,
+            400,
+            "HTTP status of a strict replay miss (400-599; SDKs retry a 5xx, but the miss "
+            "says x-should-retry: false).",
+        )
+        loader.add_option(
+            "llmitm_allow_record_in_ci",
+            bool,
+            False,
+            "Let a recording mode write llmitm_recordings when CI=true (refused otherwise).",
+        )
 
     def configure(self, updated: set[str]) -> None:
         check_choices(
@@ -269,8 +307,27 @@ class LlmRecorder:
                 "llmitm_replay_from": REPLAY_FROM,
                 "llmitm_match_profile": tuple(PROFILES),
                 "llmitm_export_timing": folder_format.TIMINGS,
+                "llmitm_replay_exhausted": ON_EXHAUSTED,
             },
         )
+        if updated & {"llmitm_record", "llmitm_recordings", "llmitm_allow_record_in_ci"}:
+            mode = ctx.options.llmitm_record
+            refusal = record_refusal(
+                mode,
+                mode in RECORDING,
+                ctx.options.llmitm_recordings,
+                ctx.options.llmitm_allow_record_in_ci,
+                os.environ,
+            )
+            if refusal is not None and self._started:
+                raise exceptions.OptionsError(refusal)
+            if refusal is not None:
+                # At start-up an OptionsError from a script addon comes with a traceback; an
+                # error log makes mitmdump exit 1 with the message alone. Record nothing
+                # meanwhile.
+                logger.error("llmitm: %s", refusal)
+                updated = updated - {"llmitm_record"}
+                self.mode = "off"
         if "llmitm_record" in updated:
             self.mode = ctx.options.llmitm_record
             if self.mode == "replay" and ctx.options.upstream_cert:
@@ -283,19 +340,26 @@ class LlmRecorder:
                 )
             except ValueError as exc:
                 raise exceptions.OptionsError(str(exc)) from None
-        if updated & {"llmitm_match_profile", "llmitm_match_ignore"}:
+        if updated & {"llmitm_match_profile", "llmitm_match_ignore", "llmitm_match_host"}:
             try:
                 self.key_options = KeyOptions(
                     profile=ctx.options.llmitm_match_profile,
                     ignore=tuple(ctx.options.llmitm_match_ignore),
+                    match_host=ctx.options.llmitm_match_host,
                 )
             except ValueError as exc:
                 raise exceptions.OptionsError(str(exc)) from None
+        if "llmitm_miss_status" in updated and not 400 <= ctx.options.llmitm_miss_status <= 599:
+            raise exceptions.OptionsError(
+                f"llmitm_miss_status must be an HTTP error status (400-599), not "
+                f"{ctx.options.llmitm_miss_status}"
+            )
 
     # --- lifecycle -----------------------------------------------------------------------
 
     def running(self) -> None:
         self.report.mode = self.mode
+        self._started = True
 
     def start_loading(self) -> asyncio.Task[None] | None:
         """Load the replay pools (run by :class:`LlmRecordingsLoad`, once the store is open;
@@ -419,7 +483,7 @@ class LlmRecorder:
             return
         _CAPTURES[flow] = capture
         if mode in REPLAYING:
-            outcome = self.pool.take(scope, capture.key)
+            outcome = self.pool.take(scope, capture.key, ctx.options.llmitm_replay_exhausted)
             if isinstance(outcome, Hit):
                 self.report.hits += 1
                 capture.hit = outcome
@@ -471,7 +535,7 @@ class LlmRecorder:
 
     def _miss(self, flow: http.HTTPFlow, miss: Miss) -> None:
         where = miss.closest.source if miss.closest is not None else None
-        status, headers, body = miss_error(miss, where)
+        status, headers, body = miss_error(miss, where, ctx.options.llmitm_miss_status)
         _answer(flow, status, headers, body, None)
         closest = miss.closest
         diff = canonical_diff(closest.canonical, miss.key.canonical) if closest else []
@@ -642,7 +706,8 @@ class LlmRecordTap:
         state = flow.metadata.pop(METADATA_KEY, None)  # the replay answers, not the translator
         plan = state.plan if isinstance(state, FlowState) else None
         context = state.context if isinstance(state, FlowState) else None
-        self._check_drift(flow, interaction)
+        if self._check_drift(flow, interaction):
+            return  # refused: llmitm_strict_drift
         as_recorded = plan is None
         try:
             answer = from_upstream(interaction, plan, context)
@@ -651,24 +716,44 @@ class LlmRecordTap:
             answer, as_recorded = verbatim(interaction), True
         self.recorder.deliver(flow, interaction, answer, as_recorded)
 
-    def _check_drift(self, flow: http.HTTPFlow, interaction: Interaction) -> None:
+    def _check_drift(self, flow: http.HTTPFlow, interaction: Interaction) -> bool:
+        """Warn of (and report) drift; under ``llmitm_strict_drift`` answer it with a 400
+        instead of the recording, and say so (``True``)."""
         recorded = interaction.legs.get("upstream_req")
         if recorded is None:
-            return
+            return False
         now = redact_body(flow.request.get_content(strict=False) or b"")
         options = self.recorder.key_options
         then = match_key(recorded.method or "POST", "/v1/x", [], recorded.content, options)
         today = match_key(flow.request.method, "/v1/x", [], now, options)
-        if then.key != today.key:
-            diff = canonical_diff(then.canonical, today.canonical, limit=30)
-            logger.warning(
-                "llmitm: replay drift: the upstream request for %s differs from the recorded "
-                "one (%s):\n%s",
-                interaction.id,
-                capture_label(interaction),
-                "\n".join(diff),
+        if then.key == today.key:
+            return False
+        strict = bool(ctx.options.llmitm_strict_drift)
+        diff = canonical_diff(then.canonical, today.canonical, limit=30)
+        (logger.error if strict else logger.warning)(
+            "llmitm: replay drift: the upstream request for %s differs from the recorded "
+            "one (%s):\n%s",
+            interaction.id,
+            capture_label(interaction),
+            "\n".join(diff),
+        )
+        self.recorder.report.drift.append({"id": interaction.id, "diff": diff})
+        # Kept like a miss, so `llmitm rec diff --last-miss` shows the whole difference.
+        self.recorder.store.submit(
+            ReplayMissRecord(
+                at_us=_now_us(),
+                scope=interaction.scope,
+                key=interaction.key,
+                reason="drift",
+                canonical=today.canonical,
+                closest_id=interaction.id,
+                closest_canonical=then.canonical,
             )
-            self.recorder.report.drift.append({"id": interaction.id, "diff": diff})
+        )
+        if not strict:
+            return False
+        _answer(flow, *drift_error(interaction, diff, interaction.source or None), None)
+        return True
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         capture: Capture | None = _CAPTURES.get(flow)

@@ -68,11 +68,13 @@ from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import IdFactory, Mint, random_id
 from llmitm.wire.objects import response_object
 from llmitm.wire.paths import classify_path
+from llmitm.wire.sse import SSEDecoder
 from llmitm.wire.usage import usage_tokens
 
 logger = logging.getLogger(__name__)
 
 CREATE_KEY = RESPONSES_CREATE_KEY
+_TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 def answer(flow: http.HTTPFlow, local: LocalAnswer) -> None:
@@ -425,6 +427,16 @@ class LlmResponsesRecorder:
         else:
             answer(flow, LocalAnswer(200, run.response))
 
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        create = flow.metadata.get(CREATE_KEY)
+        response = flow.response
+        if not isinstance(create, CreateCall) or response is None or response.stream is not True:
+            return
+        if create.response_id is not None and create.store and not create.background:
+            # A translated create streamed as is: a replayed hit paced through the relay. No
+            # translator holds its final Response, so keep its bytes to store it at the end.
+            response.stream = _KeepStream()  # type: ignore[assignment]
+
     def response(self, flow: http.HTTPFlow) -> None:
         create = flow.metadata.get(CREATE_KEY)
         response = flow.response
@@ -492,8 +504,38 @@ def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
         return final if isinstance(final, dict) else None
     if response.status_code >= 400:
         return None
-    body = _json(response.get_content(strict=False))
+    if isinstance(stream, _KeepStream):
+        return _terminal_response(b"".join(stream.pieces))
+    content = response.get_content(strict=False)
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        # A whole stream an addon made (a replayed hit): stored like a live one, so a later
+        # previous_response_id in the same run finds it.
+        return _terminal_response(content)
+    body = _json(content)
     return body if isinstance(body, dict) and body.get("object") == "response" else None
+
+
+class _KeepStream:
+    """A stream callable that passes each piece on and keeps it."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+
+    def __call__(self, data: bytes) -> bytes:
+        self.pieces.append(data)
+        return data
+
+
+def _terminal_response(content: bytes | None) -> dict[str, Any] | None:
+    decoder = SSEDecoder()
+    final: dict[str, Any] | None = None
+    for _name, data in [*decoder.feed(content or b""), *decoder.close()]:
+        event = _json(data)
+        if isinstance(event, dict) and event.get("type") in _TERMINAL_EVENTS:
+            final = event.get("response") if isinstance(event.get("response"), dict) else final
+    return final
 
 
 def _json(content: bytes | None) -> Any:

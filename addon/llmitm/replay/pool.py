@@ -7,6 +7,12 @@ scopes (one per test) never share answers. One asyncio loop pops, so each pop is
 A lookup returns a :class:`Hit`, or a :class:`Miss` that says why — no recording for this
 key, or the key's recordings are all used (*exhausted*, with the count) — and names the
 closest recording (same method and route first, then by similarity of canonical text).
+
+What a hit on an exhausted key gets is the caller's policy (§5.4, ``llmitm_replay_exhausted``):
+``error`` (the default: a miss, as strict CI wants), ``repeat_last`` (the key's last recording
+again: a poll or health check that a test makes more often than when it was recorded) or
+``cycle`` (the key's recordings again from the first, in order). A repeat never counts a
+recording as used twice, and never hides one that was not used (``unused`` stays exact).
 """
 
 from __future__ import annotations
@@ -15,11 +21,14 @@ import difflib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import quote, unquote
 
 from llmitm.replay.keys import MatchKey
 from llmitm.replay.model import Interaction
+
+OnExhausted = Literal["error", "repeat_last", "cycle"]
+ON_EXHAUSTED: tuple[str, ...] = get_args(OnExhausted)
 
 GLOBAL_SCOPE = "global"
 SCOPE_HEADERS = ("x-llmitm-scope", "x-test-id")
@@ -46,6 +55,9 @@ class Hit:
     served: int
     """1-based position of this answer among the key's recordings."""
     total: int
+    again: int = 0
+    """0 for a recording's first use; n for the n-th answer past the key's recordings (only
+    under ``repeat_last`` or ``cycle``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +72,11 @@ class Miss:
 
     def describe(self) -> str:
         if self.reason == "exhausted":
-            return f"exhausted: served {self.served} of {self.total} recording(s) for this key"
+            return (
+                f"exhausted: served {self.served} of {self.total} recording(s) for key "
+                f"{self.key.key} (llmitm_replay_exhausted=repeat_last or cycle serves them "
+                "again)"
+            )
         if self.reason == "no-scope":
             return f"no recordings in scope {self.scope!r}"
         return f"no recording with this key in scope {self.scope!r} ({self.keys_in_scope} keys)"
@@ -69,8 +85,13 @@ class Miss:
 @dataclass(slots=True)
 class _Queue:
     items: deque[Interaction]
-    total: int
+    recorded: tuple[Interaction, ...]
+    """Every recording of the key in order: what ``repeat_last`` and ``cycle`` serve again."""
     served: int = 0
+
+    @property
+    def total(self) -> int:
+        return len(self.recorded)
 
 
 @dataclass(slots=True)
@@ -90,28 +111,35 @@ class ReplayPool:
                 interaction
             )
         for scope, keys in grouped.items():
-            pool.scopes[scope] = {k: _Queue(deque(v), len(v)) for k, v in keys.items()}
+            pool.scopes[scope] = {k: _Queue(deque(v), tuple(v)) for k, v in keys.items()}
         pool.everything = ordered
         return pool
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes
 
-    def take(self, scope: str, key: MatchKey) -> Hit | Miss:
+    def take(self, scope: str, key: MatchKey, on_exhausted: OnExhausted = "error") -> Hit | Miss:
+        """The next recording for ``key`` in ``scope``; once they are all used,
+        ``on_exhausted`` says whether that is a miss or which recording is served again."""
         keys = self.scopes.get(scope)
         if keys is None:
             return Miss("no-scope", scope, key, self.closest(scope, key))
         queue = keys.get(key.key)
         if queue is None:
             return Miss("no-key", scope, key, self.closest(scope, key), keys_in_scope=len(keys))
-        if not queue.items:
-            last = None
-            for interaction in self.everything:
-                if interaction.scope == scope and interaction.key == key.key:
-                    last = interaction
-            return Miss("exhausted", scope, key, last, queue.served, queue.total, len(keys))
+        if queue.items:
+            queue.served += 1
+            return Hit(queue.items.popleft(), queue.served, queue.total)
+        total = queue.total
+        if on_exhausted == "error":
+            return Miss("exhausted", scope, key, queue.recorded[-1], queue.served, total, len(keys))
+        # ``served`` goes on counting requests for the key, whatever they were answered with.
         queue.served += 1
-        return Hit(queue.items.popleft(), queue.served, queue.total)
+        again = queue.served - total
+        if on_exhausted == "repeat_last":
+            return Hit(queue.recorded[-1], total, total, again)
+        index = (queue.served - 1) % total
+        return Hit(queue.recorded[index], index + 1, total, again)
 
     def closest(self, scope: str, key: MatchKey) -> Interaction | None:
         """The recording most like ``key``: same scope, method and route first, then the

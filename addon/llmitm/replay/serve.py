@@ -7,7 +7,11 @@ also tests translation. ``from client`` serves the recorded client response as i
 Headers come from the recorded client response (what the client saw), without framing.
 
 A miss answers with :func:`miss_error`: a 400 in OpenAI's error shape that the SDKs do not
-retry (``x-should-retry: false``) and whose message says everything needed to fix it.
+retry (``x-should-retry: false``) and whose message says everything needed to fix it. Its
+status is the caller's (``llmitm_miss_status``, §5.8): a 5xx stands out in a test's output
+but is what the SDKs retry — the header still tells them not to. Under
+``llmitm_strict_drift``, a hit whose upstream request llmitm builds differently today answers
+with :func:`drift_error`, a 400 of the same shape that names the recording.
 """
 
 from __future__ import annotations
@@ -105,17 +109,49 @@ def miss_message(miss: Miss, where: str | None) -> str:
     return " ".join(parts)
 
 
-def miss_error(miss: Miss, where: str | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
+def miss_error(
+    miss: Miss, where: str | None = None, status: int = 400
+) -> tuple[int, list[tuple[str, str]], bytes]:
     """Status, headers and body of the answer to a strict miss."""
     error = ApiError(
         message=miss_message(miss, where),
         type="llmitm_replay_miss",
         code="replay_miss" if miss.reason != "exhausted" else "replay_exhausted",
+        status=status,
+    )
+    return status, _refusal_headers("miss"), orjson.dumps(openai_error_body(error))
+
+
+def drift_message(interaction: Interaction, diff: list[str], where: str | None) -> str:
+    changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("---", "+++"))
+    return (
+        f"llmitm replay drift: recording {interaction.id} "
+        f"({where or interaction.source or 'db'}; {interaction.method} {interaction.route} "
+        f"model={interaction.model or '-'}, scope={interaction.scope!r}) matched, but the "
+        f"upstream request llmitm builds from it today differs from the recorded one "
+        f"({changed} changed line(s)), so its recorded answer may no longer be what the "
+        "upstream would say. See the difference with `llmitm rec diff --last-miss` (or the "
+        "proxy's log); re-record it with --set llmitm_record=rewrite, or serve it anyway "
+        "without llmitm_strict_drift."
+    )
+
+
+def drift_error(
+    interaction: Interaction, diff: list[str], where: str | None = None
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Status, headers and body of the answer to a hit refused for drift."""
+    error = ApiError(
+        message=drift_message(interaction, diff, where),
+        type="llmitm_replay_drift",
+        code="replay_drift",
         status=400,
     )
-    headers = [
+    return 400, _refusal_headers("drift"), orjson.dumps(openai_error_body(error))
+
+
+def _refusal_headers(kind: str) -> list[tuple[str, str]]:
+    return [
         ("content-type", "application/json"),
         ("x-should-retry", "false"),
-        ("x-llmitm-replay", "miss"),
+        ("x-llmitm-replay", kind),
     ]
-    return 400, headers, orjson.dumps(openai_error_body(error))
