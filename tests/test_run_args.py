@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from mitmproxy import exceptions
 from mitmproxy.addons.proxyserver import Proxyserver
@@ -20,9 +21,19 @@ from llmitm.run import (
     command_environment,
     mitmdump_argv,
     parse_run_args,
+    replay_verdict,
 )
 
 CA = "/home/u/.mitmproxy/mitmproxy-ca-cert.pem"
+MISS = {
+    "request": "POST chat.completions",
+    "model": "m",
+    "key": "k",
+    "scope": "global",
+    "reason": "no_recording",
+    "closest": None,
+}
+UNUSED = {"id": "r2", "route": "chat.completions", "scope": "global"}
 
 # --- parse_run_args -------------------------------------------------------------------------
 
@@ -327,3 +338,27 @@ def test_junit_is_taken_with_replay_and_not_passed_to_mitmdump() -> None:
     args = parse_run_args(["--replay", "recs", "--junit=out.xml", "--", "pytest"])
     assert args.junit == "out.xml" and args.command == ["pytest"]
     assert not any("junit" in item or "out.xml" in item for item in mitmdump_argv(args))
+
+
+@pytest.mark.parametrize(
+    ("report", "fail_on_unused", "expected"),
+    [
+        ({"hits": 2}, False, 0),
+        ({"hits": 1, "misses": [MISS]}, False, 1),
+        ({"hits": 2, "unused": [UNUSED]}, False, 0),
+        ({"hits": 2, "unused": [UNUSED]}, True, 1),
+        ({"hits": 2, "drift": [{"id": "r1", "diff": []}]}, False, 0),  # a warning
+        ({"hits": 2, "drift": [{"id": "r1", "diff": []}], "strict_drift": True}, False, 1),
+    ],
+)
+def test_the_replayed_commands_verdict(
+    tmp_path: Path, report: dict[str, Any], fail_on_unused: bool, expected: int
+) -> None:
+    path = tmp_path / "report.json"
+    path.write_bytes(orjson.dumps(report))
+    assert replay_verdict(path, 0, fail_on_unused=fail_on_unused) == expected
+    assert replay_verdict(path, 3, fail_on_unused=fail_on_unused) == 3  # the command's own
+
+
+def test_no_report_is_a_failure(tmp_path: Path) -> None:
+    assert replay_verdict(tmp_path / "missing.json", 0, fail_on_unused=False) == 1

@@ -11,6 +11,9 @@ Options:
   --llmitm-recordings    the recordings folder (default: recordings/ under the rootdir)
   --llmitm-upstream      where recording modes forward (default https://api.openai.com)
   --llmitm-config        an llmitm TOML configuration (routes, endpoints)
+  --llmitm-allow-record-in-ci
+                         record although CI is set (llmitm refuses to write recordings
+                         there otherwise: a CI job should replay, not re-record)
 
 The proxy runs **in the test process**: a mitmproxy master with llmitm's addons on its own
 event loop in a daemon thread named ``llmitm`` (:mod:`llmitm.addons.inprocess`), started on
@@ -54,6 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--llmitm-recordings", default=None, metavar="DIR")
     group.addoption("--llmitm-upstream", default="https://api.openai.com", metavar="URL")
     group.addoption("--llmitm-config", default=None, metavar="FILE")
+    group.addoption("--llmitm-allow-record-in-ci", action="store_true", default=False)
 
 
 class _TestLog(logging.Handler):
@@ -149,6 +153,7 @@ def llmitm_proxy(pytestconfig: pytest.Config) -> Iterator[LlmitmProxy]:
             "llmitm_recordings": str(folder),
             "llmitm_store": "",
             "llmitm_console": "off",
+            "llmitm_allow_record_in_ci": bool(option("--llmitm-allow-record-in-ci")),
         }
         if config:
             settings["llmitm_config"] = config

@@ -253,13 +253,15 @@ def write_junit(args: RunArgs, report: Path) -> None:
 
 
 def replay_verdict(report: Path, status: int, *, fail_on_unused: bool) -> int:
-    """The exit status of a replayed command: its own when it failed, else 1 on any miss
-    (or unused recording, when asked); the report's gist goes to stderr."""
+    """The exit status of a replayed command: its own when it failed, else 1 on any miss,
+    on drift refused by ``llmitm_strict_drift``, or (when asked) on an unused recording; the
+    report's gist goes to stderr."""
     if not report.is_file():
         print("llmitm run: the proxy wrote no replay report", file=sys.stderr)
         return status or 1
     document = orjson.loads(report.read_bytes())
     misses, unused = document.get("misses", []), document.get("unused", [])
+    refused = document.get("drift", []) if document.get("strict_drift") else []
     print(
         f"llmitm run: replay: {document.get('hits', 0)} hit(s), {len(misses)} miss(es), "
         f"{len(unused)} unused recording(s)",
@@ -271,12 +273,14 @@ def replay_verdict(report: Path, status: int, *, fail_on_unused: bool) -> int:
             f"scope={miss['scope']} ({miss['reason']}); closest {miss['closest']}",
             file=sys.stderr,
         )
+    for drift in refused:
+        print(f"  drift: {drift['id']} (llmitm_strict_drift)", file=sys.stderr)
     if fail_on_unused:
         for item in unused:
             print(f"  unused: {item['id']} {item['route']} scope={item['scope']}", file=sys.stderr)
     if status:
         return status
-    return 1 if misses or (fail_on_unused and unused) else 0
+    return 1 if misses or refused or (fail_on_unused and unused) else 0
 
 
 def command_environment(listening: dict, *, base_url: bool) -> dict[str, str]:

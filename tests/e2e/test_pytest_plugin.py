@@ -111,6 +111,7 @@ def test_record_then_replay_in_process(
     with fake_upstream(tmp_path / "up") as up:
         recorded = run(
             inner, monkeypatch, "--llmitm-record-mode=record", f"--llmitm-upstream={up.url}",
+            "--llmitm-allow-record-in-ci",
             "--deselect=test_suite.py::test_swallowed_miss",
         )  # fmt: skip
     recorded.assert_outcomes(passed=6, deselected=1)
@@ -157,3 +158,17 @@ def test_replay_without_a_folder_fails_clearly(
     result.assert_outcomes(errors=1)
     assert "llmitm did not start" in result.stdout.str()
     assert "no manifest.json (not a recordings folder)" in result.stdout.str()
+
+
+def test_recording_in_ci_needs_saying_so(
+    inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CI", "true")
+    with fake_upstream(tmp_path / "up") as up:
+        refused = run(
+            inner, monkeypatch, "--llmitm-record-mode=record", f"--llmitm-upstream={up.url}",
+            "-k", "test_chat",
+        )  # fmt: skip
+    output = refused.stdout.str() + refused.stderr.str()
+    assert refused.ret != 0 and "allow_record_in_ci" in output, output
+    assert not (inner.path / "recordings").exists()

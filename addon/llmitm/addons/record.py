@@ -149,6 +149,8 @@ class ReplayReport:
     hits: int = 0
     misses: list[dict[str, Any]] = field(default_factory=list)
     drift: list[dict[str, Any]] = field(default_factory=list)
+    strict_drift: bool = False
+    """Drift was refused (``llmitm_strict_drift``): it fails a replayed command like a miss."""
     recorded: int = 0
 
     def to_json(self, unused: list[Interaction]) -> dict[str, Any]:
@@ -163,6 +165,7 @@ class ReplayReport:
                 for i in unused
             ],
             "drift": self.drift,
+            "strict_drift": self.strict_drift,
             "recorded": self.recorded,
         }
 
@@ -359,6 +362,7 @@ class LlmRecorder:
 
     def running(self) -> None:
         self.report.mode = self.mode
+        self.report.strict_drift = bool(ctx.options.llmitm_strict_drift)
         self._started = True
 
     def start_loading(self) -> asyncio.Task[None] | None:
