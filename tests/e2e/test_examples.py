@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -43,12 +46,46 @@ def test_the_examples_replay_offline_byte_for_byte(tmp_path: Path, replay_from: 
     assert "4 hit(s), 0 miss(es), 0 unused" in done.stderr
     replayed = sorted(orjson.loads(out.read_bytes()))
     recorded = sorted(i.legs["client_resp"].body().decode() for i in read_folder(FOLDER))
-    if replay_from == "client":
-        assert replayed == recorded
+    # Through today's translator too: it is handed the ids and times it minted when recording.
+    assert replayed == recorded
+
+
+def readme_ci_script() -> str:
+    """The README's ``ci-replay.sh``, as printed there."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("# ci-replay.sh\n")
+    return text[start : text.index("```", start)]
+
+
+@pytest.mark.parametrize("complete", [True, False])
+def test_the_readmes_mitmdump_ci_job_replays_and_fails_on_a_miss(
+    tmp_path: Path, complete: bool
+) -> None:
+    shutil.copytree(FOLDER, tmp_path / "recordings")
+    if not complete:  # a recording gone: its call misses, and so does the job
+        manifest = orjson.loads((tmp_path / "recordings" / "manifest.json").read_bytes())
+        (tmp_path / "recordings" / manifest["interactions"][-1]).unlink()
+        manifest["interactions"] = manifest["interactions"][:-1]
+        (tmp_path / "recordings" / "manifest.json").write_bytes(orjson.dumps(manifest))
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    client = f"{sys.executable} {ROOT / 'scripts' / 'example_client.py'} --out bodies.json"
+    script = readme_ci_script().replace("8080", str(port))
+    assert "\npytest\n" not in script and " pytest\n" in script
+    script = script.replace(" pytest\n", f" {client}\n")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
+    output = done.stdout + done.stderr
+    if complete:
+        assert done.returncode == 0, output
+        assert "replay: 4 hits, 0 misses, 0 unused" in output
+        replayed = orjson.loads((tmp_path / "bodies.json").read_bytes())
+        assert sorted(replayed) == sorted(
+            i.legs["client_resp"].body().decode() for i in read_folder(FOLDER)
+        )
     else:
-        # Retranslated today: the passthrough answers are the recorded bytes; translated ones
-        # carry ids and timestamps minted now, so they are compared as the SDK sees them.
-        assert len(replayed) == len(recorded)
-        assert sum(body in recorded for body in replayed) >= 2
-        for body in replayed:
-            assert "Hello" in body or "lookup" in body
+        assert done.returncode != 0, output
+        assert "1 misses" in output and "REPLAY MISS" in output

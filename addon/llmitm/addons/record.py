@@ -714,7 +714,8 @@ class LlmRecordTap:
             return  # refused: llmitm_strict_drift
         as_recorded = plan is None
         try:
-            answer = from_upstream(interaction, plan, context)
+            strip = isinstance(state, FlowState) and state.strip_usage
+            answer = from_upstream(interaction, plan, context, strip_usage=strip)
         except Exception:
             logger.exception("llmitm: cannot replay %s; serving the client leg", interaction.id)
             answer, as_recorded = verbatim(interaction), True

@@ -57,21 +57,28 @@ def verbatim(interaction: Interaction) -> Answer:
 
 
 def from_upstream(
-    interaction: Interaction, plan: Plan | None, context: TranslationContext | None
+    interaction: Interaction,
+    plan: Plan | None,
+    context: TranslationContext | None,
+    *,
+    strip_usage: bool = False,
 ) -> Answer:
-    """The recorded upstream response as today's llmitm would hand it to the client."""
+    """The recorded upstream response as today's llmitm would hand it to the client
+    (``strip_usage``: drop the usage chunk llmitm asked for on the client's behalf)."""
     upstream = interaction.legs.get("upstream_resp")
     if upstream is None:
         return verbatim(interaction)
     client = interaction.legs.get("client_resp")
     if plan is None or context is None:
-        return Answer(
-            upstream.status, _headers(client or upstream), upstream.body(), upstream.chunks
-        )
+        # Today's routes leave this call alone: nothing would change what the upstream sends
+        # back, and what the client got then is what it gets now (a recording that llmitm
+        # translated, or whose usage chunk it asked for and stripped, included).
+        return verbatim(interaction)
     is_sse = upstream.header("content-type").lower().startswith("text/event-stream")
     if upstream.chunks is not None and upstream.status < 400 and is_sse:
         rewriter = StreamRewriter(
-            stream_pipeline(plan, context), decoder_for(upstream.header("content-encoding"))
+            stream_pipeline(plan, context, strip_usage=strip_usage),
+            decoder_for(upstream.header("content-encoding")),
         )
         chunks: list[tuple[int, bytes]] = []
         last = 0
