@@ -24,6 +24,8 @@ from llmitm.replay.model import Interaction, Message
 from llmitm.replay.timing import parse_timing, schedule
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "recordings"
+FORMAT_1 = Path(__file__).resolve().parent / "data" / "recordings-format-1"
+"""The committed examples as an earlier llmitm wrote them (format 1: no blobs, exact times)."""
 SYSTEM = "You are a careful assistant. " * 1200  # ~35 KB: a long system prompt
 TOOLS = [
     {"type": "function", "name": f"tool_{n}", "description": "d" * 400, "parameters": {}}
@@ -193,15 +195,15 @@ def test_re_exports_are_byte_identical(tmp_path: Path) -> None:
 
 
 def test_format_1_folders_still_read() -> None:
-    assert read_manifest(EXAMPLES)["format_version"] == 1
-    examples = read_folder(EXAMPLES)
+    assert read_manifest(FORMAT_1)["format_version"] == 1
+    examples = read_folder(FORMAT_1)
     assert examples and all(i.legs.get("client_resp") for i in examples)
-    assert folder_problems(EXAMPLES) == []
+    assert folder_problems(FORMAT_1) == []
 
 
 def test_migrate_reads_blobs_and_format_1(tmp_path: Path) -> None:
     write_folder(tmp_path / "blobs", suite())
-    shutil.copytree(EXAMPLES, tmp_path / "v1")
+    shutil.copytree(FORMAT_1, tmp_path / "v1")
     for folder in (tmp_path / "blobs", tmp_path / "v1"):
         before = [i.legs["client_req"].body() for i in read_folder(folder)]
         assert main(["rec", "migrate", str(folder), "--ignore", "messages.*.content"]) == 0

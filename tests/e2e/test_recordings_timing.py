@@ -21,7 +21,8 @@ def test_realtime_replay_of_a_coarse_folder_keeps_ttft(tmp_path: Path) -> None:
     stream = {"model": "gpt-pass", "messages": MESSAGES, "stream": True}
     warm_up = {**stream, "messages": [{"role": "user", "content": "warm-up"}]}
     folder = tmp_path / "recordings"
-    extra = ["--set", f"llmitm_recordings={folder}"]  # record mode: written at shutdown
+    # Record mode, written at shutdown (on purpose also in CI, where llmitm refuses otherwise).
+    extra = ["--set", f"llmitm_recordings={folder}", "--set", "llmitm_allow_record_in_ci=true"]
     with (
         fake_upstream(tmp_path) as up,
         llmitm_proxy(tmp_path, modes=[f"reverse:{up.url}"], extra=extra) as proxy,
