@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import operator
 import os
 import time
 import weakref
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +48,7 @@ from llmitm.addons.choices import check_choices
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.state import METADATA_KEY, FlowState, flow_mint, flow_state, set_mint
 from llmitm.addons.store import LlmStore
-from llmitm.exchange.stream import StreamRewriter
+from llmitm.exchange.stream import StreamRewriter, StreamTap
 from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.replay_job import ReplayJob
 from llmitm.relay.server import RelayServer
@@ -54,7 +56,7 @@ from llmitm.replay import folder as folder_format
 from llmitm.replay.ci_guard import record_refusal
 from llmitm.replay.fingerprint import credential, fingerprint
 from llmitm.replay.keys import PROFILES, KeyOptions, MatchKey, is_api_path, match_key
-from llmitm.replay.model import Interaction, Message, new_id
+from llmitm.replay.model import Chunk, Interaction, Message, Pieces, new_id
 from llmitm.replay.pool import (
     GLOBAL_SCOPE,
     ON_EXHAUSTED,
@@ -96,15 +98,18 @@ def _fields(headers: http.Headers) -> list[tuple[str, str]]:
 
 
 class PassTap:
-    """The stream callable of a flow llmitm relays untouched: note each piece, pass it on."""
+    """The stream callable of a flow llmitm relays untouched: note each piece (its time and
+    bytes, in columns like :class:`StreamTap`), pass it on."""
 
-    __slots__ = ("pieces",)
+    __slots__ = ("ins", "times")
 
     def __init__(self) -> None:
-        self.pieces: list[tuple[float, bytes]] = []
+        self.times = array("d")
+        self.ins: list[bytes] = []
 
     def __call__(self, data: bytes) -> bytes:
-        self.pieces.append((time.time(), data))
+        self.times.append(time.time())
+        self.ins.append(data)
         return data  # b"" at the end: mitmproxy sends nothing more for it
 
 
@@ -124,7 +129,7 @@ class Capture:
     upstream_headers: list[tuple[str, str]] = field(default_factory=list)
     upstream_body: bytes | None = None
     pass_tap: PassTap | None = None
-    rewrite_tap: list[tuple[float, bytes, bytes]] | None = None
+    rewrite_tap: StreamTap | None = None
     done: bool = False
     served: bool = False
     request_clean: bool = False
@@ -767,7 +772,7 @@ class LlmRecordTap:
             return
         stream = response.stream
         if isinstance(stream, StreamRewriter):
-            capture.rewrite_tap = stream.tap = []
+            capture.rewrite_tap = stream.tap = StreamTap()
         elif stream is True:
             capture.pass_tap = response.stream = PassTap()  # type: ignore[assignment]
         elif callable(stream):
@@ -879,55 +884,43 @@ def _relayed_request(request: UpstreamRequest) -> Message:
 
 def _stream_legs(
     capture: Capture, t0: float
-) -> tuple[list[tuple[int, bytes]] | None, list[tuple[int, bytes]] | None]:
+) -> tuple[Sequence[Chunk] | None, Sequence[Chunk] | None]:
     """The upstream and client pieces of a streamed flow, as offsets, redacted.
 
     The costly part of recording a stream (it runs once per flow, over every piece), so the
-    per-piece work is done by C loops (``zip``, ``map``, ``join``) and each pass happens once:
-    a client leg that is the upstream leg (a passthrough) shares its list, and a client leg
-    made only of clean inputs shares their verdict that there is nothing to redact. Offsets:
-    pieces arrive after the request ended, so ``int`` suffices. The stream callable's last
-    call (``b""`` in) can still bring bytes out (what a translator held back)."""
-    if capture.pass_tap is not None:
-        pieces = capture.pass_tap.pieces
-        if not pieces:
-            return [], []
-        times, ins = zip(*pieces, strict=True)
-        upstream = _offset_pieces(times, ins, t0)
-        if may_hold_secret(b"".join(ins)):
-            upstream = redact_chunks(upstream)
-        return upstream, upstream
-    if capture.rewrite_tap is None:
+    per-piece work is done by C loops (``join``, ``map``, ``compress``), no tuple is made per
+    piece (:class:`Pieces`), and each pass happens once: a client leg that is the upstream leg
+    (a passthrough) shares its pieces, and a client leg made only of clean inputs shares their
+    verdict that there is nothing to redact. Offsets: pieces arrive after the request ended,
+    so ``int`` suffices. The stream callable's last call (``b""`` in) can still bring bytes
+    out (what a translator held back)."""
+    tap: PassTap | StreamTap | None = capture.pass_tap or capture.rewrite_tap
+    if tap is None:
         return None, None
-    if not capture.rewrite_tap:
-        return [], []
-    times, ins, outs = zip(*capture.rewrite_tap, strict=True)
-    offsets = [int((at - t0) * 1e6) for at in times]
-    joined = b"".join(ins)
-    clean = not may_hold_secret(joined)
-    upstream = _pieces(offsets, ins)
+    offsets = [int((at - t0) * 1e6) for at in tap.times]
+    body = b"".join(tap.ins)
+    clean = not may_hold_secret(body)
+    upstream: Sequence[Chunk] = _pieces(offsets, tap.ins, body)
     if not clean:
         upstream = redact_chunks(upstream)
-    if all(map(operator.is_, ins, outs)):
-        return upstream, upstream  # a guard handed each chunk on as it was
-    client = _pieces(offsets, outs)
+    if isinstance(tap, PassTap) or all(map(operator.is_, tap.ins, tap.outs)):
+        return upstream, upstream  # relayed as it came, or a guard handed each chunk on
+    answer = b"".join(tap.outs)
+    client = _pieces(offsets, tap.outs, answer)
     if clean and capture.request_clean:
         # A translated answer is made of the upstream's bytes and fields of the client's own
         # request (echoed instructions, tools): neither held a credential, so neither does it.
         return upstream, client
-    if clean and b"".join(outs) == joined:
+    if clean and answer == body:
         return upstream, client  # same bytes, other split points: nothing to redact either
     return upstream, redact_chunks(client)
 
 
-def _offset_pieces(
-    times: Sequence[float], datas: Sequence[bytes], t0: float
-) -> list[tuple[int, bytes]]:
-    return _pieces([int((at - t0) * 1e6) for at in times], datas)
-
-
-def _pieces(offsets: list[int], datas: Sequence[bytes]) -> list[tuple[int, bytes]]:
-    """``(offset, bytes)`` of the pieces that hold bytes."""
-    if b"" in datas:
-        return [(at, data) for at, data in zip(offsets, datas, strict=True) if data]
-    return list(zip(offsets, datas, strict=True))
+def _pieces(offsets: list[int], datas: list[bytes], body: bytes) -> Pieces:
+    """The pieces that hold bytes (the stream callable's last call often brings none)."""
+    sizes = array("q", map(len, datas))
+    if 0 in sizes:
+        return Pieces(
+            list(itertools.compress(offsets, sizes)), array("q", filter(None, sizes)), body
+        )
+    return Pieces(offsets, sizes, body)

@@ -9,16 +9,73 @@ recordings folder, the replay addon and the CLI all exchange these.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 Leg = Literal["client_req", "upstream_req", "upstream_resp", "client_resp"]
 LEGS: tuple[Leg, ...] = ("client_req", "upstream_req", "upstream_resp", "client_resp")
 Chunk = tuple[int, bytes]
 """(offset in microseconds since the request was complete, the bytes of one piece)."""
+
+
+class Pieces(Sequence[Chunk]):
+    """A streamed leg as recording collects it: the offsets and sizes of its pieces and the
+    body they make, with no object per piece until someone iterates. On a busy proxy a
+    recorded stream then holds three buffers instead of thousands of small objects, and the
+    store packs the columns and stores the body as they are."""
+
+    __slots__ = ("_starts", "body", "offsets", "sizes")
+
+    def __init__(self, offsets: Sequence[int], sizes: Sequence[int], body: bytes) -> None:
+        self.offsets = offsets
+        self.sizes = sizes
+        self.body = body
+        self._starts: list[int] | None = None
+
+    @classmethod
+    def of(cls, chunks: Sequence[Chunk]) -> Pieces:
+        return cls(
+            [t for t, _ in chunks],
+            [len(data) for _, data in chunks],
+            b"".join(data for _, data in chunks),
+        )
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @overload
+    def __getitem__(self, index: int) -> Chunk: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Chunk]: ...
+    def __getitem__(self, index: int | slice) -> Chunk | list[Chunk]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        if self._starts is None:
+            self._starts = [0, *itertools.accumulate(self.sizes)]
+        index = range(len(self))[index]  # negative indexes, and IndexError
+        return self.offsets[index], self.body[self._starts[index] : self._starts[index + 1]]
+
+    def __iter__(self) -> Iterator[Chunk]:
+        body, at = self.body, 0
+        for offset, size in zip(self.offsets, self.sizes, strict=True):
+            yield offset, body[at : at + size]
+            at += size
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(map(operator.eq, self, other))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the list it stands for
+
+    def __repr__(self) -> str:
+        return f"Pieces({list(self)!r})"
 
 
 @dataclass(slots=True)
@@ -30,7 +87,7 @@ class Message:
 
     headers: list[tuple[str, str]] = field(default_factory=list)
     content: bytes | None = None
-    chunks: list[Chunk] | None = None
+    chunks: Sequence[Chunk] | None = None
     method: str = ""
     url: str = ""
     status: int = 0
@@ -40,7 +97,10 @@ class Message:
         return self.chunks is not None
 
     def body(self) -> bytes:
-        if self.chunks is not None:
+        chunks = self.chunks
+        if isinstance(chunks, Pieces):
+            return chunks.body
+        if chunks is not None:
             return b"".join(map(itemgetter(1), self.chunks))
         return self.content or b""
 

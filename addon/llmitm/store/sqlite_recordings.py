@@ -27,7 +27,7 @@ from typing import Any
 import aiosqlite
 import orjson
 
-from llmitm.replay.model import LEGS, Chunk, Interaction, Message
+from llmitm.replay.model import LEGS, Chunk, Interaction, Message, Pieces
 from llmitm.store import blob_codec
 from llmitm.store.recordings import (
     DeleteScope,
@@ -44,10 +44,14 @@ def pack_index(chunks: Sequence[Chunk]) -> bytes:
     """``(t_us, length)`` of each piece as little-endian int64 pairs, interleaved in C."""
     if not chunks:
         return b""
-    offsets, datas = zip(*chunks, strict=True)
+    if isinstance(chunks, Pieces):
+        offsets, sizes = chunks.offsets, chunks.sizes
+    else:
+        offsets, datas = zip(*chunks, strict=True)
+        sizes = list(map(len, datas))
     flat = array("q", bytes(16 * len(chunks)))
     flat[0::2] = array("q", offsets)
-    flat[1::2] = array("q", map(len, datas))
+    flat[1::2] = array("q", sizes)
     if sys.byteorder == "big":
         flat.byteswap()
     return flat.tobytes()

@@ -1,0 +1,28 @@
+"""Pieces: a streamed leg in two columns behaves as the list of (offset, bytes) it stands for,
+and the store packs it and joins it without making that list."""
+
+from __future__ import annotations
+
+from llmitm.replay.model import Message, Pieces
+from llmitm.store.sqlite_recordings import pack_index, unpack_chunks
+
+AS_LIST = [(0, b"data: a\n\n"), (1500, b"data: b\n\n"), (90000, b"data: [DONE]\n\n")]
+
+
+def test_pieces_read_like_the_list() -> None:
+    pieces = Pieces.of(AS_LIST)
+    expected = list(AS_LIST)
+    assert list(pieces) == expected and pieces == expected and expected == pieces
+    assert len(pieces) == 3 and pieces[1] == AS_LIST[1] and pieces[-1] == AS_LIST[-1]
+    assert pieces[1:] == AS_LIST[1:] and (1500, b"data: b\n\n") in pieces
+    assert pieces != AS_LIST[:2] and pieces != [(0, b"x"), *AS_LIST[1:]]
+
+
+def test_the_store_packs_and_joins_the_columns() -> None:
+    pieces = Pieces.of(AS_LIST)
+    assert pieces.sizes == [9, 9, 14] and pieces.offsets == [0, 1500, 90000]
+    assert pack_index(pieces) == pack_index(AS_LIST)
+    body = Message(chunks=pieces).body()
+    assert body == Message(chunks=AS_LIST).body() == b"".join(d for _, d in AS_LIST)
+    assert Message(chunks=pieces).body() is pieces.body  # made once, by the tap
+    assert unpack_chunks(pack_index(pieces), body) == AS_LIST
