@@ -11,10 +11,15 @@ also keeps the upstream's response head and, for a non-streamed body, the body b
 translator replaces it.
 
 ``LlmRecordTap`` (after the translator) answers from-upstream hits with today's translation
-of the recorded upstream response, notes the upstream request the router built, hooks the
-stream (one ``(time, bytes)`` append per chunk, nothing else on the hot path) and, when the
-flow ends — finished, aborted by the client or cut by the upstream — builds the interaction,
-redacts it and hands it to the store's writer queue (never awaited).
+of the recorded upstream response, notes the upstream request the router built (for a
+failover flow, what the answering endpoint was sent), hooks the stream (a time and the bytes
+appended to columns per chunk, nothing else on the hot path) and, when the flow ends —
+finished, aborted by the client or cut by the upstream — builds the interaction, redacts it
+and hands it to the store's writer queue (never awaited).
+
+Each recorded or replayed flow gets a :class:`~llmitm.wire.ids.Mint`: recording keeps the
+ids, times and sealed reasoning the translation was handed; a replay through today's
+translator hands them out again, so it re-makes the recorded answer byte for byte.
 
 Modes: ``off``, ``record`` (default, into the store), ``rewrite`` (wipe each scope on its
 first request, then record), ``once`` (replay a scope that has recordings, record one that
