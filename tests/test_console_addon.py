@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 
 import orjson
 import pytest
@@ -269,3 +270,35 @@ async def test_llmitms_rewriter_is_observed_not_wrapped(mode: str) -> None:
         console.done()
     (line,) = [line for line in out.export_text().splitlines() if "tok" in line]
     assert "4→300 tok" in line and "TTFT " in line and "TTFT –" not in line
+
+
+async def test_an_unseen_stream_keeps_only_its_tail_until_a_panel_shows_it() -> None:
+    out = recording(force_terminal=True, force_interactive=True)
+    console = LlmConsole(out)
+    with taddons.context(console, TermLog(out=io.StringIO())) as tctx:
+        tctx.configure(console, llmitm_console="live")
+        console.running()
+        flow = chat_flow()
+        console.request(flow)
+        rewriter = StreamRewriter(StreamPipeline("chat-to-responses", TranslationContext()))
+        sse_response(flow, rewriter)
+        console.responseheaders(flow)
+        watch = console.watches[flow.id]
+        head = [chunk({"role": "assistant", "content": ""})]
+        head += [chunk({"content": f" w{n}"}) for n in range(300)]
+        for data in head:
+            rewriter(data)
+        # Unseen: the first chunks (timed, for TTFT) and a bounded tail, not all 301.
+        assert len(watch.pending) == TIMED_CHUNKS
+        now = time.time()
+        watch.drain(now)
+        assert watch.first_token is not None and not watch.full
+        watch.promote(now + 1)  # a panel shows it now: every chunk from here on
+        assert watch.full and watch.behind is False
+        assert watch.conversation.text().endswith(" w299")  # reassembled from the tail
+        for n in range(300, 320):
+            rewriter(chunk({"content": f" w{n}"}))
+        watch.drain(now + 2)
+        assert watch.conversation.text().endswith(" w319")
+        assert watch.tokens_per_second(now + 2) == pytest.approx(20.0)  # 20 events in 1 s
+        console.done()

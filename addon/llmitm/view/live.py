@@ -12,6 +12,7 @@ streams that have a panel on screen (see ``StreamWatch``).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmitm.view.conversation import Conversation, StreamAssembler
@@ -74,11 +75,14 @@ class StreamWatch:
         "behind",
         "bytes_in",
         "chunks",
+        "counted_from",
         "ended",
         "events",
         "events_at_first_token",
+        "events_counted_from",
         "first_byte",
         "first_token",
+        "follow",
         "full",
         "info",
         "last_chunk",
@@ -107,6 +111,13 @@ class StreamWatch:
         self.events = 0
         """Events seen, counted by their blank lines (close enough for a rate)."""
         self.events_at_first_token = 0
+        self.follow: Callable[[], None] | None = None
+        """Set by a tap that keeps only a stream's last chunks until it is shown: ``promote``
+        asks it for every chunk from then on."""
+        self.counted_from: float | None = None
+        """Since when ``events`` counts every event (the first token, or the promotion of a
+        stream whose tap kept only its last chunks): the output rate is measured from here."""
+        self.events_counted_from = 0
 
     @property
     def conversation(self) -> Conversation:
@@ -177,6 +188,13 @@ class StreamWatch:
     def promote(self, now: float | None = None) -> None:
         """Assemble every chunk from now on, starting from the last ones kept."""
         self.drain(now)
+        if self.follow is not None:
+            self.follow()
+            self.follow = None
+            self.drain(now)
+            if self.first_token is not None:  # events went by uncounted: rate from here on
+                self.counted_from = now if now is not None else self.last_chunk
+                self.events_counted_from = self.events
         if self.behind:
             self._reassemble(PANEL_TAIL_BYTES)
         self.full = True
@@ -241,6 +259,11 @@ class StreamWatch:
         usage = self.conversation.usage
         if usage and self.ended:
             return usage[2] / span
+        if self.counted_from is not None:
+            counted = end - self.counted_from
+            if counted <= 0.05:
+                return None
+            return (self.events - self.events_counted_from) / counted
         return (self.events - self.events_at_first_token + 1) / span
 
     def elapsed(self, now: float) -> float:
