@@ -301,4 +301,13 @@ async def test_an_unseen_stream_keeps_only_its_tail_until_a_panel_shows_it() -> 
         watch.drain(now + 2)
         assert watch.conversation.text().endswith(" w319")
         assert watch.tokens_per_second(now + 2) == pytest.approx(20.0)  # 20 events in 1 s
+        watch.demote(now + 3)  # more streams than panels: back to the tail
+        for n in range(320, 400):
+            rewriter(chunk({"content": f" w{n}"}))
+        assert not watch.full and watch.pending == []
+        rewriter(chunk({}, finish="stop", usage={"prompt_tokens": 4, "completion_tokens": 400}))
+        rewriter(b"")
+        console.response(flow)  # the tail is handed over and the end assembled from it
         console.done()
+    (line,) = [line for line in out.export_text().splitlines() if "tok" in line]
+    assert "4→400 tok" in line

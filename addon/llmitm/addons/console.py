@@ -92,7 +92,7 @@ class Observer:
         # walking) every chunk of dozens of unseen streams cost the proxy ~5% at 64 streams.
         self.tail: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
         self.sink: Any = self.tail.append
-        watch.follow = self.follow
+        watch.follow, watch.unfollow = self.follow, self.unfollow
 
     def __call__(self, data: bytes) -> None:
         self._add_time(_now())
@@ -110,6 +110,12 @@ class Observer:
             self.watch.behind = True
         self.merge()
         self.sink = self._add_chunk
+        if not self.left:
+            self.rewriter.observe = self.sink
+
+    def unfollow(self) -> None:
+        """The stream lost its panel: keep only its last chunks again."""
+        self.sink = self.tail.append
         if not self.left:
             self.rewriter.observe = self.sink
 
@@ -424,6 +430,8 @@ class LlmConsole:
                 for index, watch in enumerate(watches):
                     if index < panels and not watch.full:
                         watch.promote(now)
+                    elif index >= panels and watch.full:
+                        watch.demote(now)  # more streams than panels now
                     else:
                         watch.drain(now)
                 self._flush_lines()

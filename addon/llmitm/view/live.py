@@ -89,6 +89,7 @@ class StreamWatch:
         "pending",
         "recent",
         "times",
+        "unfollow",
     )
 
     def __init__(self, info: FlowInfo, *, full: bool = True) -> None:
@@ -114,6 +115,8 @@ class StreamWatch:
         self.follow: Callable[[], None] | None = None
         """Set by a tap that keeps only a stream's last chunks until it is shown: ``promote``
         asks it for every chunk from then on."""
+        self.unfollow: Callable[[], None] | None = None
+        """Its counterpart: ``demote`` tells the tap to keep only the last chunks again."""
         self.counted_from: float | None = None
         """Since when ``events`` counts every event (the first token, or the promotion of a
         stream whose tap kept only its last chunks): the output rate is measured from here."""
@@ -190,7 +193,6 @@ class StreamWatch:
         self.drain(now)
         if self.follow is not None:
             self.follow()
-            self.follow = None
             self.drain(now)
             if self.first_token is not None:  # events went by uncounted: rate from here on
                 self.counted_from = now if now is not None else self.last_chunk
@@ -198,6 +200,13 @@ class StreamWatch:
         if self.behind:
             self._reassemble(PANEL_TAIL_BYTES)
         self.full = True
+
+    def demote(self, now: float | None = None) -> None:
+        """No panel shows the stream any more: back to counting it and keeping its tail."""
+        self.drain(now)
+        self.full = False
+        if self.unfollow is not None:
+            self.unfollow()
 
     def finish(self, now: float | None = None) -> Conversation:
         """The stream has ended: its conversation, from its last chunks if it fell behind."""
