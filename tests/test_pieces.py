@@ -6,11 +6,18 @@ from __future__ import annotations
 from llmitm.replay.model import Message, Pieces
 from llmitm.store.sqlite_recordings import pack_index, unpack_chunks
 
+
+def as_pieces(chunks: list[tuple[int, bytes]]) -> Pieces:
+    return Pieces(
+        [t for t, _ in chunks], [len(d) for _, d in chunks], b"".join(d for _, d in chunks)
+    )
+
+
 AS_LIST = [(0, b"data: a\n\n"), (1500, b"data: b\n\n"), (90000, b"data: [DONE]\n\n")]
 
 
 def test_pieces_read_like_the_list() -> None:
-    pieces = Pieces.of(AS_LIST)
+    pieces = as_pieces(AS_LIST)
     expected = list(AS_LIST)
     assert list(pieces) == expected and pieces == expected and expected == pieces
     assert len(pieces) == 3 and pieces[1] == AS_LIST[1] and pieces[-1] == AS_LIST[-1]
@@ -19,7 +26,7 @@ def test_pieces_read_like_the_list() -> None:
 
 
 def test_the_store_packs_and_joins_the_columns() -> None:
-    pieces = Pieces.of(AS_LIST)
+    pieces = as_pieces(AS_LIST)
     assert pieces.sizes == [9, 9, 14] and pieces.offsets == [0, 1500, 90000]
     assert pack_index(pieces) == pack_index(AS_LIST)
     body = Message(chunks=pieces).body()

@@ -196,20 +196,10 @@ def llmitm(
 def _reclaim_ctx(proxy: LlmitmProxy) -> None:
     """A test that made its own mitmproxy master (``taddons.context()`` does) left it in
     ``mitmproxy.ctx``, which llmitm's addons read: point it back at the session's master."""
-    from mitmproxy import ctx
+    from llmitm.addons.inprocess import reclaim_ctx
 
-    from llmitm.addons.inprocess import InProcessError, active_master
-
-    ours = proxy.server.master
-    if ours is None or getattr(ctx, "master", None) is ours:
-        return
-    other = active_master()
-    if other is not None:
-        raise InProcessError(
-            f"another mitmproxy master ({type(other).__name__}) runs in this process beside "
-            "llmitm's; mitmproxy's ctx holds one master per process"
-        )
-    ctx.master, ctx.options, ctx.log = ours, ours.options, ours.log
+    if proxy.server.master is not None:
+        reclaim_ctx(proxy.server.master)
 
 
 @pytest.hookimpl(wrapper=True)

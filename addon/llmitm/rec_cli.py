@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sqlite3
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,8 @@ from llmitm.replay.pool import GLOBAL_SCOPE, canonical_diff
 from llmitm.replay.rekey import rekey, request_key
 from llmitm.replay.scan import Finding, scan_patterns, scan_text
 from llmitm.replay.why import RequestError, explain, nearest, parse_request
-from llmitm.store import SchemaTooNew, SqliteStore, blob_codec, default_store_path
+from llmitm.store import SchemaTooNew, SqliteStore, default_store_path
+from llmitm.store.raw_values import UnreadableDatabase, database_values
 from llmitm.store.recordings import DeleteScope, PruneRecordings, RecordingWrite, RekeyRecording
 from llmitm.store.sqlite import SqliteApplier
 from llmitm.store.sqlite_recordings import apply_rekey
@@ -498,38 +498,6 @@ def _refuse_secrets(blobs: Iterable[tuple[str, bytes]]) -> None:
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-
-def _sqlite_values(file: Path) -> Iterator[tuple[str, bool]]:
-    """Every text or blob value of every table of a SQLite file, read-only, and whether it
-    was compressed (recorded bodies are: store.blob_codec) — its bytes then hid it from the
-    raw scan."""
-    connection = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        tables = [row[0] for row in connection.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'"
-        )]  # fmt: skip
-        for table in tables:
-            for row in connection.execute(f'SELECT * FROM "{table.replace(chr(34), "")}"'):
-                for value in row:
-                    if isinstance(value, str):
-                        yield value, False
-                    elif isinstance(value, bytes):
-                        plain = _uncompressed(value)
-                        yield (plain or value).decode("utf-8", "replace"), plain is not None
-    finally:
-        connection.close()
-
-
-def _uncompressed(value: bytes) -> bytes | None:
-    """A zstd frame's content (how the store keeps bodies), else ``None``."""
-    if not value.startswith(_ZSTD_MAGIC):
-        return None
-    try:
-        return blob_codec.decode(blob_codec.ZSTD, value)
-    except Exception:
-        return None  # not a frame after all: the raw scan judged its bytes
 
 
 def _scan_file(file: Path) -> list[Finding]:
@@ -543,9 +511,9 @@ def _scan_file(file: Path) -> list[Finding]:
     found = scan_patterns(text)
     if data.startswith(_SQLITE_MAGIC):
         try:
-            for value, compressed in _sqlite_values(file):
+            for value, compressed in database_values(file):
                 found += [f for f in scan_text(value) if compressed or f.kind == "entropy"]
-        except sqlite3.Error:
+        except UnreadableDatabase:
             return scan_text(text)  # unreadable as a database: judge the bytes as they are
     return found
 

@@ -118,6 +118,20 @@ class _Ready:
         self.proxy._ready.set()
 
 
+def reclaim_ctx(ours: master.Master) -> None:
+    """Point ``mitmproxy.ctx`` back at ``ours`` when a finished master (``taddons``) left
+    itself there; refuse when another master is still running."""
+    if getattr(ctx, "master", None) is ours:
+        return
+    other = active_master()
+    if other is not None:
+        raise InProcessError(
+            f"another mitmproxy master ({type(other).__name__}) runs in this process beside "
+            "llmitm's; mitmproxy's ctx holds one master per process"
+        )
+    ctx.master, ctx.options, ctx.log = ours, ours.options, ours.log
+
+
 def active_master() -> master.Master | None:
     """The mitmproxy master that runs in this process now, if any (its loop runs and it was
     not told to exit)."""

@@ -38,14 +38,6 @@ class Pieces(Sequence[Chunk]):
         self.body = body
         self._starts: list[int] | None = None
 
-    @classmethod
-    def of(cls, chunks: Sequence[Chunk]) -> Pieces:
-        return cls(
-            [t for t, _ in chunks],
-            [len(data) for _, data in chunks],
-            b"".join(data for _, data in chunks),
-        )
-
     def __len__(self) -> int:
         return len(self.sizes)
 
