@@ -33,3 +33,21 @@ def test_the_store_packs_and_joins_the_columns() -> None:
     assert body == Message(chunks=AS_LIST).body() == b"".join(d for _, d in AS_LIST)
     assert Message(chunks=pieces).body() is pieces.body  # made once, by the tap
     assert unpack_chunks(pack_index(pieces), body) == AS_LIST
+
+
+def test_timed_pieces_are_stored_as_they_came_and_read_back_as_offsets() -> None:
+    t0 = 1_796_040_000.25  # a request that ended a quarter second past some second
+    times = [t0 + t / 1e6 for t, _ in AS_LIST]
+    body = b"".join(d for _, d in AS_LIST)
+    pieces = Pieces.timed(times, t0, [len(d) for _, d in AS_LIST], body)
+    expected = [(int((at - t0) * 1e6), d) for at, (_, d) in zip(times, AS_LIST, strict=True)]
+    assert list(pieces) == expected and pieces.offsets == [t for t, _ in expected]
+    index = pack_index(pieces)
+    assert index.startswith(b"LLMIDX") and len(index) == 16 + 16 * len(AS_LIST)
+    assert unpack_chunks(index, body) == expected
+    assert all(abs(a - b) <= 1 for a, b in zip(pieces.offsets, [0, 1500, 90000], strict=True))
+
+
+def test_an_index_of_the_first_layout_still_reads() -> None:
+    old = b"".join(t.to_bytes(8, "little") + len(d).to_bytes(8, "little") for t, d in AS_LIST)
+    assert unpack_chunks(old, b"".join(d for _, d in AS_LIST)) == AS_LIST

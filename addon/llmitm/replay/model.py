@@ -28,15 +28,36 @@ class Pieces(Sequence[Chunk]):
     """A streamed leg as recording collects it: the offsets and sizes of its pieces and the
     body they make, with no object per piece until someone iterates. On a busy proxy a
     recorded stream then holds three buffers instead of thousands of small objects, and the
-    store packs the columns and stores the body as they are."""
+    store packs the columns and stores the body as they are.
 
-    __slots__ = ("_starts", "body", "offsets", "sizes")
+    :meth:`timed` makes one from arrival times (seconds since the epoch) and the time the
+    request was complete: the store keeps those as they are, and offsets are worked out only
+    when someone reads them (recording a 2000-piece stream then does no arithmetic per
+    piece, which cost it ~0.2 ms)."""
+
+    __slots__ = ("_offsets", "_starts", "body", "sizes", "t0", "times")
 
     def __init__(self, offsets: Sequence[int], sizes: Sequence[int], body: bytes) -> None:
-        self.offsets = offsets
+        self._offsets: Sequence[int] | None = offsets
         self.sizes = sizes
         self.body = body
+        self.times: Sequence[float] | None = None
+        self.t0 = 0.0
         self._starts: list[int] | None = None
+
+    @classmethod
+    def timed(cls, times: Sequence[float], t0: float, sizes: Sequence[int], body: bytes) -> Pieces:
+        pieces = cls((), sizes, body)
+        pieces._offsets, pieces.times, pieces.t0 = None, times, t0
+        return pieces
+
+    @property
+    def offsets(self) -> Sequence[int]:
+        if self._offsets is None:
+            assert self.times is not None
+            t0 = self.t0
+            self._offsets = [int((at - t0) * 1e6) for at in self.times]
+        return self._offsets
 
     def __len__(self) -> int:
         return len(self.sizes)

@@ -9,8 +9,10 @@ migration in ``store.migrations``). Layout:
   named ``stream:<interaction>:<leg>`` for streams (never equal to another), and shared by
   a passthrough stream's upstream and client legs;
 - a streamed leg keeps its pieces' split points and offsets in ``chunk_index``: packed
-  little-endian int64 pairs ``(t_us, length)``. One blob and one small index per stream, not
-  a row per piece: recording a 2000-event stream is a handful of inserts;
+  little-endian int64 pairs ``(t_us, length)`` (layout 1), or, as recording writes them now,
+  the arrival times as float64 then the lengths (layout 2, see :func:`pack_index`). One blob
+  and one small index per stream, not a row per piece: recording a 2000-event stream is a
+  handful of inserts;
 - bodies and indexes from 1 KiB are zstd-compressed (``store.blob_codec``; the ``codec`` and
   ``index_codec`` columns say how each is stored).
 """
@@ -40,10 +42,22 @@ from llmitm.store.recordings import (
 # --- chunk index -----------------------------------------------------------------------------
 
 
+_TIMED = b"LLMIDX\x02\xff"
+"""Opens an index of layout 2; as layout 1's first offset it would be ~1400 years before."""
+
+
 def pack_index(chunks: Sequence[Chunk]) -> bytes:
-    """``(t_us, length)`` of each piece as little-endian int64 pairs, interleaved in C."""
+    """Layout 1, ``(t_us, length)`` of each piece as little-endian int64 pairs, interleaved in
+    C; or, for :meth:`Pieces.timed` pieces, layout 2: the magic, the request's end and each
+    arrival time as little-endian float64, then the lengths as int64 — copied as they are."""
     if not chunks:
         return b""
+    if isinstance(chunks, Pieces) and chunks.times is not None:
+        times, sizes = array("d", chunks.times), array("q", chunks.sizes)
+        if sys.byteorder == "big":
+            times.byteswap()
+            sizes.byteswap()
+        return b"".join((_TIMED, struct.pack("<d", chunks.t0), times.tobytes(), sizes.tobytes()))
     if isinstance(chunks, Pieces):
         offsets, sizes = chunks.offsets, chunks.sizes
     else:
@@ -58,6 +72,12 @@ def pack_index(chunks: Sequence[Chunk]) -> bytes:
 
 
 def unpack_chunks(index: bytes, body: bytes) -> list[Chunk]:
+    if index.startswith(_TIMED):
+        count = (len(index) - 16) // 16
+        (t0,) = struct.unpack_from("<d", index, 8)
+        times = struct.unpack_from(f"<{count}d", index, 16)
+        sizes = struct.unpack_from(f"<{count}q", index, 16 + 8 * count)
+        return list(Pieces.timed(times, t0, sizes, body))
     flat = struct.unpack(f"<{len(index) // 8}q", index)
     chunks: list[Chunk] = []
     at = 0
