@@ -12,8 +12,8 @@ translator replaces it.
 
 ``LlmRecordTap`` (after the translator) answers from-upstream hits with today's translation
 of the recorded upstream response, notes the upstream request the router built (for a
-failover flow, what the answering endpoint was sent), hooks the stream (a time and the bytes
-appended to columns per chunk, nothing else on the hot path) and, when the flow ends —
+failover flow, what the answering endpoint was sent), hooks the stream (one note per chunk:
+its time and the bytes in and out, nothing else on the hot path) and, when the flow ends —
 finished, aborted by the client or cut by the upstream — builds the interaction, redacts it
 and hands it to the store's writer queue (never awaited).
 
@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import operator
 import os
 import time
 import weakref
@@ -53,7 +51,8 @@ from llmitm.addons.choices import check_choices
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.state import METADATA_KEY, FlowState, flow_mint, flow_state, set_mint
 from llmitm.addons.store import LlmStore
-from llmitm.exchange.stream import StreamRewriter, StreamTap
+from llmitm.exchange.stream import StreamRewriter
+from llmitm.exchange.tap import PassTap, StreamTap, pieces
 from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.replay_job import ReplayJob
 from llmitm.relay.server import RelayServer
@@ -61,7 +60,7 @@ from llmitm.replay import folder as folder_format
 from llmitm.replay.ci_guard import record_refusal
 from llmitm.replay.fingerprint import credential, fingerprint
 from llmitm.replay.keys import PROFILES, KeyOptions, MatchKey, is_api_path, match_key
-from llmitm.replay.model import Chunk, Interaction, Message, Pieces, new_id
+from llmitm.replay.model import Chunk, Interaction, Message, new_id
 from llmitm.replay.pool import (
     GLOBAL_SCOPE,
     ON_EXHAUSTED,
@@ -100,22 +99,6 @@ def _now_us() -> int:
 
 def _fields(headers: http.Headers) -> list[tuple[str, str]]:
     return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.fields]
-
-
-class PassTap:
-    """The stream callable of a flow llmitm relays untouched: note each piece (its time and
-    bytes, in columns like :class:`StreamTap`), pass it on."""
-
-    __slots__ = ("ins", "times")
-
-    def __init__(self) -> None:
-        self.times = array("d")
-        self.ins: list[bytes] = []
-
-    def __call__(self, data: bytes) -> bytes:
-        self.times.append(time.time())
-        self.ins.append(data)
-        return data  # b"" at the end: mitmproxy sends nothing more for it
 
 
 @dataclass(slots=True)
@@ -777,7 +760,8 @@ class LlmRecordTap:
             return
         stream = response.stream
         if isinstance(stream, StreamRewriter):
-            capture.rewrite_tap = stream.tap = StreamTap()
+            capture.rewrite_tap = tap = StreamTap()
+            stream.note = tap.note
         elif stream is True:
             capture.pass_tap = response.stream = PassTap()  # type: ignore[assignment]
         elif callable(stream):
@@ -892,26 +876,24 @@ def _stream_legs(
 ) -> tuple[Sequence[Chunk] | None, Sequence[Chunk] | None]:
     """The upstream and client pieces of a streamed flow, as offsets, redacted.
 
-    The costly part of recording a stream (it runs once per flow, over every piece), so the
-    per-piece work is done by C loops (``join``, ``map``, ``compress``), no tuple is made per
-    piece (:class:`Pieces`), and each pass happens once: a client leg that is the upstream leg
-    (a passthrough) shares its pieces, and a client leg made only of clean inputs shares their
-    verdict that there is nothing to redact. Offsets: pieces arrive after the request ended,
-    so ``int`` suffices. The stream callable's last call (``b""`` in) can still bring bytes
-    out (what a translator held back)."""
+    Runs once per flow over what the tap noted (:mod:`llmitm.exchange.tap`),
+    and each pass happens once: a client leg that is the upstream leg (a passthrough) shares
+    its pieces, and a client leg made only of clean inputs shares their verdict that there is
+    nothing to redact. Times stay as they are: offsets are worked out when read."""
     tap: PassTap | StreamTap | None = capture.pass_tap or capture.rewrite_tap
     if tap is None:
         return None, None
-    offsets = [int((at - t0) * 1e6) for at in tap.times]
-    body = b"".join(tap.ins)
+    noted, ins, outs = tap.finish()
+    times = array("d", noted)
+    body = b"".join(ins)
     clean = not may_hold_secret(body)
-    upstream: Sequence[Chunk] = _pieces(offsets, tap.ins, body)
+    upstream: Sequence[Chunk] = pieces(times, t0, ins, body)
     if not clean:
         upstream = redact_chunks(upstream)
-    if isinstance(tap, PassTap) or all(map(operator.is_, tap.ins, tap.outs)):
+    if outs is None:
         return upstream, upstream  # relayed as it came, or a guard handed each chunk on
-    answer = b"".join(tap.outs)
-    client = _pieces(offsets, tap.outs, answer)
+    answer = b"".join(outs)
+    client = pieces(times, t0, outs, answer)
     if clean and capture.request_clean:
         # A translated answer is made of the upstream's bytes and fields of the client's own
         # request (echoed instructions, tools): neither held a credential, so neither does it.
@@ -919,13 +901,3 @@ def _stream_legs(
     if clean and answer == body:
         return upstream, client  # same bytes, other split points: nothing to redact either
     return upstream, redact_chunks(client)
-
-
-def _pieces(offsets: list[int], datas: list[bytes], body: bytes) -> Pieces:
-    """The pieces that hold bytes (the stream callable's last call often brings none)."""
-    sizes = array("q", map(len, datas))
-    if 0 in sizes:
-        return Pieces(
-            list(itertools.compress(offsets, sizes)), array("q", filter(None, sizes)), body
-        )
-    return Pieces(offsets, sizes, body)

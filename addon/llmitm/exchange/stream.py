@@ -10,11 +10,10 @@ terminal error in its protocol instead of a silent cut.
 from __future__ import annotations
 
 import logging
-import time
 import zlib
-from array import array
 from collections.abc import Callable
 
+from llmitm.exchange.tap import Note, now
 from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.errors import ApiError
@@ -46,24 +45,10 @@ def decoder_for(content_encoding: str | None) -> Decoder | None:
     raise ValueError(f"unsupported content-encoding {encoding!r}")
 
 
-class StreamTap:
-    """What the recorder keeps of a stream while it flows: each call's arrival time (unboxed,
-    in an array) and the bytes in and out, in three columns — three C-level appends per chunk
-    and no tuple per chunk for the garbage collector to walk (measured cheapest, tap and the
-    flow's end together, against tuples and against growing buffers)."""
-
-    __slots__ = ("ins", "outs", "times")
-
-    def __init__(self) -> None:
-        self.times = array("d")
-        self.ins: list[bytes] = []
-        self.outs: list[bytes] = []
-
-
 class StreamRewriter:
     """Translate one upstream SSE body through ``pipeline``."""
 
-    __slots__ = ("_decode", "_failed", "_started", "observe", "pipeline", "tap")
+    __slots__ = ("_decode", "_failed", "_started", "note", "observe", "pipeline")
 
     def __init__(
         self, pipeline: StreamPipeline | StreamGuard, decode: Decoder | None = None
@@ -74,9 +59,9 @@ class StreamRewriter:
         self._failed = False
         self.observe: Callable[[bytes], object] | None = None
         """Gets every upstream chunk first (the live console's ``list.append``: a C call)."""
-        self.tap: StreamTap | None = None
-        """The recorder's columns: when set, each call notes the time, the chunk in and the
-        bytes out; everything else happens at the flow's end."""
+        self.note: Note | None = None
+        """Gets the time, the chunk in and the bytes out of every call when recording (a
+        :class:`~llmitm.exchange.tap.StreamTap`'s ``list.extend``: a C call)."""
 
     def __call__(self, data: bytes) -> list[bytes]:
         if self.observe is not None:
@@ -90,11 +75,9 @@ class StreamRewriter:
             except Exception:
                 logger.exception("llmitm: stream translation failed; ending the client's stream")
                 out = self._fail()
-            tap = self.tap
-            if tap is not None:  # inline: a method call would double its cost per chunk
-                tap.times.append(time.time())
-                tap.ins.append(data)
-                tap.outs.append(out)
+            note = self.note
+            if note is not None:
+                note((now(), data, out))
             return [out] if out else []
         out = b""
         try:
@@ -107,11 +90,9 @@ class StreamRewriter:
         except Exception:
             logger.exception("llmitm: stream translation failed; ending the client's stream")
             out += self._fail()
-        tap = self.tap
-        if tap is not None:
-            tap.times.append(time.time())
-            tap.ins.append(data)
-            tap.outs.append(out)
+        note = self.note
+        if note is not None:
+            note((now(), data, out))
         return [out] if out else []
 
     def _translate(self, data: bytes) -> bytes:
