@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llmitm.replay.folder import (
     FolderError,
@@ -17,6 +19,7 @@ from llmitm.replay.model import Interaction, Message
 from llmitm.replay.pool import Hit, Miss, ReplayPool, canonical_diff
 from llmitm.replay.redact import (
     find_secrets,
+    may_hold_secret,
     redact_body,
     redact_chunks,
     redact_headers,
@@ -92,6 +95,31 @@ def test_stream_redaction_keeps_split_points_even_across_a_secret() -> None:
     assert b"".join(d for _, d in out) == text.replace(KEY.encode(), b"<redacted>")
     assert out[0][1] == text[:10]
     assert not find_secrets(b"".join(d for _, d in out).decode())
+
+
+# The pre-check looks for each literal by a rare byte first and scans for it once that byte
+# turns out common: either way it must say exactly whether a literal is there.
+ANCHOR_HEAVY = st.lists(
+    st.sampled_from([b"B", b"-", b"J", b"s", b"k", b"e", b"y", b"x", b"Bearer", b"sk-", b"eyJ"]),
+    max_size=120,
+).map(b"".join)
+
+
+@given(ANCHOR_HEAVY)
+def test_the_secret_pre_check_finds_each_literal_wherever_it_is(data: bytes) -> None:
+    expected = any(literal in data for literal in (b"Bearer", b"sk-", b"eyJ"))
+    assert may_hold_secret(data) is expected
+
+
+def test_the_secret_pre_check_finds_a_key_after_many_common_anchors() -> None:
+    frames = b"".join(b'data: {"id":"chatcmpl-%d","x":"B J"}\n\n' % i for i in range(100))
+    assert not may_hold_secret(frames)
+    assert may_hold_secret(frames + KEY.encode()) and may_hold_secret(frames + JWT.encode())
+    assert may_hold_secret(frames + b"Bearer abcdefgh12345")
+    for decoys in range(40):  # the literal at each position of the anchor's hits
+        for literal, anchor in ((b"Bearer", b"B"), (b"sk-", b"-"), (b"eyJ", b"J")):
+            assert may_hold_secret(anchor * decoys + literal)
+            assert may_hold_secret(b"x" + (anchor + b"x") * decoys + literal + b"x")
 
 
 # --- match keys ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ into every recording so a change of rules can be detected.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -62,24 +62,41 @@ _COMBINED_BYTES = re.compile(_COMBINED.pattern.encode())
 # Every pattern starts with one of these literals. A search for one literal is fast while the
 # combined regex costs ~25 ms per MB (it tries each alternative at every position), so a
 # recorded stream without any of them — nearly all of them — is never scanned by it at all.
-# Searched with ``re`` rather than ``in``: its literal search is a third faster on SSE, and
-# this runs over every byte recording keeps.
 _LITERALS = ("Bearer", "sk-", "eyJ")
 _FINDERS = tuple(re.compile(re.escape(literal)).search for literal in _LITERALS)
-_FINDERS_BYTES = tuple(re.compile(re.escape(literal).encode()).search for literal in _LITERALS)
+# In bytes (every recorded stream), each literal is first looked for by one of its rarer bytes
+# ("B", "-", "J"): a single-byte find is memchr, ~50× faster than any scan for the literal,
+# and most streams hold none of those bytes or only a few. Where one is common (the "-" of
+# every "chatcmpl-" id), after _ANCHOR_TRIES hits the literal is scanned for from there.
+_ANCHORED = tuple(
+    (literal.encode(), at, re.compile(re.escape(literal).encode()).search)
+    for literal, at in (("Bearer", 0), ("sk-", 2), ("eyJ", 2))
+)
+_ANCHOR_TRIES = 16
 
 
 def _maybe(text: str) -> bool:
+    if len(text) < 512:  # a header, a field: three ``in`` tests cost less than a call each
+        return "Bearer" in text or "sk-" in text or "eyJ" in text
     return any(find(text) for find in _FINDERS)
 
 
-def _maybe_bytes(data: bytes) -> bool:
-    return any(find(data) for find in _FINDERS_BYTES)
+def _holds(data: bytes, literal: bytes, at: int, scan: Callable[..., object]) -> bool:
+    anchor = literal[at : at + 1]
+    find, startswith = data.find, data.startswith
+    hit = find(anchor, at)
+    for _ in range(_ANCHOR_TRIES):
+        if hit < 0:
+            return False
+        if startswith(literal, hit - at):
+            return True
+        hit = find(anchor, hit + 1)
+    return hit >= 0 and scan(data, hit - at) is not None
 
 
 def may_hold_secret(data: bytes) -> bool:
-    """A cheap test (three substring scans): ``False`` guarantees nothing to redact."""
-    return _maybe_bytes(data)
+    """A cheap test: ``False`` guarantees nothing to redact."""
+    return any(_holds(data, literal, at, scan) for literal, at, scan in _ANCHORED)
 
 
 def _replace(match: re.Match[str]) -> str:
@@ -171,7 +188,7 @@ def redact_body(content: bytes | None) -> bytes | None:
         if parsed is not None:
             redacted = redact_json(parsed)
             return content if redacted == parsed else orjson.dumps(redacted)
-    return _COMBINED_BYTES.sub(_replace_bytes, content) if _maybe_bytes(content) else content
+    return _COMBINED_BYTES.sub(_replace_bytes, content) if may_hold_secret(content) else content
 
 
 def redact_chunks(chunks: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
@@ -183,7 +200,7 @@ def redact_chunks(chunks: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]
     if not chunks:
         return list(chunks)
     joined = b"".join(data for _, data in chunks)
-    if not _maybe_bytes(joined) or not _COMBINED_BYTES.search(joined):
+    if not may_hold_secret(joined) or not _COMBINED_BYTES.search(joined):
         return list(chunks)
     ends: list[int] = []
     total = 0
