@@ -12,6 +12,8 @@ zstd comes with Python 3.14 (``compression.zstd``) and, before it, with mitmprox
 
 from __future__ import annotations
 
+import threading
+
 try:
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # Python < 3.14
@@ -22,11 +24,23 @@ ZSTD = "zstd"
 COMPRESS_FROM = 1024
 
 
+_compressors = threading.local()
+
+
 def encode(data: bytes) -> tuple[str, bytes]:
     """``(codec, stored bytes)`` for ``data``."""
     if len(data) < COMPRESS_FROM:
         return RAW, data
-    return ZSTD, zstd.compress(data, level=1)
+    return ZSTD, _compressor().compress(data, zstd.ZstdCompressor.FLUSH_FRAME)
+
+
+def _compressor() -> zstd.ZstdCompressor:
+    """This thread's compressor: one kept for good, since making one (its tables) costs
+    ~50 µs, as much as compressing a whole recorded stream."""
+    compressor = getattr(_compressors, "zstd", None)
+    if compressor is None:
+        compressor = _compressors.zstd = zstd.ZstdCompressor(level=1)
+    return compressor
 
 
 def decode(codec: str, stored: bytes) -> bytes:
