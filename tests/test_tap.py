@@ -1,16 +1,20 @@
-"""The recording tap: whatever the chunking, what it hands over at the flow's end is exactly
-the pieces that came in and went out, each at its time."""
+"""The recording tap: whatever the chunking, and wherever it was compacted while the stream
+flowed, what it hands over at the flow's end is exactly the pieces that came in and went
+out, each at its time; and the compactor compacts the taps of live streams off the hot path."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from array import array
 
 from hypothesis import given
 from hypothesis import strategies as st
 from test_exchange import RESPONSES_SSE, context, splits
 
+from llmitm.addons.tap_compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
-from llmitm.exchange.tap import PassTap, StreamTap, pieces
+from llmitm.exchange.tap import Leg, PassTap, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline
 
 
@@ -32,79 +36,127 @@ class Scripted:
         return b""
 
 
-def run(rewriter: StreamRewriter, chunks: list[bytes]) -> tuple[StreamTap, list[bytes]]:
-    """Drive as mitmproxy does (the chunks, then ``b""``): the tap, and what each call sent."""
+def run(
+    rewriter: StreamRewriter, chunks: list[bytes], compact_at: frozenset[int] = frozenset()
+) -> tuple[StreamTap, list[bytes]]:
+    """Drive as mitmproxy does (the chunks, then ``b""``), compacting after the calls in
+    ``compact_at``: the tap, and what each call sent."""
     tap = StreamTap()
     rewriter.note = tap.note
-    return tap, [b"".join(rewriter(chunk)) for chunk in [*chunks, b""]]
+    sent = []
+    for number, chunk in enumerate([*chunks, b""]):
+        sent.append(b"".join(rewriter(chunk)))
+        if number in compact_at:
+            tap.compact()
+    return tap, sent
 
 
-def as_list(datas: list[bytes]) -> list[tuple[int, bytes]]:
-    """The recorded pieces, as if the calls came 0, 1, 2 … seconds after the request."""
-    times = array("d", range(len(datas)))
-    return list(pieces(times, 0.0, datas, b"".join(datas)))
+def as_list(times: array[float], leg: Leg) -> list[tuple[int, bytes]]:
+    """The recorded pieces, with offsets since the first call."""
+    return list(pieces(times, times[0], leg))
 
 
-def sent_pieces(datas: list[bytes]) -> list[tuple[int, bytes]]:
-    return [(i * 1_000_000, d) for i, d in enumerate(datas) if d]
+def sent_pieces(times: array[float], datas: list[bytes]) -> list[tuple[int, bytes]]:
+    """What each call brought or sent, at the offset of its call: what ``as_list`` must be."""
+    offsets = [int((at - times[0]) * 1e6) for at in times]
+    return [(t, d) for t, d in zip(offsets, datas, strict=True) if d]
 
 
 def test_a_translated_stream_is_kept_whole() -> None:
     chunks = splits(RESPONSES_SSE)["sevens"]
     rewriter = StreamRewriter(StreamPipeline("responses-to-chat", context()))  # type: ignore[arg-type]
-    tap, sent = run(rewriter, chunks)
-    times, ins, outs = tap.finish()
-    assert len(times) == len(chunks) + 1 and times == sorted(times)
-    assert as_list(ins) == sent_pieces([*chunks, b""])
-    assert outs is not None and as_list(outs) == sent_pieces(sent)
+    tap, sent = run(rewriter, chunks, frozenset({5, 40}))
+    times, upstream, client = tap.finish()
+    assert len(times) == len(chunks) + 1 and list(times) == sorted(times)
+    assert as_list(times, upstream) == sent_pieces(times, [*chunks, b""])
+    assert client is not None and as_list(times, client) == sent_pieces(times, sent)
     assert b"".join(sent).endswith(b"data: [DONE]\n\n")
+    assert len(upstream.parts) == 1  # joined once, at the end
 
 
 def test_a_guard_that_hands_every_chunk_on_keeps_one_leg() -> None:
     chunks = [b"data: %d\n\n" % i for i in range(100)]
-    tap, sent = run(StreamRewriter(Scripted([None] * len(chunks))), chunks)  # type: ignore[arg-type]
-    _, ins, outs = tap.finish()
-    assert outs is None and as_list(ins) == sent_pieces(chunks) == sent_pieces(sent)
+    rewriter = StreamRewriter(Scripted([None] * len(chunks)))  # type: ignore[arg-type]
+    tap, sent = run(rewriter, chunks, frozenset({10, 50}))
+    times, upstream, client = tap.finish()
+    assert client is None and as_list(times, upstream) == sent_pieces(times, sent)
 
 
-def test_a_stream_that_changes_one_chunk_keeps_both_legs() -> None:
+def test_a_stream_that_changes_a_chunk_after_a_compaction_keeps_both_legs() -> None:
     chunks = [b"data: %d\n\n" % i for i in range(100)]
     script: list[bytes | None] = [None] * len(chunks)
     script[70] = b"changed"
-    tap, sent = run(StreamRewriter(Scripted(script)), chunks)  # type: ignore[arg-type]
-    _, ins, outs = tap.finish()
-    assert outs is not None and as_list(outs) == sent_pieces(sent)
-    assert as_list(ins) == sent_pieces(chunks) and sent[70] == b"changed"
+    rewriter = StreamRewriter(Scripted(script))  # type: ignore[arg-type]
+    tap, sent = run(rewriter, chunks, frozenset({30, 60, 80}))
+    times, upstream, client = tap.finish()
+    assert client is not None and as_list(times, client) == sent_pieces(times, sent)
+    assert as_list(times, upstream) == sent_pieces(times, [*chunks, b""])
+    assert sent[70] == b"changed"
 
 
 @given(
     st.lists(
         st.tuples(st.binary(max_size=6), st.one_of(st.none(), st.binary(max_size=6))),
-        max_size=200,
-    )
+        max_size=120,
+    ),
+    st.frozensets(st.integers(min_value=0, max_value=120)),
 )
-def test_any_stream_comes_back_piece_for_piece(calls: list[tuple[bytes, bytes | None]]) -> None:
+def test_any_stream_comes_back_piece_for_piece(
+    calls: list[tuple[bytes, bytes | None]], compact_at: frozenset[int]
+) -> None:
     chunks = [data for data, _ in calls]
-    tap, sent = run(StreamRewriter(Scripted([out for _, out in calls])), chunks)  # type: ignore[arg-type]
-    times, ins, outs = tap.finish()
+    rewriter = StreamRewriter(Scripted([out for _, out in calls]))  # type: ignore[arg-type]
+    tap, sent = run(rewriter, chunks, compact_at)
+    times, upstream, client = tap.finish()
     assert len(times) == len(calls) + 1
-    assert as_list(ins) == sent_pieces([*chunks, b""])
-    assert as_list(outs if outs is not None else ins) == sent_pieces(sent)
+    assert as_list(times, upstream) == sent_pieces(times, [*chunks, b""])
+    assert as_list(times, client or upstream) == sent_pieces(times, sent)
 
 
 def test_a_relayed_stream_passes_each_piece_on_and_keeps_it() -> None:
     tap = PassTap()
     chunks = [b"piece %d;" % i for i in range(100)]
-    assert [tap(chunk) for chunk in [*chunks, b""]] == [*chunks, b""]
-    times, ins, outs = tap.finish()
-    assert outs is None and len(times) == len(chunks) + 1 and times == sorted(times)
-    assert as_list(ins) == sent_pieces(chunks)
+    relayed = []
+    for number, chunk in enumerate([*chunks, b""]):
+        relayed.append(tap.relay(chunk))
+        if number == 50:
+            tap.compact()
+    assert relayed == [*chunks, b""]
+    times, upstream, client = tap.finish()
+    assert client is None and len(times) == len(chunks) + 1
+    assert as_list(times, upstream) == sent_pieces(times, [*chunks, b""])
 
 
-def test_empty_pieces_go_with_their_offsets_many_or_few() -> None:
+def test_empty_pieces_go_with_their_times_many_or_few() -> None:
     for empties in (1, 64, 65, 99):
         datas = [b"" if i < empties else b"d%d" % i for i in range(100)][::-1]
+        leg = Leg()
+        leg.add(datas[:30])
+        leg.add(datas[30:])
         times = array("d", (1000.0 + i for i in range(100)))
-        kept = pieces(times, 999.5, datas, b"".join(datas))
+        kept = pieces(times, 999.5, leg)
         assert list(kept) == [(500_000 + i * 1_000_000, d) for i, d in enumerate(datas) if d]
         assert list(times) == [1000.0 + i for i in range(100)]  # the caller's times untouched
+        assert list(leg.sizes) == list(map(len, datas))  # and the leg's sizes
+
+
+def test_the_compactor_compacts_busy_taps_and_forgets_ended_ones() -> None:
+    async def scenario() -> None:
+        compactor = TapCompactor(every=0.001, at_least=6)
+        busy, quiet = StreamTap(), StreamTap()
+        compactor.add(busy)
+        compactor.add(quiet)
+        for i in range(10):
+            busy.note((float(i), b"in%d" % i, b"out%d" % i))
+        quiet.note((0.0, b"in", b"out"))
+        await asyncio.sleep(0.05)
+        assert busy.pending() == 0 and len(busy.upstream.sizes) == 10
+        assert quiet.pending() == 3 and len(quiet.upstream.sizes) == 0
+        compactor.discard(quiet)
+        del busy
+        gc.collect()
+        assert len(compactor.taps) == 0
+        await asyncio.sleep(0.01)
+        assert compactor._timer is None  # nothing live: no timer either
+
+    asyncio.run(scenario())

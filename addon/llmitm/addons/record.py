@@ -37,7 +37,6 @@ import logging
 import os
 import time
 import weakref
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +50,7 @@ from llmitm.addons.choices import check_choices
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.state import METADATA_KEY, FlowState, flow_mint, flow_state, set_mint
 from llmitm.addons.store import LlmStore
+from llmitm.addons.tap_compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.exchange.tap import PassTap, StreamTap, pieces
 from llmitm.relay.client import UpstreamRequest
@@ -676,6 +676,10 @@ class LlmRecordTap:
 
     def __init__(self, recorder: LlmRecorder) -> None:
         self.recorder = recorder
+        self.compactor = TapCompactor()
+
+    def done(self) -> None:
+        self.compactor.stop()
 
     def request(self, flow: http.HTTPFlow) -> None:
         capture: Capture | None = _CAPTURES.get(flow)
@@ -762,8 +766,11 @@ class LlmRecordTap:
         if isinstance(stream, StreamRewriter):
             capture.rewrite_tap = tap = StreamTap()
             stream.note = tap.note
+            self.compactor.add(tap)
         elif stream is True:
-            capture.pass_tap = response.stream = PassTap()  # type: ignore[assignment]
+            capture.pass_tap = passed = PassTap()
+            response.stream = passed.relay
+            self.compactor.add(passed)
         elif callable(stream):
             logger.debug("llmitm: not recording the body of an unknown stream callable")
 
@@ -778,6 +785,7 @@ class LlmRecordTap:
         if capture is None or not capture.record or capture.done:
             return
         capture.done = True
+        self.compactor.discard(capture.pass_tap or capture.rewrite_tap)
         try:
             interaction = build_interaction(flow, capture, self.recorder.session)
         except Exception:
@@ -883,17 +891,16 @@ def _stream_legs(
     tap: PassTap | StreamTap | None = capture.pass_tap or capture.rewrite_tap
     if tap is None:
         return None, None
-    noted, ins, outs = tap.finish()
-    times = array("d", noted)
-    body = b"".join(ins)
+    times, upstream_leg, client_leg = tap.finish()
+    body = upstream_leg.body()
     clean = not may_hold_secret(body)
-    upstream: Sequence[Chunk] = pieces(times, t0, ins, body)
+    upstream: Sequence[Chunk] = pieces(times, t0, upstream_leg)
     if not clean:
         upstream = redact_chunks(upstream)
-    if outs is None:
+    if client_leg is None:
         return upstream, upstream  # relayed as it came, or a guard handed each chunk on
-    answer = b"".join(outs)
-    client = pieces(times, t0, outs, answer)
+    answer = client_leg.body()
+    client = pieces(times, t0, client_leg)
     if clean and capture.request_clean:
         # A translated answer is made of the upstream's bytes and fields of the client's own
         # request (echoed instructions, tools): neither held a credential, so neither does it.

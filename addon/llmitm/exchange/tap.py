@@ -1,14 +1,20 @@
 """What recording keeps of a stream while it flows, and the pieces it makes of it at the end.
 
 The hot path is one C call per chunk: a stream callable hands ``(time, chunk in, bytes out)``
-to ``list.extend`` (:class:`StreamTap`) or ``(time, chunk)`` (:class:`PassTap`, the stream
-callable of a flow relayed untouched). Each Python-level step per chunk costs a busy proxy
-about four times what it costs in a tight loop, because it runs between mitmproxy's own work
-and finds its code and data out of cache: with the flow's end left out, three appends and a
-length test per chunk measured 1.08× the proxy CPU of not recording, this 1.06×
-(``scripts/bench_proxy.py``, 64 streams). Everything else happens once, at the flow's end.
+to ``list.extend`` (:class:`StreamTap`) or ``(time, chunk)`` (:class:`PassTap`, whose
+``relay`` is the stream callable of a flow relayed untouched). Each Python-level step per
+chunk costs a busy proxy about four times what it costs in a tight loop, because it runs
+between mitmproxy's own work and finds its code and data out of cache: with the flow's end
+left out, three appends and a length test per chunk measured 1.08× the proxy CPU of not
+recording, one extend 1.06× (``scripts/bench_proxy.py``, 64 streams).
 
-Sans-IO: no mitmproxy, no store.
+Every so often, off the hot path, the recorder calls :meth:`compact`: the notes so far are
+joined into one buffer per direction, their sizes and times go into arrays, and the chunks
+are let go. Notes held until the flow's end instead were thousands of small objects per
+stream, which the garbage collector walked, the allocator could not reuse, and the end's
+passes found out of cache: ~3% of a busy proxy's CPU.
+
+Sans-IO: no mitmproxy, no store, no clock but the chunks' arrival times.
 """
 
 from __future__ import annotations
@@ -25,58 +31,115 @@ Note = Callable[[tuple[float, bytes, bytes]], object]
 """What a translating stream callable calls per chunk when recording: ``list.extend``."""
 
 
-class StreamTap:
-    """The notes of a translating (or guarding) stream callable: a flat list of
-    ``time, chunk in, bytes out`` per call, extended in C."""
+class Leg:
+    """One direction of a stream, compacted: its bytes in joined parts, each piece's size."""
 
-    __slots__ = ("notes",)
+    __slots__ = ("parts", "sizes")
+
+    def __init__(self, parts: list[bytes] | None = None, sizes: array[int] | None = None) -> None:
+        self.parts: list[bytes] = [] if parts is None else parts
+        self.sizes: array[int] = array("q") if sizes is None else sizes
+
+    def add(self, datas: list[bytes]) -> None:
+        self.sizes.extend(map(len, datas))
+        self.parts.append(b"".join(datas))
+
+    def body(self) -> bytes:
+        """The whole leg (joined once: the parts become that one part)."""
+        if len(self.parts) != 1:
+            self.parts = [b"".join(self.parts)]
+        return self.parts[0]
+
+    def copy(self) -> Leg:
+        return Leg(list(self.parts), array("q", self.sizes))
+
+
+class _Tap:
+    """Notes in a flat list (the hot path's), compacted into arrival times and legs."""
+
+    __slots__ = ("__weakref__", "client", "notes", "times", "upstream")
 
     def __init__(self) -> None:
         self.notes: list[float | bytes] = []
+        self.times = array("d")
+        self.upstream = Leg()
+        self.client: Leg | None = None
+        """``None`` while every chunk went out as it came in."""
+
+    def pending(self) -> int:
+        """Notes not compacted yet."""
+        return len(self.notes)
+
+    def compact(self) -> None:
+        notes = self.notes
+        if notes:
+            batch = notes[:]
+            notes.clear()  # the same list: the stream callable extends it
+            self._take(batch)
+
+    def finish(self) -> tuple[array[float], Leg, Leg | None]:
+        """Arrival times, the upstream leg, and the client leg (``None``: the same)."""
+        self.compact()
+        return self.times, self.upstream, self.client
+
+    def _take(self, batch: list[float | bytes]) -> None:
+        raise NotImplementedError
+
+
+class StreamTap(_Tap):
+    """The notes of a translating (or guarding) stream callable: ``time, chunk in, bytes
+    out`` per call, extended in C through :attr:`note`."""
+
+    __slots__ = ()
 
     @property
     def note(self) -> Note:
         return self.notes.extend
 
-    def finish(self) -> tuple[list[float], list[bytes], list[bytes] | None]:
-        """Arrival times, chunks in, and bytes out (``None``: every chunk went out as it came
-        in, as a guard hands it on)."""
-        notes = self.notes
-        ins: list[bytes] = notes[1::3]  # type: ignore[assignment]
-        outs: list[bytes] = notes[2::3]  # type: ignore[assignment]
-        same = all(map(operator.is_, ins, outs))
-        return notes[0::3], ins, None if same else outs  # type: ignore[return-value]
+    def _take(self, batch: list[float | bytes]) -> None:
+        self.times.extend(batch[0::3])  # type: ignore[arg-type]
+        ins: list[bytes] = batch[1::3]  # type: ignore[assignment]
+        outs: list[bytes] = batch[2::3]  # type: ignore[assignment]
+        client = self.client
+        if client is None and not all(map(operator.is_, ins, outs)):
+            # The first changed chunk: until now the client got the upstream's pieces.
+            client = self.client = self.upstream.copy()
+        self.upstream.add(ins)
+        if client is not None:
+            client.add(outs)
 
 
-class PassTap:
-    """The stream callable of a flow llmitm relays untouched: note each piece's time and
-    bytes, pass it on."""
+class PassTap(_Tap):
+    """What llmitm notes of a flow it relays untouched; :attr:`relay` is its stream callable
+    (a plain function: mitmproxy calls it faster than an object's ``__call__``)."""
 
-    __slots__ = ("notes",)
+    __slots__ = ("relay",)
 
     def __init__(self) -> None:
-        self.notes: list[float | bytes] = []
+        super().__init__()
+        extend = self.notes.extend
 
-    def __call__(self, data: bytes) -> bytes:
-        self.notes.extend((now(), data))
-        return data  # b"" at the end: mitmproxy sends nothing more for it
+        def relay(data: bytes) -> bytes:
+            extend((now(), data))
+            return data  # b"" at the end: mitmproxy sends nothing more for it
 
-    def finish(self) -> tuple[list[float], list[bytes], None]:
-        """Arrival times, the chunks, and ``None``: the client got the same."""
-        notes = self.notes
-        return notes[0::2], notes[1::2], None  # type: ignore[return-value]
+        self.relay: Callable[[bytes], bytes] = relay
+
+    def _take(self, batch: list[float | bytes]) -> None:
+        self.times.extend(batch[0::2])  # type: ignore[arg-type]
+        self.upstream.add(batch[1::2])  # type: ignore[arg-type]
 
 
-def pieces(times: array[float], t0: float, datas: list[bytes], body: bytes) -> Pieces:
-    """The pieces that hold bytes, arrived at ``times`` (one per data, empty ones included):
-    a stream callable's last call, and a translator holding bytes back, bring none. ``body``
-    is ``b"".join(datas)``, made by the caller; ``t0``, when the request was complete."""
-    sizes = array("q", map(len, datas))
+def pieces(times: array[float], t0: float, leg: Leg) -> Pieces:
+    """The pieces of ``leg`` that hold bytes, arrived at ``times`` (one per piece, empty ones
+    included): a stream callable's last call, and a translator holding bytes back, bring
+    none. ``t0``: when the request was complete."""
+    sizes, body = leg.sizes, leg.body()
     empty = sizes.count(0)
     if not empty:
         return Pieces.timed(times, t0, sizes, body)
     if empty <= 64:  # the usual case (a translator's silent events): delete in place
-        times, at = array("d", times), 0
+        times, sizes, at = array("d", times), array("q", sizes), 0
         for _ in range(empty):
             at = sizes.index(0, at)
             del sizes[at]

@@ -1,0 +1,65 @@
+"""Compacts the recording taps of live streams now and then, off the hot path.
+
+A stream callable only appends to its tap's notes (:mod:`llmitm.exchange.tap`); every
+:data:`EVERY` seconds, while any recorded stream is live, one timer on the event loop
+compacts each tap holding at least :data:`AT_LEAST` notes. That bounds what a stream keeps
+as small objects to a few hundred, wherever it is in its life, at no cost per chunk: the
+timer runs tens of times a second for the whole proxy, not once per chunk per stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Protocol
+
+EVERY = 0.02
+"""Seconds between compactions (a busy proxy relays a few hundred chunks in that time)."""
+AT_LEAST = 192
+"""Notes a tap must hold to be compacted (64 chunks of a translated stream)."""
+
+
+class Compactable(Protocol):
+    def pending(self) -> int: ...
+    def compact(self) -> None: ...
+
+
+class TapCompactor:
+    """The set of live taps and the one timer that compacts them."""
+
+    def __init__(self, every: float = EVERY, at_least: int = AT_LEAST) -> None:
+        self.every = every
+        self.at_least = at_least
+        # Weak: a flow that ends without reaching the recorder's hooks takes its tap along.
+        self.taps: weakref.WeakSet[Compactable] = weakref.WeakSet()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, tap: Compactable) -> None:
+        self.taps.add(tap)
+        if self._timer is None:
+            self._schedule()
+
+    def discard(self, tap: Compactable | None) -> None:
+        if tap is not None:
+            self.taps.discard(tap)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _tick(self) -> None:
+        self._timer = None
+        at_least = self.at_least
+        for tap in list(self.taps):
+            if tap.pending() >= at_least:
+                tap.compact()
+        if self.taps:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a hook called from a test): taps compact at the end
+            return
+        self._timer = loop.call_later(self.every, self._tick)
