@@ -884,10 +884,10 @@ def _stream_legs(
 ) -> tuple[Sequence[Chunk] | None, Sequence[Chunk] | None]:
     """The upstream and client pieces of a streamed flow, as offsets, redacted.
 
-    Runs once per flow over what the tap noted (:mod:`llmitm.exchange.tap`),
-    and each pass happens once: a client leg that is the upstream leg (a passthrough) shares
-    its pieces, and a client leg made only of clean inputs shares their verdict that there is
-    nothing to redact. Times stay as they are: offsets are worked out when read."""
+    Runs once per flow over what the tap kept (:mod:`llmitm.exchange.tap`), and each pass
+    happens once: a client leg that is the upstream leg (a passthrough) shares its pieces, and
+    a client leg made only of clean inputs shares their verdict that there is nothing to
+    redact. Times stay as they are: offsets are worked out when read."""
     tap: PassTap | StreamTap | None = capture.pass_tap or capture.rewrite_tap
     if tap is None:
         return None, None

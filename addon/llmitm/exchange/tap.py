@@ -8,9 +8,9 @@ between mitmproxy's own work and finds its code and data out of cache: with the 
 left out, three appends and a length test per chunk measured 1.08× the proxy CPU of not
 recording, one extend 1.06× (``scripts/bench_proxy.py``, 64 streams).
 
-Every so often, off the hot path, the recorder calls :meth:`compact`: the notes so far are
-joined into one buffer per direction, their sizes and times go into arrays, and the chunks
-are let go. Notes held until the flow's end instead were thousands of small objects per
+Every so often, off the hot path, the recorder's compactor calls :meth:`compact`: the notes
+so far are joined into one buffer per direction, their sizes and times go into arrays, and
+the chunks are let go. Notes held until the flow's end instead were thousands of small objects per
 stream, which the garbage collector walked, the allocator could not reuse, and the end's
 passes found out of cache: ~3% of a busy proxy's CPU.
 
