@@ -160,3 +160,19 @@ def test_the_compactor_compacts_busy_taps_and_forgets_ended_ones() -> None:
         assert compactor._timer is None  # nothing live: no timer either
 
     asyncio.run(scenario())
+
+
+def test_the_compactor_starts_again_on_a_new_loop() -> None:
+    compactor = TapCompactor(every=0.001, at_least=3)
+
+    async def one_run() -> StreamTap:
+        tap = StreamTap()
+        compactor.add(tap)
+        tap.note((0.0, b"in", b"out"))
+        await asyncio.sleep(0.02)
+        return tap
+
+    first = asyncio.run(one_run())  # ends with the first tap live: its timer dies with its loop
+    assert first.pending() == 0
+    second = asyncio.run(one_run())
+    assert second.pending() == 0 and list(second.upstream.sizes) == [2]

@@ -33,11 +33,17 @@ class TapCompactor:
         # Weak: a flow that ends without reaching the recorder's hooks takes its tap along.
         self.taps: weakref.WeakSet[Compactable] = weakref.WeakSet()
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def add(self, tap: Compactable) -> None:
         self.taps.add(tap)
-        if self._timer is None:
-            self._schedule()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a hook called from a test): taps compact at the end
+            return
+        # A timer left on a loop that has ended never fires: start one on this loop.
+        if self._timer is None or self._loop is not loop:
+            self._schedule(loop)
 
     def discard(self, tap: Compactable | None) -> None:
         if tap is not None:
@@ -54,12 +60,9 @@ class TapCompactor:
         for tap in list(self.taps):
             if tap.pending() >= at_least:
                 tap.compact()
-        if self.taps:
-            self._schedule()
+        if self.taps and self._loop is not None:
+            self._schedule(self._loop)
 
-    def _schedule(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a hook called from a test): taps compact at the end
-            return
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self._timer = loop.call_later(self.every, self._tick)
