@@ -13,6 +13,7 @@ from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.store import LlmStore
 from llmitm.addons.usage import LlmUsage
+from llmitm.addons.websocket import LlmWebSocket
 
 
 def make_addons() -> list[object]:
@@ -29,8 +30,11 @@ def make_addons() -> list[object]:
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
     # a non-streamed body before LlmResponses translates it; LlmResponsesRecorder stores the
     # translated one.
+    # LlmWebSocket comes first: a call a socket sends back through the proxy gets its target
+    # restored before anyone else (the recorder included) sees it.
     return [
         settings,
+        LlmWebSocket(relay),
         recorder,
         LlmResponsesApi(state),
         store,

@@ -48,7 +48,14 @@ from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.choices import check_choices
 from llmitm.addons.relay import LlmRelay
-from llmitm.addons.state import METADATA_KEY, FlowState, flow_mint, flow_state, set_mint
+from llmitm.addons.state import (
+    METADATA_KEY,
+    SOCKET_KEY,
+    FlowState,
+    flow_mint,
+    flow_state,
+    set_mint,
+)
 from llmitm.addons.store import LlmStore
 from llmitm.addons.tap_compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
@@ -455,8 +462,8 @@ class LlmRecorder:
     # --- hooks ---------------------------------------------------------------------------
 
     def request(self, flow: http.HTTPFlow) -> None:
-        if flow.response or flow.error or not flow.live:
-            return
+        if flow.response or flow.error or not flow.live or flow.metadata.get(SOCKET_KEY):
+            return  # a socket llmitm serves is recorded as the calls made over it
         request = flow.request
         scope = ctx.options.llmitm_scope or GLOBAL_SCOPE
         in_path, path = split_scope_path(request.path)

@@ -42,6 +42,16 @@ class UpstreamCut(Exception):
     """The upstream's body ended early: connection lost or framing broken."""
 
 
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """A proxy to send a request through instead of connecting to its URL's host."""
+
+    host: str
+    port: int
+    absolute: bool
+    """A forward proxy takes the whole URL as the target; a reverse proxy only the path."""
+
+
 @dataclass(slots=True)
 class UpstreamRequest:
     method: str
@@ -113,10 +123,12 @@ class UpstreamResponse:
         await self.relay_body(keep, nothing)
         return b"".join(pieces)
 
-    async def relay_body(self, write: Callable[[list[bytes]], None], drain: Drain) -> None:
+    async def relay_body(
+        self, write: Callable[[list[bytes]], None], drain: Drain, idle: float | None = None
+    ) -> None:
         """Hand each piece of the body to ``write`` as it arrives; :class:`UpstreamCut` when
-        it ends early. One read, one decode and one write per network chunk: this loop runs
-        once per event of every relayed stream."""
+        it ends early, or when ``idle`` seconds pass without a byte. One read, one decode and
+        one write per network chunk: this loop runs once per event of every relayed stream."""
         decoder = self._decoder
         reader = self._reader
         try:
@@ -137,7 +149,12 @@ class UpstreamResponse:
                     if decoder.done:
                         return
                 try:
-                    data = await reader.read(READ_SIZE)
+                    if idle is None:
+                        data = await reader.read(READ_SIZE)
+                    else:
+                        data = await asyncio.wait_for(reader.read(READ_SIZE), idle)
+                except TimeoutError:
+                    raise UpstreamCut(f"the upstream sent nothing for {idle:g} s") from None
                 except (ConnectionError, OSError) as exc:
                     raise UpstreamCut(f"the upstream connection failed ({exc})") from None
                 if not data:
@@ -182,10 +199,19 @@ def _target(url: str) -> tuple[str, str, int, str, bool]:
 
 
 async def send(
-    request: UpstreamRequest, *, tls_context: ssl.SSLContext | None, connect_timeout: float
+    request: UpstreamRequest,
+    *,
+    tls_context: ssl.SSLContext | None,
+    connect_timeout: float,
+    via: Proxy | None = None,
 ) -> UpstreamResponse:
-    """Send ``request`` and read the response head."""
+    """Send ``request`` and read the response head; ``via`` sends it through an HTTP proxy
+    (in plain HTTP, the target in absolute form) or to a reverse proxy (origin form)."""
     host, host_header, port, path, tls = _target(request.url)
+    if via is not None:
+        host, port, tls = via.host, via.port, False
+        if via.absolute:
+            path = request.url
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(

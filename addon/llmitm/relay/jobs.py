@@ -13,7 +13,7 @@ import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
@@ -98,6 +98,18 @@ class RelayReply:
 
 class RelayJob(Protocol):
     async def serve(self, reply: RelayReply) -> None: ...
+
+
+@runtime_checkable
+class SocketJob(Protocol):
+    """A job that takes the connection over after the request head (a WebSocket)."""
+
+    async def serve_socket(
+        self,
+        headers: list[tuple[bytes, bytes]],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None: ...
 
 
 @dataclass(slots=True)

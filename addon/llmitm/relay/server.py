@@ -17,7 +17,7 @@ import ssl
 import h11
 
 from llmitm.relay.client import UpstreamRequest
-from llmitm.relay.jobs import RelayJob, RelayReply, UpstreamJob
+from llmitm.relay.jobs import RelayJob, RelayReply, SocketJob, UpstreamJob
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class RelayServer:
     def __init__(self, *, connect_timeout: float = 30.0) -> None:
         self.connect_timeout = connect_timeout
         self.tls_context: ssl.SSLContext | None = None
-        self._jobs: dict[str, RelayJob] = {}
+        self._jobs: dict[str, RelayJob | SocketJob] = {}
         self._server: asyncio.Server | None = None
         self._ready = asyncio.Event()
         self.port = 0
@@ -47,7 +47,7 @@ class RelayServer:
         if self._server is not None:
             self._server.close()
 
-    def register(self, job: RelayJob | UpstreamRequest) -> str:
+    def register(self, job: RelayJob | SocketJob | UpstreamRequest) -> str:
         """The relay URL that serves ``job`` once (a bare request is forwarded upstream)."""
         if isinstance(job, UpstreamRequest):
             job = UpstreamJob(job, self.connect_timeout, self.tls_context)
@@ -62,9 +62,11 @@ class RelayServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         reply = RelayReply(writer)
         try:
-            job = await self._read_job(reader)
+            job, headers = await self._read_job(reader)
             if job is None:
                 await reply.error(404, "Unknown or used llmitm relay token.", code="not_found")
+            elif isinstance(job, SocketJob):
+                await job.serve_socket(headers, reader, writer)
             else:
                 await _serve_until_abort(job, reply, reader)
                 await reply.finish()
@@ -80,21 +82,25 @@ class RelayServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _read_job(self, reader: asyncio.StreamReader) -> RelayJob | None:
+    async def _read_job(
+        self, reader: asyncio.StreamReader
+    ) -> tuple[RelayJob | SocketJob | None, list[tuple[bytes, bytes]]]:
+        """The job the request's token names, and the request's headers."""
         connection = h11.Connection(h11.SERVER)
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
                 data = await reader.read(65536)
                 if not data:
-                    return None
+                    return None, []
                 connection.receive_data(data)
                 continue
             if isinstance(event, h11.Request):
                 target = event.target.decode("latin-1")
                 if not target.startswith(PATH_PREFIX):
-                    return None
+                    return None, []
                 job = self._jobs.pop(target[len(PATH_PREFIX) :], None)
+                headers = list(event.headers)
                 # Read the body mitmproxy sends along (the job has its own): closing a socket
                 # with unread data resets it, and mitmproxy would lose the answer.
                 while job is not None:
@@ -102,14 +108,14 @@ class RelayServer:
                     if event is h11.NEED_DATA:
                         data = await reader.read(65536)
                         if not data:
-                            return None
+                            return None, []
                         connection.receive_data(data)
                     elif isinstance(event, h11.EndOfMessage):
-                        return job
+                        return job, headers
                     elif not isinstance(event, h11.Data):
-                        return None
-                return None
-            return None
+                        return None, []
+                return None, []
+            return None, []
 
 
 async def _serve_until_abort(
