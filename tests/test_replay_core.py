@@ -183,6 +183,27 @@ def test_profiles_and_ignore_paths() -> None:
     assert key_of(chat_body(stream=True)) != key_of(chat_body())
 
 
+def test_codex_item_metadata_is_ignored_except_under_strict() -> None:
+    """Codex (default configuration) stamps every input item with its local creation time."""
+
+    def codex(stamp: float) -> bytes:
+        item = {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "hi"}],
+            "internal_chat_message_metadata_passthrough": {"create_time": stamp},
+        }
+        return orjson.dumps({"model": "gpt-6.2-sol", "input": [item]})
+
+    def key(stamp: float, profile: str) -> str:
+        options = KeyOptions(profile=profile)  # type: ignore[arg-type]
+        return match_key("POST", "/v1/responses", [], codex(stamp), options).key
+
+    assert key(1.5, "default") == key(2.5, "default")
+    assert key(1.5, "loose") == key(2.5, "loose")
+    assert key(1.5, "strict") != key(2.5, "strict")
+
+
 def test_a_redacted_secret_still_matches_and_never_enters_the_key() -> None:
     a = match_key("POST", "/v1/chat/completions", [], chat_body(note=f"key {KEY}"))
     b = match_key("POST", "/v1/chat/completions", [], chat_body(note="key sk-" + "z" * 30))

@@ -9,7 +9,8 @@ timestamps, dates, provider ids — replaced by numbered placeholders (``<uuid:1
 by first appearance so that *which* value repeats where still counts, but not the value.
 
 Profiles: ``default`` drops ``user``, ``metadata``, ``safety_identifier``,
-``prompt_cache_key``, ``store``, ``stream_options`` and replaces provider ids; ``strict`` only
+``prompt_cache_key``, ``store``, ``stream_options``, Codex's per-item local metadata and
+replaces provider ids; ``strict`` only
 redacts (ids and uuids kept as sent); ``loose`` also drops sampling and length settings.
 User ignore paths are dotted (``messages.0.content``, ``tools.*.description``).
 
@@ -59,6 +60,15 @@ _LOOSE_DROP = (
     "parallel_tool_calls",
     "reasoning",
 )
+# Nested client-side bookkeeping, dropped like the fields above: Codex stamps each input item
+# with its local creation time (``internal_chat_message_metadata_passthrough.create_time``),
+# which the model never sees and which differs on every run.
+_DEFAULT_DROP_PATHS = (("input", "*", "internal_chat_message_metadata_passthrough"),)
+DROPPED_PATHS: Mapping[str, tuple[tuple[str, ...], ...]] = {
+    "default": _DEFAULT_DROP_PATHS,
+    "strict": (),
+    "loose": _DEFAULT_DROP_PATHS,
+}
 DROPPED_FIELDS: Mapping[str, tuple[str, ...]] = {
     "default": _DEFAULT_DROP,
     "strict": (),
@@ -201,6 +211,8 @@ def _reduced(body: Any, options: KeyOptions) -> Any:
     if isinstance(body, dict):
         drop = DROPPED_FIELDS[options.profile]
         body = {k: v for k, v in body.items() if k not in drop}
+        for parts in DROPPED_PATHS[options.profile]:
+            body = _drop_path(body, parts)
     for path in options.ignore:
         body = _drop_path(body, [part for part in path.split(".") if part])
     return body
