@@ -11,6 +11,7 @@ from openai.types.responses import ResponsesServerEvent
 from pydantic import TypeAdapter
 
 from llmitm.websocket import handshake
+from llmitm.websocket.frames import text_frame
 from llmitm.websocket.session import HISTORY, Call, ResponsesSocket, Send, Start
 from llmitm.wire.ids import CountingIds
 
@@ -328,3 +329,28 @@ def test_the_handshake_answer_and_refusal() -> None:
         ("content-type", "application/json"),
         ("accept", "text/event-stream"),
     ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    texts=st.lists(
+        st.text(max_size=70_000) | st.sampled_from(["", "x" * 125, "y" * 126, "z" * 65_536]),
+        max_size=6,
+    )
+)
+def test_text_frames_read_back_through_wsproto(texts: list[str]) -> None:
+    """wsproto, as the client, is the oracle for the frames llmitm writes itself."""
+    from wsproto.connection import Connection, ConnectionType
+    from wsproto.events import TextMessage
+
+    client = Connection(ConnectionType.CLIENT)
+    client.receive_data(b"".join(text_frame(text.encode()) for text in texts))
+    got: list[str] = []
+    parts: list[str] = []
+    for event in client.events():
+        assert isinstance(event, TextMessage)
+        parts.append(event.data)
+        if event.message_finished:
+            got.append("".join(parts))
+            parts = []
+    assert got == texts

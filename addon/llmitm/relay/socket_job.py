@@ -22,6 +22,7 @@ from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from llmitm.relay.client import Proxy, UpstreamCut, UpstreamError, UpstreamRequest, send
+from llmitm.websocket.frames import text_frame
 from llmitm.websocket.handshake import switching_protocols
 from llmitm.websocket.session import Action, Call, ResponsesSocket, Send, Start
 from llmitm.wire.errors import ApiError, openai_error_body
@@ -124,12 +125,16 @@ class ResponsesSocketJob:
                 return
 
     def _act(self, actions: list[Action]) -> None:
+        # One write for all the frames of a batch: mitmproxy's tunnel runs a hook per chunk.
+        frames = []
         for action in actions:
             if isinstance(action, Send):
-                self._write(self._ws.send(TextMessage(data=action.data.decode("utf-8"))))
+                frames.append(text_frame(action.data))
             elif isinstance(action, Start):
                 call = action.call
                 self._tasks[call] = asyncio.ensure_future(self._run(call))
+        if frames:
+            self._write(b"".join(frames))
 
     def _write(self, data: bytes) -> None:
         writer = self._writer
@@ -181,9 +186,11 @@ class ResponsesSocketJob:
         decoder = SSEDecoder()
 
         def feed(pieces: list[bytes]) -> None:
+            actions: list[Action] = []
             for piece in pieces:
                 for name, data in decoder.feed(piece):
-                    self._act(socket.call_event(call, name, data))
+                    actions += socket.call_event(call, name, data)
+            self._act(actions)
 
         try:
             await response.relay_body(feed, self._drain, idle=self.call_idle)
