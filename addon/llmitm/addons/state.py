@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 METADATA_KEY = "llmitm"
 SOCKET_KEY = "llmitm_socket"
-"""Set on a WebSocket upgrade llmitm serves itself: the socket is no call (its calls are)."""
+"""Set (to the socket's token) on a WebSocket upgrade llmitm serves itself: the socket is no
+call (its calls are)."""
 RESPONSES_CREATE_KEY = "llmitm_responses_create"
 """A Responses create call's state facts (``responses_api.CreateCall``), set before routing."""
 

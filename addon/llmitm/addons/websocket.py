@@ -104,16 +104,27 @@ class LlmWebSocket:
         )
         self._targets[token] = _Target(request.scheme, request.host, request.port)
         job = ResponsesSocketJob(origin, closed=lambda: self._targets.pop(token, None))
-        flow.metadata[SOCKET_KEY] = True
+        flow.metadata[SOCKET_KEY] = token
         self.relay.point(flow, server.register(job))
 
     def response(self, flow: http.HTTPFlow) -> None:
-        # mitmproxy parses every WebSocket message of both sides and runs a hook through all
-        # addons for each: 4x the wall time and ~17x the proxy CPU of the same stream as SSE.
-        # The socket's calls are ordinary flows (each event visible as SSE there), so its
-        # frames go through as a raw tunnel; without raw TCP, mitmproxy would close it.
-        if flow.metadata.get(SOCKET_KEY) and ctx.options.rawtcp:
+        token = flow.metadata.get(SOCKET_KEY)
+        if token is None:
+            return
+        if flow.websocket is None:
+            self._targets.pop(token, None)  # the relay did not open the socket
+        elif ctx.options.rawtcp:
+            # mitmproxy parses every WebSocket message of both sides and runs a hook through
+            # all addons for each: 4x the wall time and ~17x the proxy CPU of the same stream
+            # as SSE. The socket's calls are ordinary flows (each event visible as SSE
+            # there), so its frames go through as a raw tunnel; without raw TCP, mitmproxy
+            # would close the connection instead.
             flow.websocket = None
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        token = flow.metadata.get(SOCKET_KEY)
+        if token is not None and flow.websocket is None:
+            self._targets.pop(token, None)  # the socket never opened
 
     def _restore_call(self, flow: http.HTTPFlow, token: str) -> None:
         target = self._targets.get(token)
