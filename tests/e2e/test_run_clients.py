@@ -88,7 +88,7 @@ def run_llmitm(
     inherited = {
         name: value
         for name, value in os.environ.items()
-        if not re.fullmatch(r"(?i)(https?|all|no)_proxy|OPENAI_BASE_URL", name)
+        if not re.fullmatch(r"(?i)(https?|all|no)_proxy|(OPENAI|CODEX)_\w+", name)
     }
     return subprocess.run(
         [str(LLMITM), "run", "--config", str(config), "--set", f"confdir={tmp / 'confdir'}",
