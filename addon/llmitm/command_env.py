@@ -9,8 +9,9 @@ Proxy variables, from the first listener of each kind:
   ``wss://`` transport alike; Node's global ``fetch`` only with ``NODE_USE_ENV_PROXY=1``
   (Node >= 22.21 / 24), set unless the user set it;
 - a ``socks5`` listener gives ``ALL_PROXY``/``all_proxy`` (``socks5h://``: the proxy resolves
-  names). Inherited ``HTTP(S)_PROXY`` are removed then, since every client prefers them over
-  ``ALL_PROXY`` and would go around llmitm;
+  names), which curl, git and Python's httpx/requests (with their SOCKS extras) follow, but not
+  Node nor Codex's HTTPS client. Inherited ``HTTP(S)_PROXY`` are removed then, since every
+  client prefers them over ``ALL_PROXY`` and would go around llmitm;
 - a ``reverse`` listener gives ``OPENAI_BASE_URL`` with ``--base-url``.
 
 ``NO_PROXY``/``no_proxy`` keep the user's entries and gain ``localhost,127.0.0.1,::1``: loopback
