@@ -125,7 +125,17 @@ def test_a_listener_without_an_address_is_skipped() -> None:
     env = command_environment(listening(("local", []), REGULAR), base_url=False)
     assert env["HTTPS_PROXY"] == "http://127.0.0.1:40001"
     env = command_environment(listening(("local", [])), base_url=False, environ={"A": "b"})
-    assert not any(variable in env for variable in (*PROXY_SPELLINGS, "ALL_PROXY", "NO_PROXY"))
+    assert not any(variable in env for variable in (*PROXY_SPELLINGS, "ALL_PROXY"))
+
+
+def test_loopback_is_never_proxied_even_without_a_proxy_listener() -> None:
+    """A reverse listener at a port the user named: an inherited proxy must not carry the
+    app's calls to it."""
+    environ = {"HTTPS_PROXY": "http://corp:3128", "NO_PROXY": ".corp"}
+    reverse = ("reverse:https://api.openai.com@9000", [["127.0.0.1", 9000]])
+    env = command_environment(listening(reverse), base_url=False, environ=environ)
+    assert env["NO_PROXY"] == env["no_proxy"] == ".corp,localhost,127.0.0.1,::1"
+    assert env["HTTPS_PROXY"] == "http://corp:3128" and "OPENAI_BASE_URL" not in env
 
 
 def test_without_bundles_the_ca_variables_name_mitmproxys_ca() -> None:

@@ -162,8 +162,7 @@ def command_environment(
         if proxy is None:
             for variable in PROXY_VARIABLES:
                 env.pop(variable, None)
-    if proxy is not None or socks is not None:
-        env.update(dict.fromkeys(NO_PROXY_VARIABLES, _no_proxy(env)))
+    env.update(dict.fromkeys(NO_PROXY_VARIABLES, _no_proxy(env)))
     if base_url and reverse is not None:
         env["OPENAI_BASE_URL"] = reverse
     if bundles is None:
