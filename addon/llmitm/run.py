@@ -6,11 +6,12 @@
 
 Alone it is mitmdump in this process, listening on 127.0.0.1:8080 in regular mode unless the
 options say otherwise. With ``-- COMMAND`` it starts mitmdump as a child on a free port, waits
-until it listens, runs the command with ``HTTPS_PROXY`` and the CA variables pointing at it
-(``OPENAI_BASE_URL`` too with ``--base-url``, through an added reverse listener), stops the
-proxy and exits with the command's status. ``--replay DIR`` serves the recordings folder and
-never goes upstream; with a command, any miss (and, with ``--fail-on-unused``, any recording
-never served) makes the exit status non-zero even when the command passed, and the JSON
+until it listens, runs the command with the proxy and CA variables real clients read pointing
+at it (``command_env``; ``OPENAI_BASE_URL`` too with ``--base-url``, through an added reverse
+listener), stops the proxy and exits with the command's status; a ``--mode`` that cannot carry
+a command's traffic is refused before anything starts. ``--replay DIR`` serves the recordings
+folder and never goes upstream; with a command, any miss (and, with ``--fail-on-unused``, any
+recording never served) makes the exit status non-zero even when the command passed, and the JSON
 report is written to ``--report`` (default ``DIR/../replay-report.json`` is not assumed:
 without ``--report`` it is only summarised on stderr); ``--junit FILE`` writes it as JUnit
 XML too, one testcase per scope (``replay.junit``). ``--record DIR`` writes the folder.
@@ -31,11 +32,11 @@ from pathlib import Path
 
 import orjson
 
+from llmitm.command_env import command_environment, mode_problem, write_ca_bundles
 from llmitm.routing.config import ConfigError, load_config
 
 OPENAI_ORIGIN = "https://api.openai.com"
 READY_TIMEOUT_S = 60.0
-CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
 
 
 class RunUsageError(ValueError):
@@ -104,6 +105,12 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
         raise RunUsageError("--replay and --record exclude each other")
     if (args.fail_on_unused or args.report or args.junit) and not args.replay:
         raise RunUsageError("--fail-on-unused, --report and --junit go with --replay")
+    if args.command:
+        modes = _values(args.mitmdump, "--mode", "-m", "mode") or ["regular"]
+        fixed_port = _gives(args.mitmdump, "--listen-port", "-p", "listen_port")
+        problem = mode_problem(modes, base_url=args.base_url, fixed_port=fixed_port)
+        if problem:
+            raise RunUsageError(problem)
     return args
 
 
@@ -160,6 +167,24 @@ def _gives(user: Sequence[str], long: str, short: str | None, option: str) -> bo
     return False
 
 
+def _values(user: Sequence[str], long: str, short: str, option: str) -> list[str]:
+    """The values the user's mitmdump arguments give ``option``, in ``_gives``' spellings."""
+    values = []
+    for index, item in enumerate(user):
+        following = user[index + 1] if index + 1 < len(user) else ""
+        if item in (long, short):
+            values.append(following)
+        elif item.startswith(long + "="):
+            values.append(item.removeprefix(long + "="))
+        elif item.startswith(short) and not item.startswith("--"):
+            values.append(item.removeprefix(short))
+        elif item == "--set" and following.startswith(option + "="):
+            values.append(following.removeprefix(option + "="))
+        elif item.startswith(f"--set={option}="):
+            values.append(item.removeprefix(f"--set={option}="))
+    return values
+
+
 def run(argv: Sequence[str]) -> int:
     try:
         args = parse_run_args(argv)
@@ -210,8 +235,11 @@ def _run_command(args: RunArgs) -> int:
             if listening is None:
                 print("llmitm run: the proxy did not start (see above)", file=sys.stderr)
                 return proxy.wait() or 1
-            env = dict(os.environ)
-            env.update(command_environment(listening, base_url=args.base_url))
+            try:
+                env = _command_env(args, listening, Path(scratch))
+            except OSError as exc:
+                print(f"llmitm run: cannot write the CA bundles: {exc}", file=sys.stderr)
+                return 1
             try:
                 status = subprocess.run(args.command, env=env, check=False).returncode
             except FileNotFoundError:
@@ -226,6 +254,16 @@ def _run_command(args: RunArgs) -> int:
         verdict = replay_verdict(Path(report), status, fail_on_unused=args.fail_on_unused)
         write_junit(args, Path(report))
         return verdict
+
+
+def _command_env(args: RunArgs, listening: dict, scratch: Path) -> dict[str, str]:
+    """The command's environment, its CA bundles written to ``scratch`` (gone with it)."""
+    bundles, warnings = write_ca_bundles(listening["ca_file"], os.environ, scratch)
+    for warning in warnings:
+        print(f"llmitm run: {warning}", file=sys.stderr)
+    return command_environment(
+        listening, base_url=args.base_url, environ=os.environ, bundles=bundles
+    )
 
 
 def write_junit(args: RunArgs, report: Path) -> None:
@@ -281,22 +319,6 @@ def replay_verdict(report: Path, status: int, *, fail_on_unused: bool) -> int:
     if status:
         return status
     return 1 if misses or refused or (fail_on_unused and unused) else 0
-
-
-def command_environment(listening: dict, *, base_url: bool) -> dict[str, str]:
-    """The variables that point a command at the proxy and make it trust mitmproxy's CA."""
-    env: dict[str, str] = {}
-    for server in listening["servers"]:
-        host, port = server["addresses"][0]
-        host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
-        host = f"[{host}]" if ":" in host else host  # an IPv6 literal in a URL
-        if server["type"] == "regular" and "HTTPS_PROXY" not in env:
-            env["HTTPS_PROXY"] = env["https_proxy"] = f"http://{host}:{port}"
-        if server["type"] == "reverse" and base_url and "OPENAI_BASE_URL" not in env:
-            env["OPENAI_BASE_URL"] = f"http://{host}:{port}/v1"
-    for variable in CA_VARIABLES:
-        env[variable] = listening["ca_file"]
-    return env
 
 
 def _free_port() -> int:

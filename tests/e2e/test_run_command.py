@@ -8,13 +8,18 @@ to the local fake upstream. No network is used.
 
 from __future__ import annotations
 
+import json
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import certifi
 import pytest
+
+from llmitm.command_env import CA_VARIABLES
 
 from .processes import LLMITM, Upstream, fake_upstream
 
@@ -54,10 +59,13 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
         yield fake
 
 
-def run_llmitm(tmp: Path, upstream: Upstream, *command: str) -> subprocess.CompletedProcess[str]:
+def run_llmitm(
+    tmp: Path, upstream: Upstream, *command: str, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     config = tmp / "llmitm.toml"
     config.write_text(CONFIG.format(url=upstream.url))
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "HTTPS_PROXY")}
+    env.update(env_extra or {})
     return subprocess.run(
         [str(LLMITM), "run", "--config", str(config), "--set", f"confdir={tmp / 'confdir'}",
          "--set", "llmitm_store=",
@@ -84,16 +92,46 @@ def test_the_commands_exit_status_is_llmitms(tmp_path: Path, upstream: Upstream)
     assert result.returncode == 3
 
 
+SHOW_ENVIRONMENT = """
+import json, os, sys
+names = sys.argv[1].split(",")
+ca = open(sys.argv[2], "rb").read()
+seen = {}
+for name in names:
+    value = os.environ.get(name)
+    data = open(value, "rb").read() if value and os.path.isfile(value) else b""
+    seen[name] = {"value": value, "trusts_mitmproxy": ca in data, "size": len(data)}
+print(json.dumps(seen))
+"""
+
+
 def test_the_command_sees_the_proxy_and_ca_variables(tmp_path: Path, upstream: Upstream) -> None:
-    names = ("HTTPS_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
-    show = f"import os; print({{k: os.environ.get(k) for k in {names!r}}})"
-    result = run_llmitm(tmp_path, upstream, sys.executable, "-c", show)
+    """The CA variables name bundles that still hold what they named before (here a system
+    bundle the machine points SSL_CERT_FILE at) plus mitmproxy's CA."""
+    system = Path(ssl.get_default_verify_paths().openssl_cafile)
+    if not system.is_file():
+        system = Path(certifi.where())
+    names = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "NODE_USE_ENV_PROXY", *CA_VARIABLES)
+    script = tmp_path / "show.py"
+    script.write_text(SHOW_ENVIRONMENT)
+    ca = tmp_path / "confdir" / "mitmproxy-ca-cert.pem"
+    result = run_llmitm(
+        tmp_path, upstream, sys.executable, str(script), ",".join(names), str(ca),
+        env_extra={"SSL_CERT_FILE": str(system), "NO_PROXY": "internal.example",
+                   "NODE_EXTRA_CA_CERTS": ""},  # empty: unset
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    seen = eval(result.stdout.strip())  # our own repr of a dict of strings
-    assert seen["HTTPS_PROXY"].startswith("http://127.0.0.1:")
-    ca = seen["SSL_CERT_FILE"]
-    assert ca == seen["REQUESTS_CA_BUNDLE"] == seen["NODE_EXTRA_CA_CERTS"]
-    assert ca.endswith("mitmproxy-ca-cert.pem") and Path(ca).is_file()
+    seen = json.loads(result.stdout)
+    assert seen["HTTPS_PROXY"]["value"].startswith("http://127.0.0.1:")
+    assert seen["HTTP_PROXY"]["value"] == seen["HTTPS_PROXY"]["value"]
+    assert seen["NO_PROXY"]["value"] == "internal.example,localhost,127.0.0.1,::1"
+    assert seen["NODE_USE_ENV_PROXY"]["value"] == "1"
+    for name in CA_VARIABLES:
+        assert seen[name]["trusts_mitmproxy"], (name, seen[name])
+        assert seen[name]["value"] != str(ca)  # a bundle in llmitm's scratch directory
+        assert not Path(seen[name]["value"]).exists()  # gone with the run
+    assert seen["SSL_CERT_FILE"]["size"] > system.stat().st_size  # the system's CAs, and more
+    assert seen["NODE_EXTRA_CA_CERTS"]["size"] == len(ca.read_bytes())  # Node adds its own
 
 
 def test_a_bad_config_fails_at_start_up_naming_file_and_key(tmp_path: Path) -> None:
