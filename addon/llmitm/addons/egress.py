@@ -1,0 +1,149 @@
+"""``llmitm_egress``: what becomes of requests that are not routed LLM calls.
+
+Two addons share the policy (:mod:`llmitm.routing.egress` decides each answer):
+
+``LlmEgress`` (first in line, before the recorder) owns the option and says at start-up which
+policy is on. Under ``local`` it answers every request that is not an LLM call at all —
+telemetry, trace uploads, plugin look-ups, a WebSocket to anywhere — before any other addon
+sees it, so such a request is neither forwarded nor recorded nor looked up in a replay. Raw
+TCP and UDP streams (a ``CONNECT`` to something that is not HTTP) are closed.
+
+``LlmEgressGuard`` (after the router) answers the LLM calls that nothing in llmitm took: no
+route matched, no replay hit, no stored response, no relay. Under ``pass`` both do nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Set
+
+from mitmproxy import ctx, http, tcp, udp
+from mitmproxy.addonmanager import Loader
+
+from llmitm.addons.choices import check_choices
+from llmitm.addons.record import replay_hit
+from llmitm.addons.relay import LlmRelay
+from llmitm.addons.router import STATUS_PATH
+from llmitm.addons.settings import LlmitmSettings
+from llmitm.addons.state import RESPONSES_CREATE_KEY, FlowState, flow_state
+from llmitm.relay.server import PATH_PREFIX
+from llmitm.routing.egress import (
+    EGRESS_POLICIES,
+    OPTION,
+    EgressPolicy,
+    LocalAnswer,
+    describe,
+    local_answer,
+)
+from llmitm.wire.paths import is_llm_call
+
+logger = logging.getLogger(__name__)
+
+
+class LlmEgress:
+    """Option ``llmitm_egress``; answers what is not an LLM call under ``local``."""
+
+    name = "llmitm_egress"
+
+    def __init__(self, settings: LlmitmSettings) -> None:
+        self.settings = settings
+
+    @property
+    def policy(self) -> EgressPolicy:
+        """The option when set, else the configuration file's ``[llmitm] egress``."""
+        return ctx.options.llmitm_egress or self.settings.config.settings.egress  # type: ignore[return-value]
+
+    def load(self, loader: Loader) -> None:
+        loader.add_option(
+            OPTION,
+            str,
+            "",
+            "Requests that are not routed LLM calls: pass (to their hosts) or local (answered "
+            "here: an empty success for telemetry, a 403 otherwise). Empty: the file's "
+            "llmitm.egress, else pass.",
+            choices=["", *EGRESS_POLICIES],
+        )
+
+    def configure(self, updated: Set[str]) -> None:
+        check_choices(updated, {OPTION: ("", *EGRESS_POLICIES)})
+
+    def running(self) -> None:
+        logger.info("llmitm: %s", describe(self.policy))
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error or not flow.live or self.policy != "local":
+            return
+        request = flow.request
+        if is_llm_call(request.path) or request.path == STATUS_PATH:
+            return  # LlmEgressGuard decides, once routing has had its say
+        answer_locally(flow, _answer_for(request))
+
+    def tcp_start(self, flow: tcp.TCPFlow) -> None:
+        if self.policy == "local":
+            logger.info("llmitm: egress local: closing a raw TCP stream to %s", _peer(flow))
+            flow.kill()
+
+    def udp_start(self, flow: udp.UDPFlow) -> None:
+        if self.policy == "local":
+            logger.info("llmitm: egress local: closing a UDP stream to %s", _peer(flow))
+            flow.kill()
+
+
+class LlmEgressGuard:
+    """Under ``local``, answers the LLM calls no route, replay, stored state or relay took."""
+
+    name = "llmitm_egress_guard"
+
+    def __init__(self, egress: LlmEgress, relay: LlmRelay) -> None:
+        self.egress = egress
+        self.relay = relay
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error or not flow.live or self.egress.policy != "local":
+            return
+        if self._handled_here(flow):
+            return
+        request = flow.request
+        answer_locally(flow, _answer_for(request))
+
+    def _handled_here(self, flow: http.HTTPFlow) -> bool:
+        state = flow_state(flow)
+        if isinstance(state, FlowState) and state.routed is not None:
+            return True  # the router sent it to a configured endpoint
+        create = flow.metadata.get(RESPONSES_CREATE_KEY)
+        if getattr(create, "native_endpoint", None):
+            return True  # a state call sent to the configured endpoint that owns the response
+        if replay_hit(flow):
+            return True  # the recorder answers it (LlmRecordTap, after the translator)
+        server = self.relay.listening()
+        request = flow.request
+        return (
+            server is not None
+            and request.host == "127.0.0.1"
+            and request.port == server.port
+            and request.path.startswith(PATH_PREFIX)
+        )
+
+
+def answer_locally(flow: http.HTTPFlow, answer: LocalAnswer) -> None:
+    request = flow.request
+    logger.info(
+        "llmitm: egress local: %s %s%s — %s",
+        request.method,
+        request.pretty_host,
+        request.path.partition("?")[0],
+        answer.reason,
+    )
+    flow.response = http.Response.make(
+        answer.status, answer.body, [(k.encode(), v.encode()) for k, v in answer.headers]
+    )
+
+
+def _answer_for(request: http.Request) -> LocalAnswer:
+    headers = {name: request.headers.get(name, "") for name in ("content-type", "upgrade")}
+    return local_answer(request.method, request.pretty_host, request.path, headers)
+
+
+def _peer(flow: tcp.TCPFlow | udp.UDPFlow) -> str:
+    address = flow.server_conn.address
+    return f"{address[0]}:{address[1]}" if address else "an unknown host"
