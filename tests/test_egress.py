@@ -14,12 +14,14 @@ from typing import Any
 import orjson
 import pytest
 from mitmproxy import http
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.test import taddons, tflow
 
 from llmitm.addons import make_addons
 from llmitm.addons.egress import LlmEgress
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.relay.server import RelayServer
 from llmitm.routing.config import ConfigError, parse_config
 from llmitm.routing.egress import local_answer, telemetry_kind
 
@@ -181,11 +183,34 @@ async def test_llmitms_own_status_route_still_answers(local: Chain) -> None:
     assert "local" in orjson.loads(flow.response.content)["endpoints"]
 
 
-async def test_raw_tcp_and_udp_streams_are_closed(local: Chain) -> None:
-    tcp_flow, udp_flow = tflow.ttcpflow(), tflow.tudpflow()
-    local.egress.tcp_start(tcp_flow)
-    local.egress.udp_start(udp_flow)
-    assert tcp_flow.error is not None and udp_flow.error is not None
+def connecting_to(host: str, port: int) -> ServerConnectionHookData:
+    server = tflow.tserver_conn()
+    server.address = (host, port)
+    return ServerConnectionHookData(server=server, client=tflow.tclient_conn())
+
+
+async def test_only_configured_endpoints_are_ever_dialled(local: Chain) -> None:
+    # What no hook answered — a raw TCP or UDP stream, a tunnel ignore_hosts passes through.
+    for host, port in (("ab.chatgpt.com", 443), ("127.0.0.1", 11435), ("api.github.com", 443)):
+        data = connecting_to(host, port)
+        local.egress.server_connect(data)
+        assert data.server.error is not None and "not a configured endpoint" in data.server.error
+    endpoint = connecting_to("127.0.0.1", 11434)  # endpoints.local
+    local.egress.server_connect(endpoint)
+    assert endpoint.server.error is None
+
+
+async def test_llmitms_relay_is_dialled_too(local: Chain) -> None:
+    server = RelayServer()
+    await server.start()
+    local.egress.relay.server = server
+    try:
+        data = connecting_to("127.0.0.1", server.port)
+        local.egress.server_connect(data)
+        assert data.server.error is None
+    finally:
+        local.egress.relay.server = None
+        server.close()
 
 
 async def test_the_default_passes_everything_through_unchanged(passing: Chain) -> None:
@@ -193,9 +218,9 @@ async def test_the_default_passes_everything_through_unchanged(passing: Chain) -
         url = flow.request.pretty_url
         await passing.send(flow)
         assert flow.response is None and flow.request.pretty_url == url
-    tcp_flow = tflow.ttcpflow()
-    passing.egress.tcp_start(tcp_flow)
-    assert tcp_flow.error is None
+    data = connecting_to("ab.chatgpt.com", 443)
+    passing.egress.server_connect(data)
+    assert data.server.error is None
 
 
 async def test_the_option_overrides_the_file(

@@ -12,6 +12,7 @@ an accident of the client). Either way only the LLM calls are recorded, unless
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from typing import ClassVar
 
 import pytest
 
-from .processes import LLMITM, Upstream, fake_upstream
+from .processes import LLMITM, Upstream, fake_upstream, llmitm_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -192,3 +193,56 @@ def test_pass_sends_side_traffic_on_and_records_only_llm_calls(
         f"GET {sink}/repos/openai/plugins",
         f"POST {sink}/otlp/v1/metrics",
     ]
+
+
+def exchange(port: int, *messages: bytes) -> bytes:
+    """Send each message to the proxy in turn on one connection (waiting for an answer to
+    each but the last) and read until it closes: what a client sees, bounded in time."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+        for index, message in enumerate(messages):
+            client.sendall(message)
+            if index < len(messages) - 1:
+                while b"\r\n\r\n" not in received:
+                    chunk = client.recv(4096)
+                    if not chunk:
+                        return received
+                    received += chunk
+        try:
+            while chunk := client.recv(4096):
+                received += chunk
+        except TimeoutError:
+            pass
+    return received
+
+
+@pytest.mark.parametrize("policy", ["local", "pass"])
+def test_tunnels_and_websockets_nothing_routes(
+    tmp_path: Path, upstream: Upstream, sink: str, policy: str
+) -> None:
+    Sink.seen.clear()
+    target = sink.removeprefix("http://")
+    # The tunnel to the sink is passed through unseen (ignore_hosts), as a user may set it.
+    sets = [f"llmitm_egress={policy}", f"ignore_hosts=^{target.replace('.', chr(92) + '.')}$"]
+    with llmitm_proxy(
+        tmp_path, config=CONFIG.format(url=upstream.url), modes=("regular",),
+        extra=[item for value in sets for item in ("--set", value)],
+    ) as proxy:  # fmt: skip
+        port = proxy.port("regular")
+        connect = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode()
+        inner = b"GET /through-the-tunnel HTTP/1.1\r\nHost: sink\r\nConnection: close\r\n\r\n"
+        tunnelled = exchange(port, connect, inner)
+        upgrade = (
+            b"GET http://api.openai.com/v1/responses HTTP/1.1\r\nHost: api.openai.com\r\n"
+            b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+        websocket = exchange(port, upgrade) if policy == "local" else b""
+    assert tunnelled.startswith(b"HTTP/1.1 200")  # the CONNECT itself is answered
+    if policy == "pass":
+        assert Sink.seen == ["GET /through-the-tunnel"] and b"\r\n\r\n{}" in tunnelled
+        return
+    assert Sink.seen == [] and b"{}" not in tunnelled  # closed before anything was dialled
+    head, _, body = websocket.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 426"), websocket
+    assert b"egress_websocket_refused" in body

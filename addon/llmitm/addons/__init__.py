@@ -28,7 +28,7 @@ def make_addons() -> list[object]:
     recorder = LlmRecorder(store, relay)
     # LlmEgress answers what is not an LLM call before anything records or replays it;
     # LlmEgressGuard, after the router, what LLM call nothing in llmitm took.
-    egress = LlmEgress(settings)
+    egress = LlmEgress(settings, relay)
     # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
     # a non-streamed body before LlmResponses translates it; LlmResponsesRecorder stores the

@@ -5,8 +5,11 @@ Two addons share the policy (:mod:`llmitm.routing.egress` decides each answer):
 ``LlmEgress`` (first in line, before the recorder) owns the option and says at start-up which
 policy is on. Under ``local`` it answers every request that is not an LLM call at all —
 telemetry, trace uploads, plugin look-ups, a WebSocket to anywhere — before any other addon
-sees it, so such a request is neither forwarded nor recorded nor looked up in a replay. Raw
-TCP and UDP streams (a ``CONNECT`` to something that is not HTTP) are closed.
+sees it, so such a request is neither forwarded nor recorded nor looked up in a replay. A
+``CONNECT`` itself is let through: the requests inside the tunnel are decided one by one, and
+under the lazy connection strategy llmitm sets nothing is dialled before they are. As a
+backstop, ``server_connect`` refuses every connection to anything but a configured endpoint
+and llmitm's relay: raw TCP and UDP streams, tunnels ``ignore_hosts`` passes through unseen.
 
 ``LlmEgressGuard`` (after the router) answers the LLM calls that nothing in llmitm took: no
 route matched, no replay hit, no stored response, no relay. Under ``pass`` both do nothing.
@@ -17,8 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Set
 
-from mitmproxy import ctx, http, tcp, udp
+from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.choices import check_choices
 from llmitm.addons.record import replay_hit
@@ -33,6 +37,7 @@ from llmitm.routing.egress import (
     EgressPolicy,
     LocalAnswer,
     describe,
+    endpoint_addresses,
     local_answer,
 )
 from llmitm.wire.paths import is_llm_call
@@ -45,8 +50,9 @@ class LlmEgress:
 
     name = "llmitm_egress"
 
-    def __init__(self, settings: LlmitmSettings) -> None:
+    def __init__(self, settings: LlmitmSettings, relay: LlmRelay) -> None:
         self.settings = settings
+        self.relay = relay
 
     @property
     def policy(self) -> EgressPolicy:
@@ -78,15 +84,26 @@ class LlmEgress:
             return  # LlmEgressGuard decides, once routing has had its say
         answer_locally(flow, _answer_for(request))
 
-    def tcp_start(self, flow: tcp.TCPFlow) -> None:
-        if self.policy == "local":
-            logger.info("llmitm: egress local: closing a raw TCP stream to %s", _peer(flow))
-            flow.kill()
+    def server_connect(self, data: ServerConnectionHookData) -> None:
+        # The backstop: whatever got this far (a raw TCP or UDP stream, a tunnel that
+        # ignore_hosts passes through unseen, a flow nothing answered) dials only what the
+        # configuration names, and llmitm's own relay.
+        address = data.server.address
+        if address is None or self.policy != "local" or self._allowed(address[0], address[1]):
+            return
+        target = f"{address[0]}:{address[1]}"
+        logger.info(
+            "llmitm: egress local: not connecting to %s (not a configured endpoint)", target
+        )
+        data.server.error = (
+            f"llmitm's egress policy is local: {target} is not a configured endpoint ({OPTION})"
+        )
 
-    def udp_start(self, flow: udp.UDPFlow) -> None:
-        if self.policy == "local":
-            logger.info("llmitm: egress local: closing a UDP stream to %s", _peer(flow))
-            flow.kill()
+    def _allowed(self, host: str, port: int) -> bool:
+        server = self.relay.listening()
+        if server is not None and (host, port) == ("127.0.0.1", server.port):
+            return True
+        return (host.lower(), port) in endpoint_addresses(self.settings.config)
 
 
 class LlmEgressGuard:
@@ -142,8 +159,3 @@ def answer_locally(flow: http.HTTPFlow, answer: LocalAnswer) -> None:
 def _answer_for(request: http.Request) -> LocalAnswer:
     headers = {name: request.headers.get(name, "") for name in ("content-type", "upgrade")}
     return local_answer(request.method, request.pretty_host, request.path, headers)
-
-
-def _peer(flow: tcp.TCPFlow | udp.UDPFlow) -> str:
-    address = flow.server_conn.address
-    return f"{address[0]}:{address[1]}" if address else "an unknown host"

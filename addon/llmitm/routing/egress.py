@@ -8,7 +8,8 @@ machine that llmitm did not route: known telemetry and trace uploads get an empt
 the policy and how to change it. A WebSocket upgrade on an LLM API path gets a 426 instead,
 which tells a client with an HTTP transport (Codex) to use it at once.
 
-Pure functions over method, path and headers; the addon (``addons/egress.py``) applies them.
+Pure functions over method, path, headers and the configuration; the addon
+(``addons/egress.py``) applies them.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
+from urllib.parse import urlsplit
 
 import orjson
 
 from llmitm.wire.errors import ApiError, openai_error_body
 from llmitm.wire.paths import is_llm_call
+
+if TYPE_CHECKING:  # the configuration imports this module for its policy names
+    from llmitm.routing.config import Config
 
 EgressPolicy = Literal["pass", "local"]
 EGRESS_POLICIES: tuple[str, ...] = get_args(EgressPolicy)
@@ -71,6 +76,16 @@ def describe(policy: EgressPolicy) -> str:
         "egress: pass — requests that are not routed LLM calls go to their hosts "
         f'(--set {OPTION}=local or [llmitm] egress = "local" keeps them here)'
     )
+
+
+def endpoint_addresses(config: Config) -> frozenset[tuple[str, int]]:
+    """``(host, port)`` of every configured endpoint: what ``local`` still connects to."""
+    addresses = set()
+    for endpoint in config.endpoints.values():
+        parts = urlsplit(endpoint.base_url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        addresses.add(((parts.hostname or "").lower(), port))
+    return frozenset(addresses)
 
 
 def local_answer(method: str, host: str, path: str, headers: Mapping[str, str]) -> LocalAnswer:
