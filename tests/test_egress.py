@@ -17,14 +17,20 @@ from mitmproxy import http
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.test import taddons, tflow
 
-from llmitm.addons import make_addons
-from llmitm.addons.egress import LlmEgress
+from llmitm.addons import make_addons, record
+from llmitm.addons.egress import LlmEgress, LlmEgressGuard
+from llmitm.addons.record import Capture
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.relay.server import RelayServer
+from llmitm.replay.folder import read_folder
+from llmitm.replay.keys import match_key
+from llmitm.replay.model import Message
+from llmitm.replay.pool import Hit
 from llmitm.routing.config import ConfigError, parse_config
 from llmitm.routing.egress import local_answer, telemetry_kind
 
+ROOT = Path(__file__).resolve().parents[1]
 KEY_ENV = "LLMITM_TEST_EGRESS_KEY"
 CONFIG = f"""
 [llmitm]
@@ -269,3 +275,19 @@ def test_a_refusal_is_openais_error_shape() -> None:
     body = orjson.loads(answer.body)
     assert set(body["error"]) == {"message", "type", "param", "code"}
     assert "secret" not in body["error"]["message"]  # the query stays out of the message
+
+
+async def test_a_replay_hit_the_recorder_serves_later_is_left_to_it(local: Chain) -> None:
+    """A hit served from the recorded upstream response is answered after the router (by
+    LlmRecordTap), also when no route matches: the guard must not refuse it first."""
+    interaction = read_folder(ROOT / "recordings")[0]
+    flow = request("POST", "https://api.openai.com/v1/chat/completions", {**CHAT, "model": "x"})
+    key = match_key("POST", "/v1/chat/completions", [], flow.request.content)
+    capture = Capture("global", key, Message(), 0, hit=Hit(interaction, 1, 1))
+    guard = next(a for a in local.addons if isinstance(a, LlmEgressGuard))
+    record._CAPTURES[flow] = capture
+    guard.request(flow)
+    assert flow.response is None
+    del record._CAPTURES[flow]
+    guard.request(flow)  # the same flow as a miss: refused
+    assert flow.response is not None and flow.response.status_code == 403

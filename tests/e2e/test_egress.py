@@ -22,9 +22,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
+import orjson
 import pytest
 
-from .processes import LLMITM, Upstream, fake_upstream, llmitm_proxy
+from llmitm.replay.folder import read_folder
+
+from .processes import LLMITM, ROOT, Upstream, fake_upstream, llmitm_proxy
 
 pytestmark = pytest.mark.slow
 
@@ -246,3 +249,23 @@ def test_tunnels_and_websockets_nothing_routes(
     head, _, body = websocket.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 426"), websocket
     assert b"egress_websocket_refused" in body
+
+
+def test_a_replayed_session_with_no_routes_stays_whole_under_local(tmp_path: Path) -> None:
+    """CI with everything local: the committed recordings served with no configuration (no
+    route matches anything), so every answer comes from the recorder, never refused."""
+    out = tmp_path / "bodies.json"
+    done = subprocess.run(
+        [str(LLMITM), "run", "--replay", str(ROOT / "recordings"), "--base-url",
+         "--fail-on-unused", "--set", "llmitm_store=", "--set", f"confdir={tmp_path / 'c'}",
+         "--set", "llmitm_replay_from=client", "--set", "llmitm_egress=local",
+         "--", sys.executable, str(ROOT / "scripts" / "example_client.py"), "--out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 hit(s), 0 miss(es), 0 unused" in done.stderr
+    assert "egress: local" in done.stdout + done.stderr
+    replayed = sorted(orjson.loads(out.read_bytes()))
+    assert replayed == sorted(
+        i.legs["client_resp"].body().decode() for i in read_folder(ROOT / "recordings")
+    )
