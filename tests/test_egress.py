@@ -291,3 +291,16 @@ async def test_a_replay_hit_the_recorder_serves_later_is_left_to_it(local: Chain
     del record._CAPTURES[flow]
     guard.request(flow)  # the same flow as a miss: refused
     assert flow.response is not None and flow.response.status_code == 403
+
+
+async def test_other_calls_to_a_configured_endpoint_pass_but_its_telemetry_does_not(
+    local: Chain,
+) -> None:
+    models = await local.send(request("GET", "http://127.0.0.1:11434/v1/models"))
+    assert models.response is None  # the llama.cpp server's own model list
+    traces = await local.send(request("POST", "http://127.0.0.1:11434/v1/traces", b"x"))
+    assert traces.response is not None and traces.response.status_code == 200
+    assert traces.response.headers["x-llmitm-egress"] == "local"
+    body = {**CHAT, "model": "claude-3"}  # an LLM call there that no route matches
+    unrouted = await local.send(request("POST", "http://127.0.0.1:11434/v1/chat/completions", body))
+    assert unrouted.response is not None and unrouted.response.status_code == 403

@@ -42,7 +42,7 @@ def make_addons() -> list[object]:
         relay,
         LlmRecordingsLoad(recorder),  # replay pools, once the store is open
         LlmRouter(settings, relay),
-        LlmEgressGuard(egress, relay),
+        LlmEgressGuard(egress),
         LlmUsage(store),
         LlmResponses(),
         LlmResponsesRecorder(state),

@@ -12,7 +12,9 @@ backstop, ``server_connect`` refuses every connection to anything but a configur
 and llmitm's relay: raw TCP and UDP streams, tunnels ``ignore_hosts`` passes through unseen.
 
 ``LlmEgressGuard`` (after the router) answers the LLM calls that nothing in llmitm took: no
-route matched, no replay hit, no stored response, no relay. Under ``pass`` both do nothing.
+route matched, no replay hit, no stored response, no relay. A request that is no LLM call but
+already goes to a configured endpoint (the llama.cpp server's own model list) is left alone,
+unless it is telemetry. Under ``pass`` both do nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from llmitm.addons.relay import LlmRelay
 from llmitm.addons.router import STATUS_PATH
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import RESPONSES_CREATE_KEY, FlowState, flow_state
-from llmitm.relay.server import PATH_PREFIX
 from llmitm.routing.egress import (
     EGRESS_POLICIES,
     OPTION,
@@ -39,6 +40,7 @@ from llmitm.routing.egress import (
     describe,
     endpoint_addresses,
     local_answer,
+    telemetry_kind,
 )
 from llmitm.wire.paths import is_llm_call
 
@@ -82,6 +84,9 @@ class LlmEgress:
         request = flow.request
         if is_llm_call(request.path) or request.path == STATUS_PATH:
             return  # LlmEgressGuard decides, once routing has had its say
+        bound_for_endpoint = self.is_endpoint(request.host, request.port)
+        if bound_for_endpoint and telemetry_kind(request.method, request.path) is None:
+            return  # already going where the configuration points (a model list, a health check)
         answer_locally(flow, _answer_for(request))
 
     def server_connect(self, data: ServerConnectionHookData) -> None:
@@ -89,7 +94,9 @@ class LlmEgress:
         # ignore_hosts passes through unseen, a flow nothing answered) dials only what the
         # configuration names, and llmitm's own relay.
         address = data.server.address
-        if address is None or self.policy != "local" or self._allowed(address[0], address[1]):
+        if address is None or self.policy != "local":
+            return
+        if self.is_relay(*address[:2]) or self.is_endpoint(*address[:2]):
             return
         target = f"{address[0]}:{address[1]}"
         logger.info(
@@ -99,10 +106,11 @@ class LlmEgress:
             f"llmitm's egress policy is local: {target} is not a configured endpoint ({OPTION})"
         )
 
-    def _allowed(self, host: str, port: int) -> bool:
+    def is_relay(self, host: str, port: int) -> bool:
         server = self.relay.listening()
-        if server is not None and (host, port) == ("127.0.0.1", server.port):
-            return True
+        return server is not None and (host, port) == ("127.0.0.1", server.port)
+
+    def is_endpoint(self, host: str, port: int) -> bool:
         return (host.lower(), port) in endpoint_addresses(self.settings.config)
 
 
@@ -111,17 +119,17 @@ class LlmEgressGuard:
 
     name = "llmitm_egress_guard"
 
-    def __init__(self, egress: LlmEgress, relay: LlmRelay) -> None:
+    def __init__(self, egress: LlmEgress) -> None:
         self.egress = egress
-        self.relay = relay
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or not flow.live or self.egress.policy != "local":
             return
-        if self._handled_here(flow):
-            return
-        request = flow.request
-        answer_locally(flow, _answer_for(request))
+        if not is_llm_call(flow.request.path):
+            return  # LlmEgress has decided it
+        if self._handled_here(flow) or self.egress.is_relay(flow.request.host, flow.request.port):
+            return  # an unrouted call to an endpoint's host is refused too: it is not routed
+        answer_locally(flow, _answer_for(flow.request))
 
     def _handled_here(self, flow: http.HTTPFlow) -> bool:
         state = flow_state(flow)
@@ -130,16 +138,9 @@ class LlmEgressGuard:
         create = flow.metadata.get(RESPONSES_CREATE_KEY)
         if getattr(create, "native_endpoint", None):
             return True  # a state call sent to the configured endpoint that owns the response
-        if replay_hit(flow):
-            return True  # the recorder answers it (LlmRecordTap, after the translator)
-        server = self.relay.listening()
-        request = flow.request
-        return (
-            server is not None
-            and request.host == "127.0.0.1"
-            and request.port == server.port
-            and request.path.startswith(PATH_PREFIX)
-        )
+        # The recorder answers it (LlmRecordTap, after the translator); a flow pointed at the
+        # relay (a paced replay, a served socket) is told by its target.
+        return replay_hit(flow)
 
 
 def answer_locally(flow: http.HTTPFlow, answer: LocalAnswer) -> None:
