@@ -27,6 +27,7 @@ import pytest
 
 from llmitm.replay.folder import read_folder
 
+from .conftest import CODEX_UNATTENDED, codex_env
 from .processes import LLMITM, ROOT, Upstream, fake_upstream, llmitm_proxy
 
 pytestmark = pytest.mark.slow
@@ -269,3 +270,36 @@ def test_a_replayed_session_with_no_routes_stays_whole_under_local(tmp_path: Pat
     assert replayed == sorted(
         i.legs["client_resp"].body().decode() for i in read_folder(ROOT / "recordings")
     )
+
+
+def test_codex_in_its_default_configuration_keeps_its_side_traffic_here(
+    tmp_path: Path, upstream: Upstream, codex_bin: Path
+) -> None:
+    """Codex 0.171 with a fresh CODEX_HOME and only OPENAI_API_KEY, under ``llmitm run`` with
+    ``egress = "local"``: its answer comes from the routed model, its plugin look-ups and
+    OpenTelemetry export are answered here, and a refused WebSocket sends it to HTTPS after
+    one attempt (not after its retry budget)."""
+    config = tmp_path / "llmitm.toml"
+    config.write_text('[llmitm]\negress = "local"\n' + CONFIG.format(url=upstream.url))
+    (tmp_path / "work").mkdir()
+    (tmp_path / "codex-home").mkdir()
+    env = codex_env(tmp_path / "codex-home", {"OPENAI_API_KEY": "sk-test"})
+    env.pop("HTTPS_PROXY", None)
+    done = subprocess.run(
+        [str(LLMITM), "run", "--config", str(config), "--set", f"confdir={tmp_path / 'c'}",
+         "--set", f"llmitm_store={tmp_path / 'llmitm.db'}",
+         "--", str(codex_bin), "exec", "--skip-git-repo-check", *CODEX_UNATTENDED,
+         "--color", "never", "Say hello."],
+        cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "Hello from the fake upstream." in done.stdout
+    assert "egress: local" in output
+    assert "GET api.github.com/repos/openai/plugins — refused" in output
+    assert "POST ab.chatgpt.com/otlp/v1/metrics — telemetry dropped" in output
+    assert output.count("failed to connect to Responses WebSocket") <= 1
+    assert "POST api.openai.com/v1/responses —" not in output  # routed, never refused
+    calls = recorded(tmp_path)
+    assert "POST https://api.openai.com/v1/responses" in calls
+    assert all(call.endswith("api.openai.com/v1/responses") for call in calls), calls
