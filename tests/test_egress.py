@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import inspect
 import logging
+import string
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mitmproxy import http
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.test import taddons, tflow
@@ -29,6 +32,7 @@ from llmitm.replay.model import Message
 from llmitm.replay.pool import Hit
 from llmitm.routing.config import ConfigError, parse_config
 from llmitm.routing.egress import local_answer, telemetry_kind
+from llmitm.wire.paths import is_llm_call
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY_ENV = "LLMITM_TEST_EGRESS_KEY"
@@ -304,3 +308,44 @@ async def test_other_calls_to_a_configured_endpoint_pass_but_its_telemetry_does_
     body = {**CHAT, "model": "claude-3"}  # an LLM call there that no route matches
     unrouted = await local.send(request("POST", "http://127.0.0.1:11434/v1/chat/completions", body))
     assert unrouted.response is not None and unrouted.response.status_code == 403
+
+
+PREFIX = st.lists(
+    st.text(alphabet=string.ascii_letters + string.digits + "-_.", min_size=1, max_size=8),
+    max_size=4,
+).map(lambda parts: "".join(f"/{part}" for part in parts))
+
+
+@given(prefix=PREFIX, suffix=st.sampled_from(["/otlp/v1/metrics", "/v1/traces", "/v1/logs"]))
+def test_otlp_paths_under_any_mount_point_are_telemetry_not_llm_calls(
+    prefix: str, suffix: str
+) -> None:
+    assert telemetry_kind("POST", prefix + suffix) == "otlp"
+    assert not is_llm_call(prefix + suffix)
+
+
+@given(prefix=PREFIX, call=st.sampled_from(["/chat/completions", "/responses", "/responses/r1"]))
+def test_llm_calls_under_any_mount_point_are_never_telemetry(prefix: str, call: str) -> None:
+    assert is_llm_call(prefix + "/v1" + call)
+    assert telemetry_kind("POST", prefix + "/v1" + call) is None
+
+
+@given(
+    method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]),
+    host=st.text(max_size=20),
+    route=st.text(max_size=60).map(lambda text: "/" + text.replace("?", "")),
+    query=st.booleans(),
+    content_type=st.text(max_size=30),
+    upgrade=st.sampled_from(["", "websocket", "h2c"]),
+)
+def test_every_local_answer_is_well_formed(
+    method: str, host: str, route: str, query: bool, content_type: str, upgrade: str
+) -> None:
+    path = route + ("?key=QUERYSECRET" if query else "")
+    answer = local_answer(method, host, path, {"content-type": content_type, "upgrade": upgrade})
+    assert answer.status in (200, 204, 403, 426)
+    assert ("x-llmitm-egress", "local") in answer.headers
+    if answer.status >= 400:
+        error = orjson.loads(answer.body)["error"]
+        assert error["type"] == "permission_error" and route in error["message"]
+        assert "QUERYSECRET" not in error["message"]  # a query may hold a key: never echoed
