@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Set
+from typing import cast
 
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
@@ -59,7 +60,8 @@ class LlmEgress:
     @property
     def policy(self) -> EgressPolicy:
         """The option when set, else the configuration file's ``[llmitm] egress``."""
-        return ctx.options.llmitm_egress or self.settings.config.settings.egress  # type: ignore[return-value]
+        # The option's choices are "" and the policies.
+        return cast(EgressPolicy, ctx.options.llmitm_egress or self.settings.config.settings.egress)
 
     def load(self, loader: Loader) -> None:
         loader.add_option(

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from llmitm.routing.egress import EGRESS_POLICIES
+from llmitm.routing.egress import EGRESS_POLICIES, EgressPolicy
 from llmitm.routing.strategies import STRATEGIES, StrategyName
 from llmitm.translate.context import REASONING_MODES, ReasoningMode
 from llmitm.wire.paths import ApiName
@@ -148,7 +148,7 @@ class Settings:
     store: str | None = None
     """The store's database file (``~`` expanded, relative to the file's folder); ``""``
     disables it; ``None``: the option or the default location decides."""
-    egress: str = "pass"
+    egress: EgressPolicy = "pass"
     """Requests that are not routed LLM calls: ``pass`` or ``local`` (routing.egress)."""
 
 
