@@ -50,7 +50,7 @@ class LocalAnswer:
     headers: tuple[tuple[str, str], ...]
     body: bytes
     reason: str
-    """Why, in a few words (the log line and ``x-llmitm-egress``)."""
+    """Why, in a few words, for the log line."""
 
 
 def telemetry_kind(method: str, path: str) -> TelemetryKind | None:
