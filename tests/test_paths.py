@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmitm.wire.paths import ClassifiedPath, classify_path, translated_path
+from llmitm.wire.paths import ClassifiedPath, classify_path, is_llm_call, translated_path
 
 
 @pytest.mark.parametrize(
@@ -80,3 +80,42 @@ def test_azure_classic_responses_to_chat_needs_a_deployment() -> None:
     assert classified is not None
     with pytest.raises(ValueError, match="deployment"):
         translated_path(classified, "chat")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/gateway/v1/responses?x=1",
+        "/openai/deployments/d/chat/completions?api-version=2024-10-21",
+        "/openai/v1/responses",
+        "/v1/responses/resp_1",
+        "/v1/responses/resp_1/input_items?limit=2",
+        "/v1/responses/resp_1/cancel",
+        "/openai/responses/resp_1?api-version=2025-04-01-preview",
+        "/v1/responses/compact",
+        "/v1/responses/input_tokens",
+        "/v1/chat/completions/chatcmpl-1/messages",
+        "/llmitm-scope/t%3A%3Aa/v1/chat/completions",
+    ],
+)
+def test_llm_calls_are_told_by_path(path: str) -> None:
+    assert is_llm_call(path)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/otlp/v1/metrics",
+        "/v1/traces/ingest",
+        "/repos/openai/plugins",
+        "/v1/models",
+        "/v1/files",
+        "/openai/deployments/d/embeddings?api-version=2024-10-21",
+        "/v1/responses/resp_1/other",
+        "/backend-api/codex/analytics?to=/v1/responses",
+    ],
+)
+def test_telemetry_lookups_and_other_apis_are_not_llm_calls(path: str) -> None:
+    assert not is_llm_call(path)

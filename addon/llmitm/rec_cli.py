@@ -11,7 +11,10 @@
                    [--ignore PATH]… [--method M] [--path P] [--json]
     llmitm rec migrate (DIR | --db PATH) [--profile P] [--ignore PATH]…
     llmitm rec check-secrets PATH...
-    llmitm rec prune [--db PATH] (--older-than 7d | --scope S)
+    llmitm rec prune [--db PATH] (--older-than 7d | --scope S | --id ID… | --host H --path P)
+
+``check-secrets`` and ``export`` name the recording and the field of each credential-shaped
+value they find (``01J… request.headers.authorization``), so ``prune --id`` can drop it.
 
 Reads the store read-only except ``import``, ``migrate`` and ``prune``. Problems are one line
 on stderr: exit 2 for bad arguments or unreadable input, 1 for a check that found something
@@ -28,8 +31,10 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from rich.console import Console
@@ -43,10 +48,17 @@ from llmitm.replay.model import Interaction
 from llmitm.replay.pool import GLOBAL_SCOPE, canonical_diff
 from llmitm.replay.rekey import rekey, request_key
 from llmitm.replay.scan import Finding, scan_patterns, scan_text
+from llmitm.replay.scan_fields import Located, locate, recording_ids
 from llmitm.replay.why import RequestError, explain, nearest, parse_request
 from llmitm.store import SchemaTooNew, SqliteStore, default_store_path
 from llmitm.store.raw_values import UnreadableDatabase, database_values
-from llmitm.store.recordings import DeleteScope, PruneRecordings, RecordingWrite, RekeyRecording
+from llmitm.store.recordings import (
+    DeleteRecordings,
+    DeleteScope,
+    PruneRecordings,
+    RecordingWrite,
+    RekeyRecording,
+)
 from llmitm.store.sqlite import SqliteApplier
 from llmitm.store.sqlite_recordings import apply_rekey
 from llmitm.usage_report import UsageError, parse_since
@@ -151,10 +163,18 @@ def add_parser(commands: Any) -> None:
     keyed(migrate)
     secrets = sub.add_parser("check-secrets", help="scan databases or folders for credentials")
     secrets.add_argument("paths", nargs="+", metavar="PATH")
-    prune = sub.add_parser("prune", help="forget old recordings, or a scope")
+    prune = sub.add_parser(
+        "prune", help="forget old recordings, a scope, recordings by id, or by host and path"
+    )
     prune.add_argument("--db")
     prune.add_argument("--older-than", help="a span such as 7d, 24h, or YYYY-MM-DD")
     prune.add_argument("--scope")
+    prune.add_argument(
+        "--id", action="append", default=[], dest="ids", metavar="ID",
+        help="a recording's id or unique prefix (repeatable)",
+    )  # fmt: skip
+    prune.add_argument("--host", help="recordings whose request went to this host (a glob)")
+    prune.add_argument("--path", help="recordings whose request path matches this glob")
 
 
 def rec_command(args: argparse.Namespace) -> int:
@@ -401,12 +421,16 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
     # themselves for a folder or a HAR file; each interaction for a flow file (binary).
     if args.har:
         har = orjson.dumps(to_har(interactions), option=orjson.OPT_INDENT_2)
-        _refuse_secrets([("the HAR file", har)])
+        _refuse_secrets(_locate_text(har, interactions), in_store=not args.from_folder)
     else:
-        _refuse_secrets(
-            (i.source or i.id, folder_format.dumps_pretty(folder_format.interaction_to_json(i)))
+        found = [
+            located
             for i in _progress(interactions, "scanning")
-        )
+            for located in _locate_text(
+                folder_format.dumps_pretty(folder_format.interaction_to_json(i)), [i]
+            )
+        ]
+        _refuse_secrets(found, in_store=not args.from_folder)
     if args.har:
         target.write_bytes(har)
         console.print(f"wrote {len(interactions)} HAR entr(ies) to {target}")
@@ -453,7 +477,7 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
             profile=settings.get("profile", "default"), ignore=tuple(settings.get("ignore", ()))
         )
         interactions = folder_format.read_folder(Path(args.folder))
-        problems += [f"secret {where}" for where in _scan_paths([Path(args.folder)])]
+        problems += [f"secret {where}" for where in await _scan_paths([Path(args.folder)])]
     else:
         store = await _open(args.db)
         try:
@@ -482,19 +506,32 @@ def _report_problems(problems: list[str], verified: int, console: Console) -> in
     return EXIT_FOUND if problems else 0
 
 
-def _refuse_secrets(blobs: Iterable[tuple[str, bytes]]) -> None:
-    """Raise (nothing written yet) when any of the ``(name, bytes)`` holds a secret."""
-    found = [
-        f"{name}: {finding.label()}"
-        for name, data in blobs
-        for finding in scan_text(data.decode("utf-8", "replace"))
-    ]
-    if found:
-        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise RecError(
-            f"refusing to export: {len(found)} credential-shaped value(s) found, first "
-            f"{found[0]}{more}; run `llmitm rec check-secrets` on the source"
-        )
+_NAMED = 5
+"""Hits an export refusal names on its one line (``check-secrets`` lists them all)."""
+
+
+def _locate_text(data: bytes, interactions: Sequence[Interaction]) -> list[Located]:
+    """The findings of ``data`` (what would be written), each named by recording and field."""
+    return locate(scan_text(data.decode("utf-8", "replace")), interactions)
+
+
+def _refuse_secrets(found_in: Iterable[Located], *, in_store: bool) -> None:
+    """Raise (nothing written yet) when anything credential-shaped would be written; for
+    recordings ``in_store``, say how to prune them."""
+    found = list(found_in)
+    if not found:
+        return
+    ids = recording_ids(found)
+    named = "; ".join(item.label() for item in found[:_NAMED])
+    more = f"; and {len(found) - _NAMED} more" if len(found) > _NAMED else ""
+    prune = ""
+    if ids and in_store:
+        prune = f"; `llmitm rec prune --id {' --id '.join(ids[:_NAMED])}` drops them"
+    raise RecError(
+        f"refusing to export: {len(found)} credential-shaped value(s) in "
+        f"{len(ids)} recording(s): {named}{more}; run `llmitm rec check-secrets` on the "
+        f"source for all of them{prune}"
+    )
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -518,9 +555,36 @@ def _scan_file(file: Path) -> list[Finding]:
     return found
 
 
-def _scan_paths(paths: Sequence[Path]) -> list[str]:
-    """``file: finding`` for every credential-shaped value in the files (a database with its
-    -wal and -journal files: free pages and unflushed frames count too)."""
+async def _recordings_in(file: Path, cache: dict[Path, list[Interaction]]) -> list[Interaction]:
+    """The recordings ``file`` belongs to (a database, its -wal or -journal, or a file of a
+    recordings folder), to name where a finding sits; none when it cannot be read as such."""
+    if file.suffix == ".json":
+        # A recordings folder is read whole: its files share blobs (``_blobs/``).
+        root = next((p for p in file.parents if (p / folder_format.MANIFEST).is_file()), None)
+        if root is not None and root not in cache:
+            try:
+                cache[root] = folder_format.read_folder(root)
+            except Exception:  # a broken folder: its findings stay unnamed
+                cache[root] = []
+        return cache.get(root, []) if root is not None else []
+    database = Path(str(file).removesuffix("-wal").removesuffix("-journal"))
+    if database not in cache:
+        cache[database] = []
+        try:
+            store = SqliteStore(database, read_only=True)
+            await store.open()
+            try:
+                cache[database] = await store.load_recordings()
+            finally:
+                await store.close()
+        except Exception:  # not an llmitm store (or an unreadable one): findings stay unnamed
+            pass
+    return cache[database]
+
+
+async def _scan_paths(paths: Sequence[Path]) -> list[str]:
+    """``file: recording field: finding`` for every credential-shaped value in the files (a
+    database with its -wal and -journal files: free pages and unflushed frames count too)."""
     found: list[str] = []
     files: list[Path] = []
     for path in paths:
@@ -531,13 +595,18 @@ def _scan_paths(paths: Sequence[Path]) -> list[str]:
             files += [p for p in (Path(f"{path}-wal"), Path(f"{path}-journal")) if p.is_file()]
         else:
             raise RecError(f"{path}: no such file or folder")
+    cache: dict[Path, list[Interaction]] = {}
     for file in _progress(files, "scanning"):
-        found += [f"{file}: {finding.label()}" for finding in _scan_file(file)]
+        findings = _scan_file(file)
+        if not findings:
+            continue
+        located = locate(findings, await _recordings_in(file, cache))
+        found += [f"{file}: {item.label()}" for item in located]
     return found
 
 
 async def _check_secrets(args: argparse.Namespace, console: Console) -> int:
-    found = _scan_paths([Path(p).expanduser() for p in args.paths])
+    found = await _scan_paths([Path(p).expanduser() for p in args.paths])
     for line in found:
         console.print(f"[red]secret[/] {line}", markup=True, soft_wrap=True)
     if not found:
@@ -546,11 +615,20 @@ async def _check_secrets(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _prune(args: argparse.Namespace, console: Console) -> int:
-    if not args.older_than and not args.scope:
-        raise RecError("say what to prune: --older-than SPAN and/or --scope SCOPE")
+    if not (args.older_than or args.scope or args.ids or args.host or args.path):
+        raise RecError(
+            "say what to prune: --older-than SPAN, --scope SCOPE, --id ID, or --host HOST "
+            "and/or --path GLOB"
+        )
     _must_exist(args.db)
     store = await _open(args.db, write=True)
     try:
+        before = len(await store.recordings())
+        ids = [await _recording_id(store, ident) for ident in args.ids]
+        if args.host or args.path:
+            ids += _matching(await store.request_urls(), args.host, args.path)
+        if ids:
+            store.submit(DeleteRecordings(tuple(dict.fromkeys(ids))))
         if args.scope:
             store.submit(DeleteScope(args.scope))
         if args.older_than:
@@ -561,8 +639,32 @@ async def _prune(args: argparse.Namespace, console: Console) -> int:
         left = len(await store.recordings())
     finally:
         await store.close()
-    console.print(f"pruned; {left} recording(s) left")
+    console.print(f"pruned {before - left}; {left} recording(s) left")
     return 0
+
+
+async def _recording_id(store: SqliteStore, ident: str) -> str:
+    interaction = await store.recording(ident)
+    if interaction is None:
+        raise RecError(f"no recording {ident} (or the prefix is not unique)")
+    return interaction.id
+
+
+def _matching(urls: Iterable[tuple[str, str]], host: str | None, path: str | None) -> list[str]:
+    """The ids whose client request went to ``host`` and ``path`` (globs; either may be
+    left out). Hosts compare without case, paths without their query."""
+    chosen = []
+    for ident, url in urls:
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            continue
+        if host and not fnmatchcase((parts.hostname or "").lower(), host.lower()):
+            continue
+        if path and not fnmatchcase(parts.path or "/", path):
+            continue
+        chosen.append(ident)
+    return chosen
 
 
 # --- why and migrate -------------------------------------------------------------------------

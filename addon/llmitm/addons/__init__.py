@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
+from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.record import LlmRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
@@ -26,21 +27,26 @@ def make_addons() -> list[object]:
     # chains and the router rewrites it — and the upstream's response before LlmResponses
     # translates it; its tap, after them, sees the translated result.
     recorder = LlmRecorder(store, relay)
+    # LlmEgress answers what is not an LLM call before anything records or replays it;
+    # LlmEgressGuard, after the router, what LLM call nothing in llmitm took.
+    egress = LlmEgress(settings, relay)
     # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
     # a non-streamed body before LlmResponses translates it; LlmResponsesRecorder stores the
     # translated one.
     # LlmWebSocket comes first: a call a socket sends back through the proxy gets its target
-    # restored before anyone else (the recorder included) sees it.
+    # restored before anyone else (egress and the recorder included) sees it.
     return [
         settings,
         LlmWebSocket(relay),
+        egress,
         recorder,
         LlmResponsesApi(state),
         store,
         relay,
         LlmRecordingsLoad(recorder),  # replay pools, once the store is open
         LlmRouter(settings, relay),
+        LlmEgressGuard(egress),
         LlmUsage(store),
         LlmResponses(),
         LlmResponsesRecorder(state),

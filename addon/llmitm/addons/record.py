@@ -1,5 +1,8 @@
 """Record every LLM API flow, and replay recordings — ``llmitm_record`` and friends.
 
+Only LLM API calls (:func:`llmitm.wire.paths.is_llm_call`) are recorded; other traffic through
+the proxy is forwarded unrecorded unless ``llmitm_record_all`` is on.
+
 Two addons around the router and the translator, sharing one :class:`Capture` per flow
 (kept beside the flow, so mitmproxy can still save flows):
 
@@ -66,7 +69,7 @@ from llmitm.relay.server import RelayServer
 from llmitm.replay import folder as folder_format
 from llmitm.replay.ci_guard import record_refusal
 from llmitm.replay.fingerprint import credential, fingerprint
-from llmitm.replay.keys import PROFILES, KeyOptions, MatchKey, is_api_path, match_key
+from llmitm.replay.keys import PROFILES, KeyOptions, MatchKey, match_key
 from llmitm.replay.model import Chunk, Interaction, Message, new_id
 from llmitm.replay.pool import (
     GLOBAL_SCOPE,
@@ -91,6 +94,7 @@ from llmitm.replay.timing import Timing, parse_timing
 from llmitm.store import SqliteStore
 from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecord
 from llmitm.wire.ids import Mint
+from llmitm.wire.paths import is_llm_call
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +143,13 @@ class Capture:
 _CAPTURES: weakref.WeakKeyDictionary[http.HTTPFlow, Capture] = weakref.WeakKeyDictionary()
 
 
+def replay_hit(flow: http.HTTPFlow) -> bool:
+    """Whether the recorder answers ``flow`` from a recording (some hits are served by
+    :class:`LlmRecordTap`, after the router)."""
+    capture = _CAPTURES.get(flow)
+    return capture is not None and capture.hit is not None
+
+
 @dataclass(slots=True)
 class ReplayReport:
     """What a replay run did, written as JSON at shutdown (``llmitm_replay_report``)."""
@@ -181,6 +192,7 @@ class LlmRecorder:
         self.store = store
         self.shared_relay = relay
         self.mode = "record"
+        self.record_all = False
         self.key_options = KeyOptions()
         self.pool = ReplayPool()
         self.report = ReplayReport()
@@ -296,6 +308,13 @@ class LlmRecorder:
             "says x-should-retry: false).",
         )
         loader.add_option(
+            "llmitm_record_all",
+            bool,
+            False,
+            "Record (and replay) every flow through the proxy, not only LLM API calls (chat, "
+            "Responses and Azure calls, Responses state calls).",
+        )
+        loader.add_option(
             "llmitm_allow_record_in_ci",
             bool,
             False,
@@ -336,6 +355,8 @@ class LlmRecorder:
             if self.mode == "replay" and ctx.options.upstream_cert:
                 # Sniffing the upstream's certificate would connect upstream.
                 ctx.options.update(upstream_cert=False)
+        if "llmitm_record_all" in updated:
+            self.record_all = bool(ctx.options.llmitm_record_all)
         if updated & {"llmitm_replay_timing", "llmitm_replay_cap_ms"}:
             try:
                 self.timing = parse_timing(
@@ -476,7 +497,8 @@ class LlmRecorder:
         mode = self.mode
         if mode == "off":
             return
-        if not is_api_path(request.path):
+        if not (self.record_all or is_llm_call(request.path)):
+            # Telemetry, trace uploads and the like: proxied, never recorded or replayed.
             if mode == "replay":
                 _answer(flow, *_no_network(request.pretty_url))
             return

@@ -158,13 +158,6 @@ def route_of(method: str, path: str) -> tuple[str, str | None]:
     return bare, None
 
 
-def is_api_path(path: str) -> bool:
-    """Whether a request belongs to an LLM API (recorded and replayed): ``/v1/…``,
-    ``/openai/…`` and every create call (a gateway may mount them anywhere)."""
-    bare = path.partition("?")[0]
-    return "/v1/" in bare or "/openai/" in bare or classify_path(bare) is not None
-
-
 def _drop_path(value: Any, parts: Sequence[str]) -> Any:
     if not parts:
         return value

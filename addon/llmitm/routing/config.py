@@ -4,6 +4,7 @@ One TOML file (stdlib ``tomllib``)::
 
     [llmitm]
     reasoning = "think-tags"          # how reasoning reaches chat clients
+    egress = "local"                  # answer what is not a routed LLM call here (default pass)
 
     [endpoints.local]
     kind = "compatible"               # openai | azure | compatible
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
+from llmitm.routing.egress import EGRESS_POLICIES, EgressPolicy
 from llmitm.routing.strategies import STRATEGIES, StrategyName
 from llmitm.translate.context import REASONING_MODES, ReasoningMode
 from llmitm.wire.paths import ApiName
@@ -146,6 +148,8 @@ class Settings:
     store: str | None = None
     """The store's database file (``~`` expanded, relative to the file's folder); ``""``
     disables it; ``None``: the option or the default location decides."""
+    egress: EgressPolicy = "pass"
+    """Requests that are not routed LLM calls: ``pass`` or ``local`` (routing.egress)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +305,7 @@ class _Reader:
 
 
 def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings:
-    reader.only_keys(raw, "llmitm.", {"reasoning", "strict", "drop_unsupported", "store"})
+    reader.only_keys(raw, "llmitm.", {"reasoning", "strict", "drop_unsupported", "store", "egress"})
     store = raw.get("store")
     if store is not None:
         if not isinstance(store, str):
@@ -316,6 +320,7 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
         strict=reader.boolean(raw, "strict", "llmitm", False),
         drop_unsupported=reader.boolean(raw, "drop_unsupported", "llmitm", False),
         store=store,
+        egress=reader.choice(raw.get("egress", "pass"), "llmitm.egress", EGRESS_POLICIES),
     )
 
 

@@ -32,6 +32,15 @@ class DeleteScope:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteRecordings:
+    """Forget the recordings with these ids (``rec prune --id``, ``--host``, ``--path``)."""
+
+    kind: ClassVar[str] = "recording-delete"
+
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PruneRecordings:
     """Forget recordings that started before ``before_us`` (µs since the epoch)."""
 

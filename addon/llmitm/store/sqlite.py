@@ -35,7 +35,13 @@ from llmitm.replay.model import Interaction
 from llmitm.store import sqlite_recordings as recordings
 from llmitm.store.api import GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew, migrate, user_version
-from llmitm.store.recordings import DeleteScope, PruneRecordings, RecordingWrite, ReplayMissRecord
+from llmitm.store.recordings import (
+    DeleteRecordings,
+    DeleteScope,
+    PruneRecordings,
+    RecordingWrite,
+    ReplayMissRecord,
+)
 from llmitm.store.responses import (
     ResponseDeleted,
     ResponseEvents,
@@ -75,6 +81,7 @@ DEFAULT_APPLIERS: Mapping[type, SqliteApplier] = {
     ResponsesPurged: apply_purged,
     RecordingWrite: recordings.apply_recordings,
     DeleteScope: recordings.apply_delete_scope,
+    DeleteRecordings: recordings.apply_delete_ids,
     PruneRecordings: recordings.apply_prune,
     ReplayMissRecord: recordings.apply_misses,
 }
@@ -264,6 +271,13 @@ class SqliteStore(Store, ResponseReader):
         if not await self._has_recordings(reader):
             return []
         return await recordings.load_interactions(reader, scope)
+
+    async def request_urls(self) -> list[tuple[str, str]]:
+        """``(id, URL)`` of each recording's client request, without loading the legs."""
+        reader = self._read_connection()
+        if not await self._has_recordings(reader):
+            return []
+        return await recordings.request_urls(reader)
 
     async def recording(self, ident: str) -> Interaction | None:
         """One interaction by id or unique id prefix, with its legs."""

@@ -32,6 +32,7 @@ import orjson
 from llmitm.replay.model import LEGS, Chunk, Interaction, Message, Pieces
 from llmitm.store import blob_codec
 from llmitm.store.recordings import (
+    DeleteRecordings,
     DeleteScope,
     PruneRecordings,
     RecordingWrite,
@@ -193,6 +194,22 @@ async def _delete_where(db: aiosqlite.Connection, where: str, params: tuple[Any,
 async def apply_delete_scope(db: aiosqlite.Connection, writes: Sequence[DeleteScope]) -> None:
     for write in writes:
         await _delete_where(db, "scope = ?", (write.scope,))
+
+
+async def apply_delete_ids(db: aiosqlite.Connection, writes: Sequence[DeleteRecordings]) -> None:
+    ids = [ident for write in writes for ident in write.ids]
+    for start in range(0, len(ids), 500):  # SQLite's limit on bound parameters
+        part = tuple(ids[start : start + 500])
+        await _delete_where(db, f"id IN ({','.join('?' * len(part))})", part)
+
+
+async def request_urls(db: aiosqlite.Connection) -> list[tuple[str, str]]:
+    """``(id, URL)`` of each recording's client request (``rec prune --host/--path``)."""
+    async with db.execute(
+        "SELECT interaction_id, url FROM rec_messages WHERE leg = 'client_req' "
+        "ORDER BY interaction_id"
+    ) as cursor:
+        return [(row[0], row[1]) for row in await cursor.fetchall()]
 
 
 async def apply_prune(db: aiosqlite.Connection, writes: Sequence[PruneRecordings]) -> None:

@@ -28,6 +28,13 @@ _AZURE_CLASSIC_CHAT = re.compile(
 _AZURE_CLASSIC_RESPONSES = re.compile(r"^(?P<prefix>.*?)/openai/responses/?$")
 _AZURE_V1 = re.compile(r"^(?P<prefix>.*?)/openai/v1/(?P<rest>chat/completions|responses)/?$")
 _OPENAI = re.compile(r"^(?P<prefix>.*?)/(?P<rest>chat/completions|responses)/?$")
+# Calls on one stored object: Responses state calls (``{id}``, ``{id}/input_items``,
+# ``{id}/cancel``) and the Responses helpers ``compact`` and ``input_tokens``, which take
+# the same place as an id; stored chat completions (``{id}``, ``{id}/messages``).
+_OBJECT_CALL = re.compile(
+    r"/(?:responses/[A-Za-z0-9_\-.]+(?:/input_items|/cancel)?"
+    r"|chat/completions/[A-Za-z0-9_\-.]+(?:/messages)?)/?$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +66,15 @@ def classify_path(path: str) -> ClassifiedPath | None:
     if match:
         return ClassifiedPath(_api(match["rest"]), "openai", match["prefix"], None, api_version)
     return None
+
+
+def is_llm_call(path: str) -> bool:
+    """Whether ``path`` (with its query) is a call of the chat or Responses API, in any
+    method: a create call (also the WebSocket transport's ``GET``), a state call on a stored
+    response or chat completion, ``compact`` or ``input_tokens``. Telemetry, trace uploads
+    and everything else an app sends through the proxy are not."""
+    route = path.partition("?")[0]
+    return classify_path(route) is not None or _OBJECT_CALL.search(route) is not None
 
 
 def translated_path(classified: ClassifiedPath, to: ApiName) -> tuple[str, str | None]:
