@@ -178,13 +178,18 @@ async def test_a_state_call_llmitm_answers_keeps_its_own_answer(local: Chain) ->
     assert "x-llmitm-egress" not in flow.response.headers
 
 
-async def test_websockets_nothing_serves_are_refused_with_an_http_answer(local: Chain) -> None:
+async def test_websockets_nothing_serves_are_refused_with_an_http_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llmitm serves Responses sockets itself unless told to pass them (then nothing would).
+    local = chain_for(tmp_path, monkeypatch, 'egress = "local"', llmitm_websocket="pass")
     upgrade = {"upgrade": "websocket", "connection": "Upgrade", "sec_websocket_version": "13"}
     flow = await local.send(request("GET", "https://api.openai.com/v1/responses", **upgrade))
     assert flow.response is not None and flow.response.status_code == 426
     assert error_of(flow)["code"] == "egress_websocket_refused"
     flow = await local.send(request("GET", "https://chatgpt.com/backend-api/socket", **upgrade))
     assert flow.response is not None and flow.response.status_code == 403
+    local.tctx.__exit__(None, None, None)
 
 
 async def test_llmitms_own_status_route_still_answers(local: Chain) -> None:

@@ -24,6 +24,9 @@ from typing import ClassVar
 
 import orjson
 import pytest
+from wsproto.connection import Connection as WSConnection
+from wsproto.connection import ConnectionType
+from wsproto.events import TextMessage as Message
 
 from llmitm.replay.folder import read_folder
 
@@ -241,15 +244,35 @@ def test_tunnels_and_websockets_nothing_routes(
             b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
             b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
         )
-        websocket = exchange(port, upgrade) if policy == "local" else b""
+        events = socket_turn(port, upgrade) if policy == "local" else []
     assert tunnelled.startswith(b"HTTP/1.1 200")  # the CONNECT itself is answered
     if policy == "pass":
         assert Sink.seen == ["GET /through-the-tunnel"] and b"\r\n\r\n{}" in tunnelled
         return
     assert Sink.seen == [] and b"{}" not in tunnelled  # closed before anything was dialled
-    head, _, body = websocket.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 426"), websocket
-    assert b"egress_websocket_refused" in body
+    # The Responses socket is llmitm's own: served, its call routed to the local endpoint.
+    assert events[0]["type"] == "response.created", events
+    assert events[-1]["type"] == "response.completed", events
+
+
+def socket_turn(port: int, upgrade: bytes) -> list[dict]:
+    """Open the socket through the proxy, send one response.create and read its events."""
+    client = WSConnection(ConnectionType.CLIENT)
+    events: list[dict] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        raw.sendall(upgrade)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += raw.recv(4096)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        create = {"type": "response.create", "model": "gpt-x", "input": "hi", "store": False}
+        raw.sendall(client.send(Message(data=orjson.dumps(create).decode())))
+        while not events or events[-1]["type"] not in ("response.completed", "error"):
+            data = raw.recv(65536)
+            assert data, events
+            client.receive_data(data)
+            events += [orjson.loads(e.data) for e in client.events() if isinstance(e, Message)]
+    return events
 
 
 def test_a_replayed_session_with_no_routes_stays_whole_under_local(tmp_path: Path) -> None:
@@ -277,8 +300,8 @@ def test_codex_in_its_default_configuration_keeps_its_side_traffic_here(
 ) -> None:
     """Codex 0.171 with a fresh CODEX_HOME and only OPENAI_API_KEY, under ``llmitm run`` with
     ``egress = "local"``: its answer comes from the routed model, its plugin look-ups and
-    OpenTelemetry export are answered here, and a refused WebSocket sends it to HTTPS after
-    one attempt (not after its retry budget)."""
+    OpenTelemetry export are answered here, and its Responses WebSocket is llmitm's own (no
+    failed socket, no fallback to HTTPS)."""
     config = tmp_path / "llmitm.toml"
     config.write_text('[llmitm]\negress = "local"\n' + CONFIG.format(url=upstream.url))
     (tmp_path / "work").mkdir()
@@ -298,7 +321,8 @@ def test_codex_in_its_default_configuration_keeps_its_side_traffic_here(
     assert "egress: local" in output
     assert "GET api.github.com/repos/openai/plugins — refused" in output
     assert "POST ab.chatgpt.com/otlp/v1/metrics — telemetry dropped" in output
-    assert output.count("failed to connect to Responses WebSocket") <= 1
+    assert "failed to connect to Responses WebSocket" not in output
+    assert "Falling back" not in output
     assert "POST api.openai.com/v1/responses —" not in output  # routed, never refused
     calls = recorded(tmp_path)
     assert "POST https://api.openai.com/v1/responses" in calls

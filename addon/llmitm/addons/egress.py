@@ -86,6 +86,8 @@ class LlmEgress:
         request = flow.request
         if is_llm_call(request.path) or request.path == STATUS_PATH:
             return  # LlmEgressGuard decides, once routing has had its say
+        if self.is_relay(request.host, request.port):
+            return  # a WebSocket llmitm serves itself: its calls are decided one by one
         bound_for_endpoint = self.is_endpoint(request.host, request.port)
         if bound_for_endpoint and telemetry_kind(request.method, request.path) is None:
             return  # already going where the configuration points (a model list, a health check)

@@ -91,10 +91,13 @@ class LlmWebSocket:
         via = _loopback(flow) if self.policy == "serve" else None
         if via is None:
             why = "llmitm_websocket=refuse" if self.policy == "refuse" else _no_listener(flow)
-            status, headers, body = refusal(why)
-            flow.response = http.Response.make(status, body, headers)
+            _refuse(flow, why)
             return
-        server = await self.relay.ready()
+        try:
+            server = await self.relay.ready()
+        except RuntimeError:
+            _refuse(flow, "llmitm's relay is not running")
+            return
         token = secrets.token_urlsafe(18)
         request = flow.request
         origin = SocketOrigin(
@@ -159,6 +162,11 @@ def _loopback(flow: http.HTTPFlow) -> Proxy | None:
             host, port = server.listen_addrs[0][:2]
             return Proxy(_reachable(host), port, absolute=True)
     return None
+
+
+def _refuse(flow: http.HTTPFlow, why: str) -> None:
+    status, headers, body = refusal(why)
+    flow.response = http.Response.make(status, body, headers)
 
 
 def _reachable(host: str) -> str:
