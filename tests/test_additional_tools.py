@@ -248,6 +248,22 @@ def test_a_plain_request_needs_no_rewrite() -> None:
     assert not needs_rewrite(body)
 
 
+def test_an_assistant_turn_without_a_type_gets_one() -> None:
+    """llama.cpp reads a role-only item as an input message, and refuses an assistant one."""
+    body = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "hello"}]},
+            {"role": "user", "content": "again"},
+        ],
+    }
+    assert needs_rewrite(body)
+    sent = responses_request_for_compatible(body, options()).body
+    assert [item.get("type") for item in sent["input"]] == ["message"] * 3
+    assert sent["input"][1]["content"] == body["input"][1]["content"]
+
+
 def test_a_named_tool_choice_uses_the_flattened_name() -> None:
     body = codex_body(CODEX_TOOLS)
     body["tool_choice"] = {"type": "custom", "name": "exec", "namespace": "functions"}

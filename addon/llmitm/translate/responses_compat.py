@@ -54,7 +54,10 @@ def _item_needs_rewrite(item: Any) -> bool:
     if not isinstance(item, dict):
         return False
     kind = item.get("type")
-    if kind is None or kind in ("message", "function_call_output"):
+    if kind is None:
+        # llama.cpp tells an assistant turn from the rest by its explicit type only.
+        return item.get("role") == "assistant"
+    if kind in ("message", "function_call_output"):
         return False
     if kind == "function_call":
         return "namespace" in item
@@ -263,8 +266,6 @@ class CallRestorer:
                 event["item"] = restored
                 if restored.get("type") == "custom_tool_call":
                     self._custom.add(str(restored.get("id")))
-                    if kind == "response.output_item.added":
-                        restored["input"] = ""
             return [event]
         if kind == "response.function_call_arguments.delta":
             return [] if event.get("item_id") in self._custom else [event]
