@@ -12,6 +12,9 @@ arrive upstream as tools the backend can call, over:
 - the deterministic chat-only fake upstream: a whole tool loop (the fake calls ``exec`` with a
   script running ``echo llmitm-tool-ok``, Codex runs it, the output comes back in the next
   turn), then ``codex exec resume --last`` continues the same conversation;
+- the fake's Responses API shaped like llama.cpp's, as a ``compatible`` endpoint: the same
+  tool loop through the rewrite for third-party Responses servers (tools hoisted to top-level
+  functions, the server's ``functions__exec`` call restored as Codex's namespaced custom tool);
 - the real llama.cpp server, through its chat API (llmitm translates) and through its own
   Responses API (llmitm rewrites what that server cannot read and restores its answers).
 
@@ -45,6 +48,22 @@ FAKE_CONFIG = """
 kind = "compatible"
 base_url = "{url}/v1"
 apis = ["chat"]
+
+[[routes]]
+models = ["*"]
+hosts = ["api.openai.com"]
+endpoints = ["local"]
+"""
+
+# The fake's own Responses API, answering like llama.cpp's (no sequence numbers or output
+# indexes), standing in for a third-party Responses server that can call tools.
+FAKE_RESPONSES_CONFIG = """
+[endpoints.local]
+kind = "compatible"
+base_url = "{url}/v1"
+apis = ["responses"]
+non_conformant = ["responses"]
+headers = {{ x-fake-scenario = "tool-loop;flavor=llamacpp" }}
 
 [[routes]]
 models = ["*"]
@@ -242,6 +261,39 @@ def test_default_codex_runs_a_command_over_a_chat_upstream_and_resumes(
     assert any(
         m["role"] == "assistant" and "Tool result:" in (m.get("content") or "")
         for m in third["messages"]
+    )
+
+
+def test_default_codex_runs_a_command_over_a_compatible_responses_server(
+    codex_bin: Path, tmp_path: Path
+) -> None:
+    with fake_upstream(tmp_path / "fake", "responses") as server:
+        config = FAKE_RESPONSES_CONFIG.format(url=server.url)
+        result = codex_under_llmitm(codex_bin, tmp_path, config, "Run the command.", timeout=120)
+        sent = [request["body"] for request in fake_requests(server)]
+    assert result.returncode == 0, shown(result)
+    assert f"echo {TOOL_OUTPUT}" in result.stderr, shown(result)
+    assert "Tool result:" in result.stdout and TOOL_OUTPUT in result.stdout, shown(result)
+
+    assert len(sent) == 2
+    for body in sent:
+        assert all(tool["type"] == "function" for tool in body["tools"])
+        assert {"functions__exec", "clock__sleep"} <= {tool["name"] for tool in body["tools"]}
+        kinds = {item["type"] for item in body["input"]}
+        assert not kinds & {"additional_tools", "configuration_update", "custom_tool_call"}
+    # Turn 2 replays the loop as function items the server can read.
+    call, output = sent[1]["input"][-2:]
+    assert (call["type"], call["name"]) == ("function_call", "functions__exec")
+    assert "tools.exec_command" in json.loads(call["arguments"])["input"]
+    assert output["type"] == "function_call_output" and output["call_id"] == call["call_id"]
+    assert TOOL_OUTPUT in json.dumps(output["output"])
+    # What Codex received and sent back was its own namespaced custom tool call.
+    calls = recorded_calls(tmp_path)
+    [echoed] = [i for i in client_items(calls[1]) if i.get("type") == "custom_tool_call"]
+    assert (echoed["namespace"], echoed["name"], echoed["call_id"]) == (
+        "functions",
+        "exec",
+        call["call_id"],
     )
 
 
