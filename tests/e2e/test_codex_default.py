@@ -344,5 +344,6 @@ def test_default_codex_over_llama_own_responses_api(
     assert "functions__exec" in names and "clock__sleep" in names, names
     kinds = {item.get("type") for item in upstream["input"]}
     assert kinds == {"message"}, kinds
+    assert {item["role"] for item in upstream["input"]} == {"system", "user"}
     answer = completed_text(call)
     assert answer.strip() and answer.strip()[:40] in result.stdout, shown(result)

@@ -1,14 +1,15 @@
 """Responses request → what a third-party Responses server takes, and its calls back.
 
 OpenAI's Responses API takes Codex's shapes natively; an OpenAI-compatible server's own
-``/v1/responses`` (llama.cpp's, for one) converts the request to a chat call and knows only
+``/v1/responses`` (llama.cpp's, for one) converts the request to a chat call: it knows only
 ``function`` tools at the top level and ``message``, ``function_call``,
 ``function_call_output`` and text-bearing ``reasoning`` items — anything else is a 400
-(``Cannot determine type of 'item'``). :func:`responses_request_for_compatible` rewrites a
-request the way the chat translation would declare it: ``additional_tools`` items hoisted into
-``tools``, ``namespace`` tools flattened to ``namespace__name`` functions, ``custom`` tools as a
-function with one ``input`` string (the same names as :mod:`llmitm.translate.tools`), their
-calls and outputs in history as function items, ``configuration_update`` applied to
+(``Cannot determine type of 'item'``) — and hands message roles to the model's chat template.
+:func:`responses_request_for_compatible` rewrites a request the way the chat translation would
+declare it: ``additional_tools`` items hoisted into ``tools``, ``namespace`` tools flattened to
+``namespace__name`` functions, ``custom`` tools as a function with one ``input`` string (the
+same names as :mod:`llmitm.translate.tools`), their calls and outputs in history as function
+items, ``developer`` messages as ``system``, ``configuration_update`` applied to
 ``reasoning``. :class:`CallRestorer` and :func:`restore_response_calls` turn the server's
 function calls back into the items the client declared.
 """
@@ -54,10 +55,10 @@ def _item_needs_rewrite(item: Any) -> bool:
     if not isinstance(item, dict):
         return False
     kind = item.get("type")
-    if kind is None:
+    if kind is None or kind == "message":
         # llama.cpp tells an assistant turn from the rest by its explicit type only.
-        return item.get("role") == "assistant"
-    if kind in ("message", "function_call_output"):
+        return item.get("role") == "developer" or (kind is None and item.get("role") == "assistant")
+    if kind == "function_call_output":
         return False
     if kind == "function_call":
         return "namespace" in item
@@ -155,8 +156,11 @@ def _item(item: dict[str, Any]) -> dict[str, Any] | None:
     if kind is None and "role" in item:
         kind = "message"
     if kind == "message":
-        # llama.cpp tells an assistant message from a call by its explicit type.
-        return {**item, "type": "message"}
+        # llama.cpp tells an assistant message from a call by its explicit type, and hands
+        # the role to the model's chat template, which often knows no "developer" (OpenAI's
+        # new name for system; the chat translation renames it the same way).
+        role = "system" if item.get("role") == "developer" else item.get("role")
+        return {**item, "type": "message", "role": role}
     if kind in ("function_call", "custom_tool_call"):
         return _call(item, kind)
     if kind in ("function_call_output", "custom_tool_call_output"):
