@@ -36,6 +36,13 @@ class InputConfig:
     ignored: list[str] = field(default_factory=list)
     """Settings an update carried that llmitm does not apply (for warnings)."""
 
+    def warnings(self) -> list[str]:
+        """What the proxy logs about the settings it did not apply."""
+        return [
+            f"ignored {where}: llmitm applies only reasoning from an update"
+            for where in self.ignored
+        ]
+
 
 def is_config_item(item: Any) -> bool:
     return isinstance(item, dict) and item.get("type") in CONFIG_ITEM_TYPES

@@ -105,8 +105,7 @@ def responses_request_to_chat(
     _map_sampling(body, chat)
     if config.reasoning_effort is not None:
         chat["reasoning_effort"] = config.reasoning_effort
-    for where in config.ignored:
-        warnings.append(f"ignored {where}: llmitm applies only reasoning from an update")
+    warnings += config.warnings()
     if body.get("stream"):
         # Usage arrives only in the trailing chunk, and response.completed must carry it.
         chat["stream"] = True

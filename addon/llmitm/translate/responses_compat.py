@@ -91,8 +91,7 @@ def responses_request_for_compatible(
         reasoning = dict(reasoning) if isinstance(reasoning, dict) else {}
         reasoning["effort"] = config.reasoning_effort
         rewritten["reasoning"] = reasoning
-    for where in config.ignored:
-        warnings.append(f"ignored {where}: llmitm applies only reasoning from an update")
+    warnings += config.warnings()
     return MappedRequest(body=rewritten, context=context, warnings=warnings)
 
 

@@ -1,8 +1,9 @@
 """Tools across the two APIs: which chat function stands for which Responses tool.
 
 Chat upstreams only know ``function`` tools. A Responses request's ``custom`` tools (Codex's
-``apply_patch``) become a function with one string parameter ``input``, and ``namespace`` tools
-are flattened to ``namespace__name``. :func:`restore_call` turns the upstream's function call
+``apply_patch`` and code-mode ``exec``) become a function with one string parameter ``input``,
+and ``namespace`` tools are flattened to ``namespace__name`` — whether declared in ``tools`` or
+in ``additional_tools`` input items. :func:`restore_call` turns the upstream's function call
 back into the item the Responses client declared.
 """
 
