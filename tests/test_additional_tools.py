@@ -266,6 +266,29 @@ def test_an_assistant_turn_without_a_type_gets_one() -> None:
     assert sent["input"][1]["content"] == body["input"][1]["content"]
 
 
+def test_a_tool_output_with_an_image_keeps_its_text_for_the_server() -> None:
+    """Codex's exec can return images (its ``image()`` helper); llama.cpp takes only text
+    tool outputs and would refuse the whole turn."""
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+    text = {"type": "input_text", "text": "done"}
+    body = codex_body(
+        CODEX_TOOLS,
+        {"type": "custom_tool_call", "call_id": "c", "name": "exec", "namespace": "functions",
+         "input": "image(x)"},
+        {"type": "custom_tool_call_output", "call_id": "c", "output": [text, image]},
+    )  # fmt: skip
+    mapped = responses_request_for_compatible(body, options())
+    assert mapped.body["input"][-1] == {
+        "type": "function_call_output",
+        "call_id": "c",
+        "output": [text],
+    }
+    assert mapped.warnings == [
+        "dropped non-text output of input[5]: the endpoint's Responses API takes only text "
+        "tool outputs"
+    ]
+
+
 def test_a_named_tool_choice_uses_the_flattened_name() -> None:
     body = codex_body(CODEX_TOOLS)
     body["tool_choice"] = {"type": "custom", "name": "exec", "namespace": "functions"}

@@ -133,10 +133,12 @@ def _rewrite_tool_choice(
 def _items(items: list[Any], warnings: list[str]) -> list[Any]:
     out: list[Any] = []
     dropped: Counter[str] = Counter()
-    for item in items:
+    for index, item in enumerate(items):
         if is_config_item(item):
             continue  # read by read_input_config
         mapped = _item(item) if isinstance(item, dict) else item
+        if isinstance(mapped, dict) and mapped.get("type") == "function_call_output":
+            mapped = _text_output(mapped, f"input[{index}]", warnings)
         if mapped is None:
             dropped[str(item.get("type"))] += 1
         else:
@@ -184,6 +186,23 @@ def _call(item: dict[str, Any], kind: str) -> dict[str, Any]:
             "" if call.get("arguments") is None else orjson.dumps(call["arguments"]).decode()
         )
     return call
+
+
+def _text_output(item: dict[str, Any], where: str, warnings: list[str]) -> dict[str, Any]:
+    """A tool output the server takes: a string, or ``input_text`` parts only (llama.cpp
+    refuses the whole request over one image a tool returned)."""
+    output = item.get("output")
+    if not isinstance(output, list):
+        return item
+    parts = [part for part in output if isinstance(part, dict)]
+    if all(part.get("type") == "input_text" for part in parts) and len(parts) == len(output):
+        return item
+    warnings.append(
+        f"dropped non-text output of {where}: the endpoint's Responses API takes only text "
+        "tool outputs"
+    )
+    texts = [part for part in parts if part.get("type") == "input_text"]
+    return {**item, "output": texts or ""}
 
 
 def _reasoning(item: dict[str, Any]) -> dict[str, Any] | None:
