@@ -17,7 +17,8 @@ Scenarios (both APIs, streamed and not):
   think            inline ``<think>…</think>`` before the answer (in the text, both APIs)
   tool-loop        after a tool result: "Tool result: <output>"; else one call of the first
                    function tool, arguments built from its JSON schema (a ``cmd`` string
-                   property gets "echo llmitm-tool-ok")
+                   property gets "echo llmitm-tool-ok"); Codex's code-mode ``exec`` tool,
+                   when offered, is called first with a script running that command
   tools-parallel   the same with two calls (of ``lookup`` if no tool is declared);
                    option ``reasoning``: reasoning before each answer
   refusal          a refusal instead of text
@@ -94,6 +95,13 @@ LOOKUP_TOOL: JSON = {
         "required": ["query"],
     },
 }
+# Codex's default configuration runs commands through its "code mode" tool ``exec`` (a custom
+# tool whose input is a JavaScript script calling the nested ``tools.exec_command``), which a
+# chat upstream sees as the function ``functions__exec`` with one string parameter ``input``.
+CODEX_EXEC_NAMES = frozenset({"exec", "functions__exec"})
+CODEX_EXEC_SCRIPT = (
+    'const result = await tools.exec_command({cmd: "echo llmitm-tool-ok"});\ntext(result.output);'
+)
 MIDSTREAM_ERROR: JSON = {
     "message": "The fake upstream failed mid-stream.",
     "type": "server_error",
@@ -175,6 +183,17 @@ def declared_functions(body: JSON) -> list[JSON]:
                 {"name": spec["name"], "parameters": params if isinstance(params, dict) else {}}
             )
     return found
+
+
+def codex_exec_call(functions: list[JSON]) -> JSON | None:
+    """Codex's ``exec`` tool among the declared functions (as a chat upstream sees a custom
+    tool: one string parameter ``input``), with the arguments that run a shell command."""
+    for function in functions:
+        properties = function["parameters"].get("properties") or {}
+        if function["name"] in CODEX_EXEC_NAMES and set(properties) == {"input"}:
+            arguments = orjson.dumps({"input": CODEX_EXEC_SCRIPT}).decode()
+            return {"name": function["name"], "arguments": arguments}
+    return None
 
 
 def conversation(body: JSON) -> list[Any]:
@@ -339,8 +358,16 @@ def build_plan(scenario: Scenario, body: JSON, new_call_id: Callable[[], str]) -
         results = trailing_tool_results(body)
         if results:
             return Plan(reasoning=thought, text=words("Tool result: " + "; ".join(results)))
-        tool = (declared_functions(body) or [LOOKUP_TOOL])[0]
+        functions = declared_functions(body)
         count = 2 if name == "tools-parallel" else 1
+        codex_exec = codex_exec_call(functions)
+        if codex_exec is not None:
+            calls = [
+                Call(new_call_id(), codex_exec["name"], codex_exec["arguments"])
+                for _ in range(count)
+            ]
+            return Plan(reasoning=thought, calls=calls, finish="tool_calls")
+        tool = (functions or [LOOKUP_TOOL])[0]
         calls = [
             Call(new_call_id(), tool["name"], example_arguments(tool["parameters"]))
             for _ in range(count)

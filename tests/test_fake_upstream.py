@@ -383,6 +383,41 @@ def test_codex_request_gets_an_exec_command_call(fake: fu.FakeUpstream) -> None:
     assert events[-1]["response"]["output"] == done
 
 
+def test_codex_code_mode_exec_is_called_with_a_script_before_other_tools(
+    client: openai.OpenAI,
+) -> None:
+    """Codex's default tools reach a chat upstream as ``functions__exec`` (one string
+    ``input``) among plain functions: the fake calls it with a script running the command,
+    then answers the script's output."""
+    exec_tool = {
+        "type": "function",
+        "function": {
+            "name": "functions__exec",
+            "parameters": {
+                "type": "object",
+                "properties": {"input": {"type": "string"}},
+                "required": ["input"],
+            },
+        },
+    }
+    tools = [STRICT_TOOL, exec_tool]
+    first = client.chat.completions.create(model="gpt-5", messages=USER, tools=tools)
+    (call,) = first.choices[0].message.tool_calls
+    assert call.function.name == "functions__exec"
+    script = json.loads(call.function.arguments)["input"]
+    assert "tools.exec_command" in script and "echo llmitm-tool-ok" in script
+    history = [
+        *USER,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "llmitm-tool-ok"},
+    ]
+    second = client.chat.completions.create(model="gpt-5", messages=history, tools=tools)
+    assert second.choices[0].message.content == "Tool result: llmitm-tool-ok"
+    # Without it, the first function is called as before.
+    other = client.chat.completions.create(model="gpt-5", messages=USER, tools=[STRICT_TOOL])
+    assert other.choices[0].message.tool_calls[0].function.name == "get_weather"
+
+
 def test_responses_refusal(client: openai.OpenAI) -> None:
     with client.responses.stream(model="refusal", input="Say hi") as stream:
         kinds = [event.type for event in stream]

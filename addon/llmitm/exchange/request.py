@@ -1,8 +1,9 @@
 """The upstream request body for a planned create call.
 
 Reads the client's JSON (a 400 OpenAI-shaped error when it is not JSON or names no model),
-translates it when the endpoint speaks the other API, and puts the endpoint's model (alias or
-Azure deployment) in it. A body that needs no change is forwarded byte for byte.
+translates it when the endpoint speaks the other API (or, for a third-party Responses server,
+rewrites the shapes only OpenAI takes), and puts the endpoint's model (alias or Azure
+deployment) in it. A body that needs no change is forwarded byte for byte.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.request_to_chat import responses_request_to_chat
 from llmitm.translate.request_to_responses import chat_request_to_responses
+from llmitm.translate.responses_compat import needs_rewrite, responses_request_for_compatible
 
 
 @dataclass(slots=True)
@@ -82,6 +84,14 @@ def prepare_request(
         mapped = chat_request_to_responses(dict(body, model=model), options)
     elif plan.client_api == "responses" and plan.upstream_api == "chat":
         mapped = responses_request_to_chat(dict(body, model=model), options)
+    elif (
+        plan.client_api == "responses"
+        and plan.endpoint.kind == "compatible"
+        and needs_rewrite(body)
+    ):
+        # A third-party Responses server takes only the plain shapes (OpenAI and Azure read
+        # Codex's additional_tools, namespaces and custom tools natively: they get it as is).
+        mapped = responses_request_for_compatible(body, options)
     else:
         context = TranslationContext(options=options, model=model)
         strip = ask_usage and stream and plan.client_api == "chat" and not _asks_usage(body)

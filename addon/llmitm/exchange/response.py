@@ -17,6 +17,7 @@ from llmitm.translate.context import TranslationContext
 from llmitm.translate.error_bodies import translate_error_body
 from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
+from llmitm.translate.responses_compat import restore_response_calls
 from llmitm.wire.errors import ApiError, openai_error_body
 
 
@@ -27,6 +28,10 @@ def stream_pipeline(
     only makes sure it ends with a terminal event (and, with ``strip_usage``, drops the
     usage chunk llmitm asked for on the client's behalf)."""
     direction = plan.stream_direction
+    if direction is None and context.tools:
+        # Calls of tools renamed for a third-party Responses server are restored on the way
+        # back, which takes parsed events.
+        direction = "normalise-responses"
     if direction is None:
         return StreamGuard(plan.client_api, strip_usage=strip_usage)
     return StreamPipeline(direction, context)
@@ -44,7 +49,7 @@ def translate_body(
         new_status, body = translate_error_body(parsed, status, plan.client_api)
         return new_status, orjson.dumps(body)
     if not plan.translates:
-        return None
+        return _restored_calls(status, content, context) if context.tools else None
     try:
         body = orjson.loads(content or b"")
     except orjson.JSONDecodeError:
@@ -57,6 +62,20 @@ def translate_body(
             return failure.status, orjson.dumps(openai_error_body(failure))
         return status, orjson.dumps(response_to_chat_completion(body, context))
     return status, orjson.dumps(chat_completion_to_response(body, context))
+
+
+def _restored_calls(
+    status: int, content: bytes | None, context: TranslationContext
+) -> tuple[int, bytes] | None:
+    """A native Responses answer whose calls of renamed tools go back to the client's."""
+    try:
+        body = orjson.loads(content or b"")
+    except orjson.JSONDecodeError:
+        return _upstream_garbage("The upstream answered with a body that is not JSON.")
+    if not isinstance(body, dict):
+        return _upstream_garbage("The upstream answered with JSON that is not an object.")
+    restore_response_calls(body, context)
+    return status, orjson.dumps(body)
 
 
 def _json_or_text(content: bytes | None) -> Any:

@@ -15,6 +15,7 @@ import orjson
 
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.normalise import ResponsesNormaliser
+from llmitm.translate.responses_compat import CallRestorer
 from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
 from llmitm.translate.stream_to_responses import ChatToResponsesStream
 from llmitm.wire.errors import ApiError
@@ -53,6 +54,8 @@ class StreamPipeline:
             self._encode = _encode_responses
         elif direction == "normalise-responses":
             self.translator = ResponsesNormaliser(self.context)
+            if self.context.tools:
+                self.translator = RestoringNormaliser(self.translator)
             self._encode = _encode_responses
         else:
             raise ValueError(f"unknown direction {direction!r}")
@@ -141,6 +144,40 @@ class StreamPipeline:
         # [DONE] (it used to be skipped, failing a chat stream that had no finish_reason).
         frames = self._translate(self._decoder.close())
         return self._encode(frames) if frames else b""
+
+
+class RestoringNormaliser:
+    """The normaliser, then the calls of tools renamed for the upstream restored
+    (:class:`~llmitm.translate.responses_compat.CallRestorer`)."""
+
+    def __init__(self, normaliser: ResponsesNormaliser) -> None:
+        self.normaliser = normaliser
+        self.restorer = CallRestorer(normaliser.context)
+
+    @property
+    def finished(self) -> bool:
+        return self.normaliser.finished
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return self.normaliser.usage
+
+    @property
+    def error(self) -> ApiError | None:
+        return self.normaliser.error
+
+    @property
+    def response_id(self) -> str | None:
+        return self.normaliser.response_id
+
+    def feed(self, event: dict[str, Any]) -> list[Any]:
+        return self.restorer.events(self.normaliser.feed(event))
+
+    def close(self) -> list[Any]:
+        return self.restorer.events(self.normaliser.close())
+
+    def fail(self, error: ApiError) -> list[Any]:
+        return self.restorer.events(self.normaliser.fail(error))
 
 
 def _encode_chat(frames: list[Any]) -> bytes:

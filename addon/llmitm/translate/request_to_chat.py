@@ -25,6 +25,7 @@ from llmitm.translate.content_parts import (
 )
 from llmitm.translate.context import MappedRequest, TranslateOptions, TranslationContext
 from llmitm.translate.errors import TranslationError
+from llmitm.translate.input_config import CONFIG_ITEM_TYPES, read_input_config
 from llmitm.translate.tools import (
     chat_function_name,
     custom_call_arguments,
@@ -96,11 +97,15 @@ def responses_request_to_chat(
     context.echo = {key: body[key] for key in ECHOED_REQUEST_FIELDS if key in body}
     warnings: list[str] = []
 
-    tools = responses_tools_to_chat(body.get("tools"), context, warnings)
+    config = read_input_config(_located_items(body, history))
+    tools = responses_tools_to_chat(body.get("tools"), context, warnings, config.tools)
     chat: dict[str, Any] = {"model": model, "messages": _messages(body, history, warnings)}
     _map_tools(body, tools, chat, context, warnings)
     _map_text(body.get("text"), chat)
     _map_sampling(body, chat)
+    if config.reasoning_effort is not None:
+        chat["reasoning_effort"] = config.reasoning_effort
+    warnings += config.warnings()
     if body.get("stream"):
         # Usage arrives only in the trailing chunk, and response.completed must carry it.
         chat["stream"] = True
@@ -111,6 +116,17 @@ def responses_request_to_chat(
         if key not in _CONSUMED_FIELDS and key != "prompt":
             warnings.append(f"ignored {key}: the Chat Completions API has no equivalent")
     return MappedRequest(body=chat, context=context, warnings=warnings)
+
+
+def _located_items(
+    body: dict[str, Any], history: list[dict[str, Any]] | None
+) -> list[tuple[str, Any]]:
+    """The conversation's items with where each is, history first."""
+    located = [(f"history[{index}]", item) for index, item in enumerate(history or [])]
+    items = body.get("input")
+    if isinstance(items, list):
+        located += [(f"input[{index}]", item) for index, item in enumerate(items)]
+    return located
 
 
 def _require_history(body: dict[str, Any], history: list[dict[str, Any]] | None) -> None:
@@ -205,6 +221,8 @@ class _MessageBuilder:
             text = _reasoning_text(item)
             if text:
                 self._reasoning.append(text)
+        elif kind in CONFIG_ITEM_TYPES:
+            pass  # read by read_input_config: tools and settings, not conversation
         elif kind == "item_reference":
             raise TranslationError(
                 f"{where} is an item_reference, which llmitm's response store must resolve "

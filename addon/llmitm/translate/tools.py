@@ -1,8 +1,9 @@
 """Tools across the two APIs: which chat function stands for which Responses tool.
 
 Chat upstreams only know ``function`` tools. A Responses request's ``custom`` tools (Codex's
-``apply_patch``) become a function with one string parameter ``input``, and ``namespace`` tools
-are flattened to ``namespace__name``. :func:`restore_call` turns the upstream's function call
+``apply_patch`` and code-mode ``exec``) become a function with one string parameter ``input``,
+and ``namespace`` tools are flattened to ``namespace__name`` — whether declared in ``tools`` or
+in ``additional_tools`` input items. :func:`restore_call` turns the upstream's function call
 back into the item the Responses client declared.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -147,17 +149,29 @@ class _ToolDeclarer:
     def __init__(self, context: TranslationContext) -> None:
         self.context = context
         self.tools: list[dict[str, Any]] = []
-        self._seen: dict[str, str] = {}
+        self._seen: dict[str, tuple[str, ToolOrigin, int]] = {}
+        self.redeclare = False
+        """Tools of ``additional_tools`` items: a later item may declare the same tool
+        again (a conversation resent whole carries every turn's item); its newer
+        definition replaces the earlier one instead of being a name clash."""
 
-    def _declare(self, chat_name: str, origin: ToolOrigin, where: str) -> None:
-        if chat_name in self._seen:
+    def _declare(
+        self, chat_name: str, origin: ToolOrigin, where: str, tool: dict[str, Any]
+    ) -> None:
+        seen = self._seen.get(chat_name)
+        if seen is not None:
+            earlier, earlier_origin, position = seen
+            if self.redeclare and earlier_origin == origin:
+                self.tools[position] = tool
+                return
             raise TranslationError(
-                f"{where} and {self._seen[chat_name]} both become the chat function "
+                f"{where} and {earlier} both become the chat function "
                 f"{chat_name!r}; rename one of them.",
                 param="tools",
                 code="invalid_value",
             )
-        self._seen[chat_name] = where
+        self._seen[chat_name] = (where, origin, len(self.tools))
+        self.tools.append(tool)
         # Plain functions whose name survives unchanged need no entry: origin_of defaults.
         if origin != ToolOrigin("function", chat_name):
             self.context.tools[chat_name] = origin
@@ -165,7 +179,6 @@ class _ToolDeclarer:
     def function(self, tool: dict[str, Any], where: str, namespace: str | None) -> None:
         name = _tool_name(tool, where)
         chat_name = chat_function_name(name, namespace)
-        self._declare(chat_name, ToolOrigin("function", name, namespace=namespace), where)
         function: dict[str, Any] = {"name": chat_name}
         if tool.get("description") is not None:
             function["description"] = tool["description"]
@@ -175,17 +188,18 @@ class _ToolDeclarer:
         )
         if tool.get("strict") is not None:
             function["strict"] = tool["strict"]
-        self.tools.append({"type": "function", "function": function})
+        origin = ToolOrigin("function", name, namespace=namespace)
+        self._declare(chat_name, origin, where, {"type": "function", "function": function})
 
     def custom(self, tool: dict[str, Any], where: str, namespace: str | None) -> None:
         name = _tool_name(tool, where)
         chat_name = chat_function_name(name, namespace)
-        self._declare(chat_name, ToolOrigin("custom", name, namespace=namespace), where)
         function: dict[str, Any] = {"name": chat_name}
         if tool.get("description") is not None:
             function["description"] = tool["description"]
         function["parameters"] = custom_tool_parameters(tool.get("format"))
-        self.tools.append({"type": "function", "function": function})
+        origin = ToolOrigin("custom", name, namespace=namespace)
+        self._declare(chat_name, origin, where, {"type": "function", "function": function})
 
 
 def _hosted(kind: str, where: str, strict: bool, warnings: list[str]) -> None:
@@ -199,50 +213,59 @@ def _hosted(kind: str, where: str, strict: bool, warnings: list[str]) -> None:
 
 
 def responses_tools_to_chat(
-    tools: Any, context: TranslationContext, warnings: list[str]
+    tools: Any,
+    context: TranslationContext,
+    warnings: list[str],
+    additional: Sequence[tuple[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Chat ``tools`` for a Responses request's ``tools``; hosted tools are dropped or refused.
 
-    Fills ``context.tools`` with the origin of every renamed, custom or namespaced function.
+    ``additional`` holds the tools declared by ``additional_tools`` input items, as
+    ``(where, tool)`` pairs; they follow the top-level ones. Fills ``context.tools`` with the
+    origin of every renamed, custom or namespaced function.
     """
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
+    if tools is not None and not isinstance(tools, list):
         raise TranslationError("tools must be an array of tool objects.", param="tools")
     declarer = _ToolDeclarer(context)
-    strict = context.options.strict
-    for index, tool in enumerate(tools):
-        where = f"tools[{index}]"
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or not isinstance(kind, str):
+    for index, tool in enumerate(tools or []):
+        _declare_tool(declarer, tool, f"tools[{index}]", warnings)
+    declarer.redeclare = True
+    for where, tool in additional:
+        _declare_tool(declarer, tool, where, warnings)
+    return declarer.tools
+
+
+def _declare_tool(declarer: _ToolDeclarer, tool: Any, where: str, warnings: list[str]) -> None:
+    strict = declarer.context.options.strict
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    if not isinstance(tool, dict) or not isinstance(kind, str):
+        raise TranslationError(
+            f"{where} must be an object with a type; send each tool as an object.",
+            param="tools",
+        )
+    if kind == "function":
+        declarer.function(tool, where, None)
+    elif kind == "custom":
+        declarer.custom(tool, where, None)
+    elif kind == "namespace":
+        namespace = _tool_name(tool, where)
+        inner_tools = tool.get("tools")
+        if not isinstance(inner_tools, list):
             raise TranslationError(
-                f"{where} must be an object with a type; send each tool as an object.",
+                f"{where}.tools must be an array; list the namespace's tools in it.",
                 param="tools",
             )
-        if kind == "function":
-            declarer.function(tool, where, None)
-        elif kind == "custom":
-            declarer.custom(tool, where, None)
-        elif kind == "namespace":
-            namespace = _tool_name(tool, where)
-            inner_tools = tool.get("tools")
-            if not isinstance(inner_tools, list):
-                raise TranslationError(
-                    f"{where}.tools must be an array; list the namespace's tools in it.",
-                    param="tools",
-                )
-            for inner_index, inner in enumerate(inner_tools):
-                inner_where = f"{where}.tools[{inner_index}]"
-                inner_kind = inner.get("type") if isinstance(inner, dict) else None
-                if inner_kind == "function":
-                    declarer.function(inner, inner_where, namespace)
-                elif inner_kind == "custom":
-                    declarer.custom(inner, inner_where, namespace)
-                else:
-                    _hosted(str(inner_kind), inner_where, strict, warnings)
-        else:
-            _hosted(kind, where, strict, warnings)
-    return declarer.tools
+        for inner_index, inner in enumerate(inner_tools):
+            inner_where = f"{where}.tools[{inner_index}]"
+            inner_kind = inner.get("type") if isinstance(inner, dict) else None
+            if inner_kind == "function":
+                declarer.function(inner, inner_where, namespace)
+            elif inner_kind == "custom":
+                declarer.custom(inner, inner_where, namespace)
+            else:
+                _hosted(str(inner_kind), inner_where, strict, warnings)
+    else:
+        _hosted(kind, where, strict, warnings)
 
 
 def _chat_name_for(name: str, namespace: str | None, kind: str, context: TranslationContext) -> str:
