@@ -95,12 +95,21 @@ GREETING_SCHEMA = {
 }
 
 
+SOCKET_TROUBLE = ("failed to connect to Responses WebSocket", "Reconnecting", "Falling back")
+
+
 def codex_under_llmitm(
-    codex_bin: Path, tmp: Path, config: str, *exec_args: str, timeout: float
+    codex_bin: Path,
+    tmp: Path,
+    config: str,
+    *exec_args: str,
+    timeout: float,
+    transport: str = "websocket",
 ) -> CodexResult:
     """``llmitm run --config … -- codex exec --skip-git-repo-check EXEC_ARGS`` with Codex in
     its default configuration; the same ``tmp`` keeps Codex's home (for ``resume``), the
-    proxy's CA and the store across calls."""
+    proxy's CA and the store across calls. ``transport="https"`` has llmitm refuse Codex's
+    WebSocket, so Codex sends its calls as HTTPS POSTs (and its other request shape)."""
     (tmp / "llmitm.toml").write_text(config)
     work = tmp / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -112,6 +121,7 @@ def codex_under_llmitm(
     argv = [
         str(LLMITM), "run", "--config", str(tmp / "llmitm.toml"),
         "--set", f"confdir={tmp / 'confdir'}", "--set", f"llmitm_store={tmp / 'llmitm.db'}",
+        *(["--set", "llmitm_websocket=refuse"] if transport == "https" else []),
         "-q", "--", str(codex_bin), "exec", "--skip-git-repo-check", *exec_args,
     ]  # fmt: skip
     process = subprocess.Popen(
@@ -134,9 +144,14 @@ def codex_under_llmitm(
             f"--- stderr\n{stderr.decode(errors='replace')[-3000:]}",
             pytrace=False,
         )
-    return CodexResult(
+    result = CodexResult(
         process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace")
     )
+    # Codex's default transport is a WebSocket, and llmitm serves it: no failed socket, no
+    # reconnecting, no fallback to HTTPS. Refused, it goes to HTTPS at once (no retries).
+    for sign in SOCKET_TROUBLE if transport == "websocket" else SOCKET_TROUBLE[1:]:
+        assert sign not in result.stderr, shown(result)
+    return result
 
 
 def shown(result: CodexResult) -> str:
@@ -171,14 +186,16 @@ def client_items(call: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def assert_codex_default_shapes(call: dict[str, Any]) -> str:
-    """What the client sent is Codex's default shape; returns its reasoning effort."""
+    """What the client sent is Codex's default shape; returns its reasoning effort. Codex
+    sets the effort in the top-level ``reasoning``, or — after its socket failed and it fell
+    back to HTTPS — in a ``configuration_update`` item."""
     body = call["client_req"]["body"]["json"]
     assert body["model"] == CODEX_MODEL
     assert "tools" not in body
     kinds = [item.get("type") for item in body["input"]]
-    assert "additional_tools" in kinds and "configuration_update" in kinds, kinds
-    [update] = [item for item in body["input"] if item.get("type") == "configuration_update"]
-    return update["reasoning"]["effort"]
+    assert "additional_tools" in kinds, kinds
+    updates = [item for item in body["input"] if item.get("type") == "configuration_update"]
+    return updates[-1]["reasoning"]["effort"] if updates else body["reasoning"]["effort"]
 
 
 def completed_text(call: dict[str, Any]) -> str:
@@ -210,12 +227,15 @@ def fake_requests(upstream: Upstream) -> list[dict[str, Any]]:
     return orjson.loads(httpx.get(f"{upstream.url}/_requests").content)
 
 
+@pytest.mark.parametrize("transport", ["websocket", "https"])
 def test_default_codex_runs_a_command_over_a_chat_upstream_and_resumes(
-    codex_bin: Path, chat_fake: Upstream, tmp_path: Path
+    codex_bin: Path, chat_fake: Upstream, tmp_path: Path, transport: str
 ) -> None:
     httpx.post(f"{chat_fake.url}/_reset")
     config = FAKE_CONFIG.format(url=chat_fake.url)
-    result = codex_under_llmitm(codex_bin, tmp_path, config, "Run the command.", timeout=120)
+    result = codex_under_llmitm(
+        codex_bin, tmp_path, config, "Run the command.", timeout=120, transport=transport
+    )
     assert result.returncode == 0, shown(result)
     assert f"echo {TOOL_OUTPUT}" in result.stderr, shown(result)  # Codex ran the script
     assert "Tool result:" in result.stdout and TOOL_OUTPUT in result.stdout, shown(result)
@@ -246,7 +266,14 @@ def test_default_codex_runs_a_command_over_a_chat_upstream_and_resumes(
     assert output["call_id"] == echoed["call_id"] == call["id"]
 
     resumed = codex_under_llmitm(
-        codex_bin, tmp_path, config, "resume", "--last", "Run it again.", timeout=120
+        codex_bin,
+        tmp_path,
+        config,
+        "resume",
+        "--last",
+        "Run it again.",
+        timeout=120,
+        transport=transport,
     )
     assert resumed.returncode == 0, shown(resumed)
     assert "Tool result:" in resumed.stdout, shown(resumed)
