@@ -258,3 +258,73 @@ def test_compaction_over_llama_cpp_then_a_turn_with_its_items(
     assert answer.status in ("completed", "incomplete")
     assert answer.output_text
     assert "Traceback" not in llama_proxy.log_text()
+
+
+# --- record and replay ----------------------------------------------------------------------
+
+
+def compaction_session(client: openai.OpenAI) -> list[dict[str, Any]]:
+    """Both compaction forms, each followed by the turn that sends its item back."""
+    compacted = client.responses.compact(model="over-chat-model", input=HISTORY)
+    window = [i.model_dump(exclude_none=True, warnings=False) for i in compacted.output]
+    after_compact = client.responses.create(model="over-chat-model", input=[*window, _user("A")])
+    with client.responses.stream(
+        model="over-chat-model",
+        input=[*HISTORY, {"type": "compaction_trigger"}],  # type: ignore[list-item]
+    ) as stream:
+        triggered = stream.get_final_response()
+    window = [HISTORY[0], triggered.output[0].model_dump(exclude_none=True)]
+    after_trigger = client.responses.create(model="over-chat-model", input=[*window, _user("B")])
+    answers = (compacted, after_compact, triggered, after_trigger)
+    return [answer.model_dump(warnings=False) for answer in answers]
+
+
+@pytest.fixture(scope="module")
+def recorded_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, list]]:
+    tmp = tmp_path_factory.mktemp("compaction-record")
+    folder = tmp / "recordings"
+    options = [
+        *("--set", f"llmitm_recordings={folder}"),
+        *("--set", "llmitm_allow_record_in_ci=true"),  # recording on purpose
+    ]
+    with (
+        fake_upstream(tmp, "chat") as chat,
+        llmitm_proxy(
+            tmp / "rec", config=CONFIG.format(chat=chat.url, native=chat.url), extra=options
+        ) as proxy,
+    ):
+        client = openai.OpenAI(
+            api_key="sk-client", base_url=proxy.base_url(), max_retries=0, default_headers=ECHO
+        )
+        live = compaction_session(client)
+    yield folder, live
+
+
+@pytest.mark.parametrize("replay_from", ["client", "upstream"])
+def test_a_compacted_session_replays_offline_with_the_same_sealed_items(
+    recorded_session: tuple[Any, list], tmp_path: Any, replay_from: str
+) -> None:
+    """Replayed in a fresh process (another seal key, no upstream): the same ids and tokens
+    come back, and from the upstream leg the turns after them rebuild exactly the recorded
+    upstream requests (no drift), so the recorded tokens were opened."""
+    from .test_record_replay import tripwire
+
+    folder, live = recorded_session
+    report = tmp_path / "report.json"
+    options = {
+        "llmitm_record": "replay",
+        "llmitm_recordings": str(folder),
+        "llmitm_replay_from": replay_from,
+        "llmitm_replay_report": str(report),
+    }
+    extra = [arg for k, v in options.items() for arg in ("--set", f"{k}={v}")]
+    with tripwire() as wire:
+        config = CONFIG.format(chat=wire.url, native=wire.url)
+        with llmitm_proxy(tmp_path, config=config, extra=extra) as proxy:
+            client = openai.OpenAI(
+                api_key="sk-client", base_url=proxy.base_url(), max_retries=0, default_headers=ECHO
+            )
+            replayed = compaction_session(client)
+    assert replayed == live
+    summary = orjson.loads(report.read_bytes())
+    assert (summary["hits"], summary["misses"], summary["drift"]) == (4, [], [])
