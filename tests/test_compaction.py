@@ -22,6 +22,8 @@ from llmitm.responses_api.compaction import (
     compacted_response,
     compaction_item,
     create_path,
+    drop_unopened,
+    event_stream,
     has_trigger,
     restore_compactions,
     summary_request,
@@ -268,7 +270,7 @@ def test_a_triggered_stream_is_what_the_sdk_and_codex_accept() -> None:
     _request, call = summary_request(codex_body(), "trigger")
     token = SEAL.seal_text("Summary.", COMPACTION)
     response = triggered_response(summarised(), call, compaction_item("cmp_1", token))
-    sse = triggered_events(response)
+    sse = event_stream(triggered_events(response))
 
     events, final = sdk_responses_stream(sse)
     assert [event.type for event in events] == [
@@ -322,6 +324,16 @@ def test_only_llmitms_compaction_tokens_open() -> None:
     # Nor does a compaction token open as reasoning.
     assert SEAL.open(SEAL.seal_text("summary", COMPACTION)) is None
     assert SEAL.open_text(reasoning_token, COMPACTION) is None
+
+
+def test_unopened_items_are_dropped_for_endpoints_that_cannot_read_them() -> None:
+    ours = compaction_item("cmp_1", SEAL.seal_text("ours", COMPACTION))
+    theirs = {"type": "compaction", "encrypted_content": "someone-elses"}
+    items = [user("a"), ours, theirs, {"type": "compaction_summary"}, user("b")]
+    assert restore_compactions(items, SEAL) == 1
+    assert drop_unopened(items) == 2
+    assert items == [user("a"), user(f"{SUMMARY_PREFIX}ours"), user("b")]
+    assert drop_unopened("not a list") == 0
 
 
 def test_a_replayed_token_opens_once_remembered() -> None:
@@ -404,7 +416,7 @@ def test_any_triggered_answer_streams_to_the_sdk(summary: str, item_id: str) -> 
     _request, call = summary_request(codex_body(), "trigger")
     item = compaction_item(item_id, SEAL.seal_text(summary, COMPACTION))
     _events, final = sdk_responses_stream(
-        triggered_events(triggered_response(summarised(), call, item))
+        event_stream(triggered_events(triggered_response(summarised(), call, item)))
     )
     assert final is not None
     assert [(i.type, i.id) for i in final.output] == [("compaction", item_id)]

@@ -184,6 +184,22 @@ def test_compaction_errors_are_openai_shaped(
     assert "Traceback" not in proxy.log_text()
 
 
+def test_a_compaction_item_llmitm_cannot_open_is_dropped_with_a_warning(
+    stack: tuple[Proxy, Upstream], client: openai.OpenAI
+) -> None:
+    proxy, chat = stack
+    foreign = {"type": "compaction", "encrypted_content": "gAAAAAnot-llmitms-token"}
+    answer = client.responses.create(
+        model="over-chat-model",
+        input=[HISTORY[0], foreign, _user("Go on.")],  # type: ignore[list-item]
+        extra_headers=ECHO,
+    )
+    assert answer.output_text == "Echo: Go on."
+    [body] = upstream_bodies(chat)
+    assert [m["content"] for m in body["messages"]] == [FACT, "Go on."]
+    assert "dropped 1 compaction item(s) llmitm cannot open" in proxy.log_text()
+
+
 def test_a_native_endpoint_gets_the_compact_call_as_it_was_sent(
     stack: tuple[Proxy, Upstream], client: openai.OpenAI
 ) -> None:

@@ -32,6 +32,8 @@ from llmitm.responses_api.compaction import (
     compacted_response,
     compaction_item,
     create_path,
+    drop_unopened,
+    event_stream,
     has_trigger,
     no_summary,
     summary_request,
@@ -71,9 +73,7 @@ class LlmCompaction:
             return  # the embedded default: OpenAI and Azure traffic passes unchanged
         compact_to = create_path(flow.request.path)
         content = flow.request.get_content(strict=False) or b""
-        if compact_to is None and (
-            b'"compaction_trigger"' not in content or not _is_responses_create(flow)
-        ):
+        if compact_to is None and (b'"compaction' not in content or not _is_responses_create(flow)):
             return
         try:
             body = orjson.loads(content)
@@ -83,8 +83,6 @@ class LlmCompaction:
             if compact_to is not None:
                 answer(flow, answers.invalid("The request body must be a JSON object.", None))
             return  # a create call: the router answers the 400
-        if compact_to is None and not has_trigger(body):
-            return
         try:
             await self._compaction(flow, body, compact_to)
         except CompactionError as exc:
@@ -108,6 +106,9 @@ class LlmCompaction:
             if compact_to is not None:
                 _to_native(flow, body, endpoints[0], route.model)
             return  # a create call: the router sends it on as it is
+        if compact_to is None and not has_trigger(body):
+            self._drop_unopened(flow, body, endpoints[0].name)
+            return
         if compact_to is not None:
             await self._inline(flow, body)
         request, call = summary_request(body, "compact" if compact_to else "trigger")
@@ -116,6 +117,18 @@ class LlmCompaction:
             flow.request.path = compact_to
         flow.request.content = orjson.dumps(request)
         flow.metadata[COMPACTION_KEY] = call
+
+    def _drop_unopened(self, flow: http.HTTPFlow, body: dict[str, Any], endpoint: str) -> None:
+        dropped = drop_unopened(body.get("input"))
+        if dropped:
+            logger.warning(
+                "llmitm: %s → %s: dropped %d compaction item(s) llmitm cannot open (another "
+                "provider's, or sealed under another store's key): their summary is lost",
+                body.get("model"),
+                endpoint,
+                dropped,
+            )
+            flow.request.content = orjson.dumps(body)
 
     async def _inline(self, flow: http.HTTPFlow, body: dict[str, Any]) -> None:
         """A compact call is a create call to ``llmitm_responses_api`` too: references,
@@ -189,7 +202,7 @@ class LlmCompactionAnswer:
         assert response is not None
         if call.stream:
             response.headers["content-type"] = "text/event-stream; charset=utf-8"
-            response.content = triggered_events(result)
+            response.content = event_stream(triggered_events(result))
         else:
             response.headers["content-type"] = "application/json"
             response.content = orjson.dumps(result)

@@ -303,8 +303,9 @@ def triggered_response(
     return {**response, **call.echo, "output": [item], "status": "completed"}
 
 
-def triggered_events(response: dict[str, Any]) -> bytes:
-    """The event stream of a finished triggered Response, in the order OpenAI sends one."""
+def triggered_events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events of a finished triggered Response, in the order OpenAI sends them (a
+    transport sends each as one frame or message)."""
     item = response["output"][0]
     started = {**response, "status": "in_progress", "output": [], "usage": None}
     started["completed_at"] = None
@@ -315,11 +316,15 @@ def triggered_events(response: dict[str, Any]) -> bytes:
         {"type": "response.output_item.done", "output_index": 0, "item": item},
         {"type": "response.completed", "response": response},
     ]
-    frames = []
-    for sequence, event in enumerate(events):
-        event = {"type": event["type"], "sequence_number": sequence, **event}
-        frames.append(encode_typed(event["type"], orjson.dumps(event)))
-    return b"".join(frames)
+    return [
+        {"type": event["type"], "sequence_number": sequence, **event}
+        for sequence, event in enumerate(events)
+    ]
+
+
+def event_stream(events: Iterable[dict[str, Any]]) -> bytes:
+    """``events`` as one SSE body."""
+    return b"".join(encode_typed(event["type"], orjson.dumps(event)) for event in events)
 
 
 # --- later requests --------------------------------------------------------------------------
@@ -345,3 +350,17 @@ def restore_compactions(items: Any, seal: ReasoningSeal) -> int:
             items[index] = summary_message(text)
             restored += 1
     return restored
+
+
+def drop_unopened(items: Any) -> int:
+    """Remove the compaction items still in ``input`` (in place), for an endpoint that cannot
+    read them: :func:`restore_compactions` has opened llmitm's own, so these are another
+    provider's, or sealed under a key this llmitm no longer has. Returns how many."""
+    if not isinstance(items, list):
+        return 0
+    kept = [
+        item for item in items if not (isinstance(item, dict) and item.get("type") in _ITEM_TYPES)
+    ]
+    dropped = len(items) - len(kept)
+    items[:] = kept
+    return dropped
