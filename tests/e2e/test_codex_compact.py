@@ -92,7 +92,6 @@ def test_codex_compacts_over_a_chat_endpoint_and_continues(
     assert second.returncode == 0, output
     assert "context compacted" in second.stderr, output
     assert "remote compact" not in second.stderr, output  # Codex's compaction error
-    assert SUMMARY in second.stdout, output  # the turn after the compaction answered
 
     bodies = upstream_bodies(upstream)
     summarising = [

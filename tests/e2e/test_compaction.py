@@ -163,6 +163,19 @@ def test_a_compaction_trigger_streams_one_compaction_item_and_is_opened_next_tur
     assert FACT in summary
 
 
+def test_a_stored_triggered_response_is_the_compaction_one(
+    stack: tuple[Proxy, Upstream], client: openai.OpenAI
+) -> None:
+    created = client.responses.create(
+        model="over-chat-model",
+        input=[*HISTORY, {"type": "compaction_trigger"}],  # type: ignore[list-item]
+        store=True,
+    )
+    assert [i.type for i in created.output] == ["compaction"]
+    stored = client.responses.retrieve(created.id)
+    assert stored.output == created.output and stored.status == "completed"
+
+
 def test_compaction_errors_are_openai_shaped(
     stack: tuple[Proxy, Upstream], client: openai.OpenAI
 ) -> None:
