@@ -27,6 +27,14 @@ from .processes import Proxy, Upstream, fake_upstream, llmitm_proxy
 pytestmark = pytest.mark.slow
 
 CONFIG = """
+[routing]
+connect_timeout = 1
+
+[endpoints.down]
+kind = "compatible"
+base_url = "http://127.0.0.1:9/v1"
+apis = ["chat"]
+
 [endpoints.chat-only]
 kind = "compatible"
 base_url = "{chat}/v1"
@@ -44,6 +52,10 @@ endpoints = ["chat-only"]
 [[routes]]
 models = ["native*"]
 endpoints = ["native"]
+
+[[routes]]
+models = ["failover*"]
+endpoints = ["down", "chat-only"]
 """
 
 ECHO = {"x-fake-scenario": "echo"}
@@ -161,6 +173,16 @@ def test_a_compaction_trigger_streams_one_compaction_item_and_is_opened_next_tur
     assert answer.output_text == "Echo: What colour?"
     [summary] = summary_messages(upstream_bodies(chat)[-1])
     assert FACT in summary
+
+
+def test_a_compaction_fails_over_like_any_call(
+    stack: tuple[Proxy, Upstream], client: openai.OpenAI
+) -> None:
+    """The summarisation is an ordinary routed call: a dead first endpoint costs an attempt."""
+    raw = client.responses.with_raw_response.compact(model="failover-model", input=HISTORY)
+    assert raw.headers["x-llmitm-endpoint"] == "chat-only"
+    assert raw.headers["x-llmitm-attempts"] == "2"
+    assert raw.parse().output[-1].type == "compaction"
 
 
 def test_a_stored_triggered_response_is_the_compaction_one(
