@@ -17,6 +17,7 @@ Two addons around the router:
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -66,15 +67,16 @@ class LlmCompaction:
     def __init__(self, state: ResponsesState) -> None:
         self.state = state
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        # Synchronous until a compaction is seen: every other create call pays two checks.
         if flow.response or flow.error or not flow.live or flow.request.method != "POST":
-            return
+            return None
         if not self.state.settings.config.routes:
-            return  # the embedded default: OpenAI and Azure traffic passes unchanged
+            return None  # the embedded default: OpenAI and Azure traffic passes unchanged
         compact_to = create_path(flow.request.path)
         content = flow.request.get_content(strict=False) or b""
         if compact_to is None and (b'"compaction' not in content or not _is_responses_create(flow)):
-            return
+            return None
         try:
             body = orjson.loads(content)
         except orjson.JSONDecodeError:
@@ -82,7 +84,12 @@ class LlmCompaction:
         if not isinstance(body, dict):
             if compact_to is not None:
                 answer(flow, answers.invalid("The request body must be a JSON object.", None))
-            return  # a create call: the router answers the 400
+            return None  # a create call: the router answers the 400
+        return self._guarded(flow, body, compact_to)
+
+    async def _guarded(
+        self, flow: http.HTTPFlow, body: dict[str, Any], compact_to: str | None
+    ) -> None:
         try:
             await self._compaction(flow, body, compact_to)
         except CompactionError as exc:
@@ -157,13 +164,16 @@ class LlmCompactionAnswer:
     def __init__(self, state: ResponsesState) -> None:
         self.state = state
 
-    async def response(self, flow: http.HTTPFlow) -> None:
+    def response(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         call = flow.metadata.get(COMPACTION_KEY)
         response = flow.response
         if not isinstance(call, CompactionCall) or response is None:
-            return
+            return None
         if response.status_code >= 400:
-            return  # the endpoint's (or llmitm's) error, already in OpenAI's shape
+            return None  # the endpoint's (or llmitm's) error, already in OpenAI's shape
+        return self._guarded(flow, call)
+
+    async def _guarded(self, flow: http.HTTPFlow, call: CompactionCall) -> None:
         try:
             self._answer(flow, call, await self._result(flow, call))
         except CompactionError as exc:
