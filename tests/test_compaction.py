@@ -266,6 +266,14 @@ def test_a_compact_answer_is_the_sdks_compacted_response() -> None:
     assert item.encrypted_content == token and "Summary" not in token
 
 
+def test_a_summary_cut_by_the_token_limit_still_completes_the_compaction() -> None:
+    _request, call = summary_request(codex_body(), "trigger")
+    cut = {**summarised(), "status": "incomplete"}
+    cut["incomplete_details"] = {"reason": "max_output_tokens"}
+    response = triggered_response(cut, call, compaction_item("cmp_1", "t"))
+    assert (response["status"], response["incomplete_details"]) == ("completed", None)
+
+
 def test_a_triggered_stream_is_what_the_sdk_and_codex_accept() -> None:
     _request, call = summary_request(codex_body(), "trigger")
     token = SEAL.seal_text("Summary.", COMPACTION)

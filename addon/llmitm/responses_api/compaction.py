@@ -272,14 +272,13 @@ def compacted_response(
 ) -> dict[str, Any]:
     """OpenAI's ``response.compaction`` object: the kept user messages, then ``item``."""
     kept = [_output_message(message, ids) for message in call.kept]
-    compacted: dict[str, Any] = {
+    return {
         "id": response.get("id") or ids("resp"),
         "object": "response.compaction",
         "created_at": response.get("created_at"),
         "output": [*kept, item],
         "usage": response.get("usage"),
     }
-    return compacted
 
 
 def _output_message(message: dict[str, Any], ids: IdFactory) -> dict[str, Any]:
@@ -299,8 +298,10 @@ def triggered_response(
 ) -> dict[str, Any]:
     """The Response a ``compaction_trigger`` call gets: the summarisation call's (its id,
     times and usage), repeating the client's request, with the compaction item as its only
-    output."""
-    return {**response, **call.echo, "output": [item], "status": "completed"}
+    output. A summary cut short by the backend's token limit is still a summary: the
+    compaction completed."""
+    done = {"output": [item], "status": "completed", "incomplete_details": None, "error": None}
+    return {**response, **call.echo, **done}
 
 
 def triggered_events(response: dict[str, Any]) -> list[dict[str, Any]]:
