@@ -174,6 +174,13 @@ def test_a_codex_compaction_becomes_a_plain_summarisation_request() -> None:
     assert "tools" not in chat
 
 
+def test_the_clients_output_limit_bounds_the_summary() -> None:
+    request, _call = summary_request(codex_body(max_output_tokens=300), "trigger")
+    assert request["max_output_tokens"] == 300
+    request, _call = summary_request(codex_body(max_output_tokens=None), "trigger")
+    assert "max_output_tokens" not in request
+
+
 def test_a_compact_call_keeps_the_user_messages_for_its_output() -> None:
     body = {"model": "m", "input": [*CODEX_INPUT[:-1]], "instructions": "Be brief."}
     _request, call = summary_request(body, "compact")

@@ -296,6 +296,7 @@ def test_compaction_over_llama_cpp_then_a_turn_with_its_items(
         with client.responses.stream(
             model=model,
             input=[*HISTORY[:2], {"type": "compaction_trigger"}],  # type: ignore[list-item]
+            max_output_tokens=24,
         ) as stream:
             final = stream.get_final_response()
         [item] = final.output

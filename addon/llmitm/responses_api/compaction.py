@@ -133,6 +133,8 @@ def summary_request(body: dict[str, Any], form: Form) -> tuple[dict[str, Any], C
         "stream": False,
         "store": False,
     }
+    if isinstance(body.get("max_output_tokens"), int):
+        request["max_output_tokens"] = body["max_output_tokens"]  # it bounds the summary
     call = CompactionCall(form=form, stream=form == "trigger" and body.get("stream") is True)
     call.echo = {key: body[key] for key in ECHOED_REQUEST_FIELDS if key in body}
     call.echo.setdefault("instructions", None)
