@@ -219,6 +219,17 @@ def test_a_compaction_openai_would_refuse_gets_its_400(
     )
 
 
+def test_an_unknown_item_kind_keeps_its_text() -> None:
+    text = transcript(
+        [
+            {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+            {"type": "agent_message", "content": [{"type": "input_text", "text": "From b."}]},
+            {"type": "local_shell_call_output", "call_id": "c", "output": "done"},
+        ]
+    )
+    assert text == "[agent_message]\nFrom b.\n\n[local_shell_call_output]\ndone"
+
+
 def test_a_long_tool_output_is_clipped_to_its_start_and_end() -> None:
     output = "BEGIN " + "x" * 50_000 + " END"
     text = transcript([{"type": "function_call_output", "call_id": "c", "output": output}])

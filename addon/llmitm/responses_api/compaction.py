@@ -43,6 +43,9 @@ COMPACTION = "compaction"
 """The item type, and the seal's kind for the summaries it carries."""
 TRIGGER = "compaction_trigger"
 _ITEM_TYPES = frozenset({COMPACTION, "compaction_summary"})  # the second: an older spelling
+_BOOKKEEPING = frozenset(
+    {TRIGGER, "reasoning", "additional_tools", "configuration_update", "item_reference"}
+)
 
 SUMMARY_INSTRUCTIONS = (
     "You write the hand-off notes for a conversation between a user and an AI assistant "
@@ -168,7 +171,12 @@ def _block(item: dict[str, Any]) -> str:
     if kind in _ITEM_TYPES:
         # Not opened by restore_compactions: another provider's, unreadable here.
         return "[an earlier part of the conversation was compacted elsewhere; not available]"
-    return ""
+    if kind in _BOOKKEEPING:
+        return ""
+    # An item type this module does not know (a hosted tool's call, a client's own kind):
+    # whatever text it carries is still conversation.
+    text = content_text(item.get("content")) or _as_text(item.get("output") or "")
+    return f"[{kind}]\n{_clip(text)}" if text and isinstance(kind, str) else ""
 
 
 def content_text(content: Any) -> str:
