@@ -100,8 +100,8 @@ def test_codex_compacts_over_a_chat_endpoint_and_continues(
     assert summarising, [b["messages"][0]["content"][:80] for b in bodies]
     transcript = bodies[summarising[0]]["messages"][1]["content"]
     assert "Remember teal." in transcript and "tools" not in bodies[summarising[0]]
-    # Every request after the compaction carries the summary as a user message.
-    after = bodies[summarising[0] + 1 :]
+    # Every turn request after the (first) compaction carries the summary as a user message.
+    after = [b for i, b in enumerate(bodies) if i > summarising[0] and i not in summarising]
     assert after
     for body in after:
         summaries = [
