@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
@@ -33,7 +34,9 @@ def make_addons() -> list[object]:
     # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
     # a non-streamed body before LlmResponses translates it; LlmResponsesRecorder stores the
-    # translated one.
+    # translated one. LlmCompaction turns compaction calls into summarisation calls before the
+    # router plans them; LlmCompactionAnswer makes the summary the client's answer before
+    # LlmResponsesRecorder stores it.
     # LlmWebSocket comes first: a call a socket sends back through the proxy gets its target
     # restored before anyone else (egress and the recorder included) sees it.
     return [
@@ -42,6 +45,7 @@ def make_addons() -> list[object]:
         egress,
         recorder,
         LlmResponsesApi(state),
+        LlmCompaction(state),
         store,
         relay,
         LlmRecordingsLoad(recorder),  # replay pools, once the store is open
@@ -49,6 +53,7 @@ def make_addons() -> list[object]:
         LlmEgressGuard(egress),
         LlmUsage(store),
         LlmResponses(),
+        LlmCompactionAnswer(state),
         LlmResponsesRecorder(state),
         LlmRecordTap(recorder),  # before the console, which wraps what it finds
         LlmConsole(),  # after LlmResponses: it taps the stream callable installed there

@@ -15,5 +15,7 @@ shell is ``llmitm.addons.responses_api``.
 - :mod:`.chain`: a stored ancestor chain → the conversation the next request continues;
 - :mod:`.answers`: OpenAI's bodies and errors for retrieve, delete, list and cancel;
 - :mod:`.seal`: reasoning sealed into ``encrypted_content`` and opened again;
+- :mod:`.compaction`: ``compact`` and ``compaction_trigger`` answered by a summarisation call,
+  the summary sealed into the ``compaction`` item and opened again;
 - :mod:`.background`: a background response run by llmitm itself, resumable by sequence.
 """

@@ -6,7 +6,8 @@ it, and the stateless request the router will translate.
   removed, so the chat translation sees a plain conversation); an id llmitm does not store
   is left alone — a native endpoint may own it (:attr:`CreateCall.previous_owner`), or it
   is unknown and request mapping answers OpenAI's 400;
-- reasoning items carrying llmitm's ``encrypted_content`` get their reasoning back.
+- reasoning items carrying llmitm's ``encrypted_content`` get their reasoning back, and
+  llmitm's compaction items become the summary messages they stand for (:mod:`.compaction`).
 
 The request's own input, with ids, is kept for ``input_items`` when it is stored.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmitm.responses_api.chain import history_items
+from llmitm.responses_api.compaction import restore_compactions
 from llmitm.responses_api.items import input_items
 from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
 from llmitm.store.responses import ResponseReader
@@ -84,7 +86,9 @@ async def prepare_create(
             owner = await reader.owner(previous)
             create.previous_owner = owner.endpoint if owner else known_owner(previous)
     if b'"encrypted_content"' in content and isinstance(body.get("input"), list):
-        changed = restore_reasoning(body["input"], await seal()) > 0 or changed
+        opened = await seal()
+        changed = restore_reasoning(body["input"], opened) > 0 or changed
+        changed = restore_compactions(body["input"], opened) > 0 or changed
     return create, changed
 
 

@@ -1,5 +1,8 @@
 """Reasoning continuity without server state: reasoning sealed into ``encrypted_content``.
 
+(Compaction summaries are sealed the same way, under their own kind, so a token made for
+one can never be opened as the other: :mod:`llmitm.responses_api.compaction`.)
+
 A ``store: false`` client (Codex) keeps the conversation itself and sends reasoning items
 back on the next turn with the opaque ``encrypted_content`` it was given. llmitm puts the
 reasoning text there as a Fernet token (AES-128-CBC with HMAC-SHA256, from ``cryptography``,
@@ -31,6 +34,7 @@ from cryptography.fernet import Fernet, InvalidToken
 logger = logging.getLogger(__name__)
 
 _VERSION = 1
+REASONING = "reasoning"
 
 
 class ReasoningSeal:
@@ -41,18 +45,28 @@ class ReasoningSeal:
         if len(raw) != 32:
             raise ValueError("the reasoning seal key must be 32 bytes")
         self._fernet = Fernet(base64.urlsafe_b64encode(raw))
-        self._remembered: dict[str, str] = {}
+        self._remembered: dict[tuple[str, str], str] = {}
 
     def seal(self, item: dict[str, Any]) -> str:
         """The ``encrypted_content`` for a reasoning item (its summary and content text)."""
-        payload = {"v": _VERSION, "text": reasoning_text(item)}
-        return self._fernet.encrypt(orjson.dumps(payload)).decode("ascii")
+        return self.seal_text(reasoning_text(item))
 
     def open(self, token: Any) -> str | None:
         """The reasoning text sealed in ``token``, or ``None`` when it is not llmitm's."""
+        return self.open_text(token)
+
+    def seal_text(self, text: str, kind: str = REASONING) -> str:
+        """A token holding ``text`` that only :meth:`open_text` of the same ``kind`` opens."""
+        payload: dict[str, Any] = {"v": _VERSION, "text": text}
+        if kind != REASONING:  # reasoning tokens predate kinds: theirs stay as they were
+            payload["kind"] = kind
+        return self._fernet.encrypt(orjson.dumps(payload)).decode("ascii")
+
+    def open_text(self, token: Any, kind: str = REASONING) -> str | None:
+        """The text sealed in ``token`` as ``kind``, or ``None`` when it is not llmitm's."""
         if not isinstance(token, str) or not token:
             return None
-        remembered = self._remembered.get(token)
+        remembered = self._remembered.get((kind, token))
         if remembered is not None:
             return remembered
         try:
@@ -61,13 +75,15 @@ class ReasoningSeal:
             return None
         if not isinstance(payload, dict) or payload.get("v") != _VERSION:
             return None
+        if payload.get("kind", REASONING) != kind:
+            return None
         text = payload.get("text")
         return text if isinstance(text, str) else None
 
-    def remember(self, token: str, text: str) -> None:
+    def remember(self, token: str, text: str, kind: str = REASONING) -> None:
         """Open ``token`` to ``text`` from now on: a replay serves tokens sealed under the
         recording process's key, and its client sends them back next turn."""
-        self._remembered[token] = text
+        self._remembered[(kind, token)] = text
 
 
 def reasoning_text(item: dict[str, Any]) -> str:
