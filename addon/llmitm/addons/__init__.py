@@ -5,6 +5,7 @@ from __future__ import annotations
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.listenfile import ListenFile
+from llmitm.addons.namespace import LlmNamespace
 from llmitm.addons.record import LlmRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import LlmResponses
@@ -30,6 +31,7 @@ def make_addons() -> list[object]:
     # a non-streamed body before LlmResponses translates it; LlmResponsesRecorder stores the
     # translated one.
     return [
+        LlmNamespace(),  # answers --transparent's DNS; re-addresses its flows by Host header
         settings,
         recorder,
         LlmResponsesApi(state),
