@@ -1,6 +1,7 @@
 """``llmitm run``: mitmdump with llmitm's addons, alone or around a command.
 
     llmitm run [--config FILE] [--base-url] [mitmdump options …] [-- COMMAND …]
+    llmitm run --transparent [--config FILE] [mitmdump options …] -- COMMAND …
     llmitm run --replay DIR [--fail-on-unused] [--report FILE] [--junit FILE] … -- COMMAND …
     llmitm run --record DIR … [-- COMMAND …]
 
@@ -14,6 +15,8 @@ never served) makes the exit status non-zero even when the command passed, and t
 report is written to ``--report`` (default ``DIR/../replay-report.json`` is not assumed:
 without ``--report`` it is only summarised on stderr); ``--junit FILE`` writes it as JUnit
 XML too, one testcase per scope (``replay.junit``). ``--record DIR`` writes the folder.
+``--transparent`` runs the command in a network namespace of its own whose TCP and DNS go to
+llmitm, for programs that ignore proxy variables (``llmitm.transparent``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from pathlib import Path
 import orjson
 
 from llmitm.routing.config import ConfigError, load_config
+from llmitm.transparent.command import TransparentRun, command_problem
+from llmitm.transparent.namespace import NamespaceError
 
 OPENAI_ORIGIN = "https://api.openai.com"
 READY_TIMEOUT_S = 60.0
@@ -46,6 +51,7 @@ class RunUsageError(ValueError):
 class RunArgs:
     config: str | None = None
     base_url: bool = False
+    transparent: bool = False
     mitmdump: list[str] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     replay: str | None = None
@@ -95,6 +101,8 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
             continue
         if item == "--base-url":
             args.base_url = True
+        elif item == "--transparent":
+            args.transparent = True
         elif item == "--fail-on-unused":
             args.fail_on_unused = True
         else:
@@ -104,6 +112,8 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
         raise RunUsageError("--replay and --record exclude each other")
     if (args.fail_on_unused or args.report or args.junit) and not args.replay:
         raise RunUsageError("--fail-on-unused, --report and --junit go with --replay")
+    if args.transparent and not args.command:
+        raise RunUsageError("--transparent goes with a command: llmitm run --transparent -- CMD")
     return args
 
 
@@ -178,6 +188,13 @@ def run(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.command:
+        problem = command_problem(
+            args.mitmdump, transparent=args.transparent, base_url=args.base_url
+        )
+        if problem:
+            print(f"llmitm run: {problem}", file=sys.stderr)
+            return 2
     if not args.command:
         from llmitm.addons.entry import run_mitmdump
 
@@ -195,12 +212,18 @@ def _run_command(args: RunArgs) -> int:
     with tempfile.TemporaryDirectory(prefix="llmitm-run-") as scratch:
         listenfile = Path(scratch) / "listen.json"
         report = args.report or (str(Path(scratch) / "replay-report.json") if args.replay else None)
+        try:
+            namespace = TransparentRun.prepare(Path(scratch)) if args.transparent else None
+        except NamespaceError as exc:
+            print(f"llmitm run: {exc}", file=sys.stderr)
+            return 1
         proxy = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "llmitm.addons.entry",
                 *mitmdump_argv(args, str(listenfile), report),
+                *(namespace.proxy_args() if namespace else ()),
             ],
             stdin=subprocess.DEVNULL,
         )
@@ -213,7 +236,13 @@ def _run_command(args: RunArgs) -> int:
             env = dict(os.environ)
             env.update(command_environment(listening, base_url=args.base_url))
             try:
-                status = subprocess.run(args.command, env=env, check=False).returncode
+                if namespace:
+                    status = namespace.run(args.command, env, listening)
+                else:
+                    status = subprocess.run(args.command, env=env, check=False).returncode
+            except NamespaceError as exc:
+                print(f"llmitm run: {exc}", file=sys.stderr)
+                return 1
             except FileNotFoundError:
                 print(f"llmitm run: {args.command[0]}: command not found", file=sys.stderr)
                 return 127

@@ -1,0 +1,129 @@
+"""``llmitm run``'s two hooks into interception without proxy variables: which command lines
+cannot wrap a command (one line each), and :class:`TransparentRun`, which adds the proxy's
+listeners for a namespace and runs the command in one.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmitm.transparent import plan as planning
+from llmitm.transparent.namespace import (
+    NamespaceError,
+    host_networks,
+    prerequisites_problem,
+    run_command,
+)
+from llmitm.transparent.plan import NamespacePlan, PlanError
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+NAMESPACE_OPTION = "llmitm_namespace_address"
+
+
+def command_problem(mitmdump: Sequence[str], *, transparent: bool, base_url: bool) -> str | None:
+    """Why ``llmitm run`` with these options cannot run a command, in one line, or None."""
+    modes = planning.user_modes(mitmdump)
+    problem = planning.command_mode_problem(modes, transparent=transparent, base_url=base_url)
+    if problem:
+        return problem
+    if any(planning.mode_type(spec) == "local" for spec in modes):
+        return local_mode_problem(_mounts(), sudo=shutil.which("sudo") is not None)
+    return prerequisites_problem() if transparent else None
+
+
+def local_mode_problem(mounts: str, *, sudo: bool) -> str:
+    """mitmproxy's local mode on Linux attaches an eBPF program to the cgroup v2 root at
+    /sys/fs/cgroup and starts its redirector through sudo. Where either is missing it logs the
+    failure and keeps running, and the command would go unintercepted: refuse, saying why.
+    Where both are present it still intercepts by process name or pid, machine-wide, not a
+    command and its children; --transparent does that."""
+    unified = any(
+        fields[1:3] == [CGROUP_ROOT, "cgroup2"]
+        for fields in (line.split() for line in mounts.splitlines())
+        if len(fields) >= 3
+    )
+    if not unified:
+        reason = f"{CGROUP_ROOT} is not the cgroup v2 hierarchy its eBPF redirector attaches to"
+    elif not sudo:
+        reason = "it starts its redirector through sudo, which is not installed"
+    else:
+        reason = "it intercepts processes by name machine-wide, not one command and its children"
+    return f"--mode local cannot wrap a command here: {reason}; use --transparent"
+
+
+def _mounts() -> str:
+    try:
+        return Path("/proc/self/mounts").read_text()
+    except OSError:
+        return ""
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass(slots=True)
+class TransparentRun:
+    """One ``--transparent`` run: its plan, the DNS listener's port, a scratch folder for the
+    files bound into the namespace."""
+
+    plan: NamespacePlan
+    dns_port: int
+    scratch: Path
+
+    @classmethod
+    def prepare(cls, scratch: Path) -> TransparentRun:
+        """Raises NamespaceError (one line) when no plan fits this machine."""
+        try:
+            plan = planning.new_plan(secrets.token_hex(4), host_networks(), secrets.randbelow)
+        except PlanError as exc:
+            raise NamespaceError(str(exc)) from None
+        return cls(plan, _free_udp_port(), scratch)
+
+    def proxy_args(self) -> list[str]:
+        """The listeners the namespace is redirected to (on the loopback), and the address
+        its DNS answers for every name."""
+        return [
+            "--mode", "transparent",
+            "--mode", f"dns@127.0.0.1:{self.dns_port}",
+            "--set", f"{NAMESPACE_OPTION}={self.plan.gateway}",
+        ]  # fmt: skip
+
+    def run(self, command: Sequence[str], env: Mapping[str, str], listening: Mapping) -> int:
+        try:
+            targets = (
+                planning.redirect_target(listening, "transparent"),
+                planning.redirect_target(listening, "dns"),
+            )
+        except PlanError as exc:
+            raise NamespaceError(str(exc)) from None
+        mounts = self._mounts(Path(str(listening["ca_file"])))
+        inside = planning.namespace_environment(env, self.plan)
+        return run_command(self.plan, command, inside, mounts, targets)
+
+    def _mounts(self, ca_file: Path) -> list[tuple[str, str]]:
+        """resolv.conf naming the gateway, and each system CA bundle plus llmitm's CA."""
+        mounts: list[tuple[str, str]] = []
+        if Path(planning.RESOLV_CONF).exists():
+            resolv = self.scratch / "resolv.conf"
+            resolv.write_text(planning.resolv_conf(self.plan))
+            mounts.append((str(resolv), planning.RESOLV_CONF))
+        ca = ca_file.read_bytes()
+        seen: set[str] = set()
+        for index, path in enumerate(planning.CA_BUNDLE_PATHS):
+            real = os.path.realpath(path)
+            if real in seen or not Path(real).is_file():
+                continue
+            seen.add(real)
+            bundle = self.scratch / f"ca-bundle-{index}.pem"
+            bundle.write_bytes(planning.ca_bundle(Path(real).read_bytes(), ca))
+            mounts.append((str(bundle), real))
+        return mounts
