@@ -30,7 +30,8 @@ from llmitm.transparent.plan import NamespacePlan
 
 STEP_TIMEOUT_S = 10.0  # each set-up step (an ip or nft call, one handshake line)
 GRACE_S = 10.0  # after llmitm is told to stop, how long the command may take to follow
-FORWARDED = (signal.SIGTERM, signal.SIGHUP)  # SIGINT reaches the command from the terminal
+INTERRUPT_GRACE_S = 2.0  # after SIGINT, how long before the command is sent SIGTERM
+FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 
 
 class NamespaceError(RuntimeError):
@@ -169,12 +170,15 @@ def _read_line(stream: int, deadline: float) -> bytes:
 
 
 class Stopping:
-    """While the command runs: SIGTERM and SIGHUP are passed on to it; any of them (or SIGINT)
-    starts a grace period after which the command is killed."""
+    """While the command runs: SIGTERM and SIGHUP are passed on to it. SIGINT is not at once:
+    from a terminal the command has it already (a second one can mean "force quit"), so it gets
+    SIGTERM only if it is still running a moment later. Any of them starts a grace period after
+    which the command is killed."""
 
     def __init__(self) -> None:
         self.child: subprocess.Popen[bytes] | None = None
         self.deadline: float | None = None
+        self._terminate_at: float | None = None
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> Stopping:
@@ -187,9 +191,12 @@ class Stopping:
             signal.signal(number, handler)  # type: ignore[arg-type]
 
     def _handle(self, number: int, _frame: FrameType | None) -> None:
+        now = time.monotonic()
         if self.deadline is None:
-            self.deadline = time.monotonic() + GRACE_S
-        if number in FORWARDED and self.child is not None and self.child.poll() is None:
+            self.deadline = now + GRACE_S
+        if number not in FORWARDED:
+            self._terminate_at = self._terminate_at or now + INTERRUPT_GRACE_S
+        elif self.child is not None and self.child.poll() is None:
             self.child.send_signal(number)
 
     @property
@@ -201,7 +208,11 @@ class Stopping:
             try:
                 return child.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
-                if self.deadline is not None and time.monotonic() > self.deadline:
+                now = time.monotonic()
+                if self._terminate_at is not None and now > self._terminate_at:
+                    self._terminate_at = None
+                    child.terminate()
+                if self.deadline is not None and now > self.deadline:
                     child.kill()
 
 

@@ -1,0 +1,266 @@
+"""``llmitm run --transparent -- COMMAND``: clients that ignore proxy variables, for real.
+
+Each command runs in the network namespace ``llmitm run`` makes (root, iproute2 and nftables
+needed: skipped with the reason where the machine refuses). The clients use their default base
+URL ``https://api.openai.com`` and no proxy variable: curl with ``--noproxy '*'`` and the CA
+variables unset (so only the namespace's bound system bundle can make it trust llmitm), and the
+openai SDK on an httpx client with ``trust_env=False``. The namespace resolves the name, llmitm
+intercepts TLS and routes ``hosts = ["api.openai.com"]`` to a chat-only fake upstream on the
+loopback; no network is used. Afterwards no link or nftables table of the run may remain, also
+when the command or llmitm is killed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2 as httpx
+import orjson
+import pytest
+
+from llmitm.transparent.namespace import prerequisites_problem
+
+from .processes import LLMITM, Upstream, fake_upstream
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """
+[endpoints.local]
+kind = "compatible"
+base_url = "{url}/v1"
+apis = ["chat"]
+
+[[routes]]
+hosts = ["api.openai.com"]
+endpoints = ["local"]
+"""
+
+CURL = """
+unset SSL_CERT_FILE CURL_CA_BUNDLE REQUESTS_CA_BUNDLE SSL_CERT_DIR
+curl --noproxy '*' -sS --fail-with-body --max-time 20 https://api.openai.com/v1/chat/completions \
+  -H 'authorization: Bearer sk-transparent' -H 'content-type: application/json' \
+  -d '{"model": "gpt-5", "messages": [{"role": "user", "content": "through the namespace"}]}'
+"""
+
+SDK_CLIENT = """
+import os, httpx2 as httpx, openai
+assert not any(k.lower().endswith("_proxy") for k in os.environ), "no proxy variables inside"
+http = httpx.Client(trust_env=False, verify="/etc/ssl/certs/ca-certificates.crt")
+client = openai.OpenAI(api_key="sk-transparent", max_retries=0, http_client=http)
+with client.responses.stream(model="gpt-5", input="Say hello") as stream:
+    for _ in stream:
+        pass
+    final = stream.get_final_response()
+print("OUTPUT:", final.output_text)
+"""
+
+
+def _namespace_problem() -> str | None:
+    problem = prerequisites_problem()
+    if problem:
+        return problem
+    probe = subprocess.run(
+        ["unshare", "--net", "--mount", "true"], capture_output=True, text=True, timeout=10
+    )
+    if probe.returncode:
+        return f"the kernel refuses new namespaces: {probe.stderr.strip()}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def namespaces() -> None:
+    problem = _namespace_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory, namespaces: None) -> Iterator[Upstream]:
+    with fake_upstream(tmp_path_factory.mktemp("transparent-upstream"), "chat") as fake:
+        yield fake
+
+
+def llmitm_argv(tmp: Path, upstream: Upstream | None, *extra: str) -> list[str]:
+    argv = [str(LLMITM), "run", "--set", f"confdir={tmp / 'confdir'}", "--set", "llmitm_store="]
+    if upstream is not None:
+        config = tmp / "llmitm.toml"
+        config.write_text(CONFIG.format(url=upstream.url))
+        argv += ["--config", str(config)]
+    return [*argv, "-q", *extra]
+
+
+def run_transparent(
+    tmp: Path, upstream: Upstream | None, *command: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*llmitm_argv(tmp, upstream, "--transparent"), "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def upstream_requests(upstream: Upstream) -> list[dict]:
+    return orjson.loads(httpx.get(f"{upstream.url}/_requests").content)
+
+
+def left_behind(token: str) -> list[str]:
+    """What of run ``token`` still exists on the host: its link, its table."""
+    assert len(token) == 8, token
+    found = []
+    link = subprocess.run(["ip", "link", "show", f"llm{token}o"], capture_output=True, timeout=10)
+    if link.returncode == 0:
+        found.append(f"link llm{token}o")
+    table = subprocess.run(
+        ["nft", "list", "table", "ip", f"llmitm_{token}"], capture_output=True, timeout=10
+    )
+    if table.returncode == 0:
+        found.append(f"table llmitm_{token}")
+    return found
+
+
+PRINT_TOKEN = 'echo "token=$LLMITM_NAMESPACE"; '
+
+
+def token_of(output: str) -> str:
+    line = next(line for line in output.splitlines() if line.startswith("token="))
+    return line.removeprefix("token=")
+
+
+def test_curl_ignoring_proxy_variables_is_intercepted_and_routed(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    before = len(upstream_requests(upstream))
+    result = run_transparent(tmp_path, upstream, "sh", "-c", PRINT_TOKEN + CURL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    answer = orjson.loads(result.stdout.splitlines()[-1])
+    assert answer["choices"][0]["message"]["content"] == "Hello from the fake upstream."
+    seen = upstream_requests(upstream)[before:]
+    assert [(r["method"], r["path"]) for r in seen] == [("POST", "/v1/chat/completions")]
+    assert seen[0]["body"]["messages"] == [{"role": "user", "content": "through the namespace"}]
+    assert left_behind(token_of(result.stdout)) == []
+
+
+def test_the_openai_sdk_without_proxy_variables_gets_a_translated_stream(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """A Responses stream over the chat-only upstream, checked by the SDK's own accumulator."""
+    client = tmp_path / "client.py"
+    client.write_text(SDK_CLIENT)
+    before = len(upstream_requests(upstream))
+    result = run_transparent(tmp_path, upstream, sys.executable, str(client))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OUTPUT: Hello from the fake upstream." in result.stdout
+    seen = upstream_requests(upstream)[before:]
+    assert [r["path"] for r in seen] == ["/v1/chat/completions"]
+
+
+def test_the_commands_exit_status_is_llmitms_and_nothing_is_left(
+    tmp_path: Path, namespaces: None
+) -> None:
+    result = run_transparent(tmp_path, None, "sh", "-c", PRINT_TOKEN + "exit 7")
+    assert result.returncode == 7, result.stderr
+    assert left_behind(token_of(result.stdout)) == []
+
+
+def test_a_killed_command_is_reported_as_a_shell_would_and_leaves_nothing(
+    tmp_path: Path, namespaces: None
+) -> None:
+    result = run_transparent(tmp_path, None, "sh", "-c", PRINT_TOKEN + "kill -KILL $$")
+    assert result.returncode == 128 + signal.SIGKILL, result.stderr
+    assert left_behind(token_of(result.stdout)) == []
+
+
+def test_a_missing_command_is_127_in_one_line_and_leaves_nothing(
+    tmp_path: Path, namespaces: None
+) -> None:
+    def ours() -> set[str]:
+        listed = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True)
+        return {line for line in listed.stdout.splitlines() if "llmitm_" in line}
+
+    tables = ours()
+    result = run_transparent(tmp_path, None, "no-such-command-here")
+    assert result.returncode == 127
+    assert result.stderr.strip() == "llmitm run: no-such-command-here: command not found"
+    assert ours() <= tables
+
+
+@pytest.mark.parametrize(("sent", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 143)])
+def test_llmitm_stopped_by_a_signal_stops_the_command_and_leaves_nothing(
+    tmp_path: Path, namespaces: None, sent: signal.Signals, status: int
+) -> None:
+    """SIGTERM goes on to the command at once; a SIGINT sent to llmitm alone (not from a
+    terminal, which would reach the command too) becomes SIGTERM after a moment."""
+    process = subprocess.Popen(
+        [*llmitm_argv(tmp_path, None, "--transparent"), "--",
+         "sh", "-c", PRINT_TOKEN + "exec sleep 60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        token = token_of(process.stdout.readline())
+        assert left_behind(token) == [f"link llm{token}o", f"table llmitm_{token}"]
+        started = time.monotonic()
+        process.send_signal(sent)
+        assert process.wait(timeout=30) == status, process.stderr.read()
+        assert time.monotonic() - started < 10
+        assert left_behind(token) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--mode", "local"], "--mode local cannot wrap a command here: "),
+        (["--mode", "transparent"], "use --transparent"),
+        (["--mode", "socks5"], "--mode socks5 cannot wrap a command"),
+        (["--transparent", "--base-url"], "--transparent and --base-url exclude each other"),
+    ],
+)
+def test_a_mode_that_cannot_wrap_a_command_is_one_line_before_anything_runs(
+    tmp_path: Path, options: list[str], expected: str
+) -> None:
+    result = subprocess.run(
+        [*llmitm_argv(tmp_path, None, *options), "--", "sh", "-c", "echo ran"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "ran" not in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmitm run: ") and expected in lines[0]
+
+
+def test_the_local_mode_refusal_names_this_machines_obstacle(tmp_path: Path) -> None:
+    """Where mitmproxy's local redirector cannot start (no cgroup v2 root, or no sudo), the
+    line says which; where it could, this test is skipped, saying so."""
+    unified = any(
+        line.split()[1:3] == ["/sys/fs/cgroup", "cgroup2"]
+        for line in Path("/proc/self/mounts").read_text().splitlines()
+    )
+    if unified and shutil.which("sudo"):
+        pytest.skip("this machine could run mitmproxy's local redirector")
+    result = subprocess.run(
+        [*llmitm_argv(tmp_path, None, "--mode", "local"), "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    obstacle = "cgroup v2" if not unified else "sudo"
+    assert result.returncode == 2 and obstacle in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
