@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 CODEX_VERSION := 0.171.0
 CODEX_STAMP   := .e2e/node/.installed-codex-$(CODEX_VERSION)
 
-.PHONY: run demo test lint bench clean e2e-deps chromium
+.PHONY: run demo test lint bench clean e2e-deps chromium netns-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "llmitm needs Python >= 3.12 (found " + sys.version.split()[0] + ")")'
@@ -36,11 +36,18 @@ chromium:
 	  apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
 
-# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF), Codex and
-# Chromium.
-e2e-deps: $(STAMP) $(CODEX_STAMP) chromium
+# nftables and iproute2 for llmitm run --transparent and its tests (tests/e2e/test_transparent.py),
+# from apt when missing, like Chromium.
+netns-tools:
+	@{ command -v nft && command -v ip; } >/dev/null || { \
+	  apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nftables iproute2; }
 
-test: $(STAMP) $(CODEX_STAMP) chromium
+# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF), Codex,
+# Chromium, nftables.
+e2e-deps: $(STAMP) $(CODEX_STAMP) chromium netns-tools
+
+test: $(STAMP) $(CODEX_STAMP) chromium netns-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
