@@ -7,6 +7,7 @@ from ipaddress import IPv4Address
 
 import pytest
 from mitmproxy import dns, exceptions
+from mitmproxy.proxy import server_hooks
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow, tutils
 
@@ -101,3 +102,18 @@ def test_other_requests_are_not_touched(addon: LlmNamespace) -> None:
     by_address.request.headers["Host"] = ADDRESS  # nothing better to go to
     addon.request(by_address)
     assert by_address.request.host == ADDRESS
+
+
+def test_a_connection_left_addressed_to_the_namespace_is_refused(addon: LlmNamespace) -> None:
+    stuck = server_hooks.ServerConnectionHookData(
+        server=tflow.tserver_conn(), client=tflow.tclient_conn()
+    )
+    stuck.server.address = (ADDRESS, 5432)
+    addon.server_connect(stuck)
+    assert stuck.server.error and "no destination" in stuck.server.error
+    elsewhere = server_hooks.ServerConnectionHookData(
+        server=tflow.tserver_conn(), client=tflow.tclient_conn()
+    )
+    elsewhere.server.address = ("example.org", 443)
+    addon.server_connect(elsewhere)
+    assert elsewhere.server.error is None

@@ -267,3 +267,35 @@ def test_the_local_mode_refusal_names_this_machines_obstacle(tmp_path: Path) -> 
     obstacle = "cgroup v2" if not unified else "sudo"
     assert result.returncode == 2 and obstacle in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_unrouted_request_goes_where_its_host_header_says(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """Not an LLM call, so not routed: llmitm passes it on to the host its Host header names,
+    as a regular proxy would. ``localhost`` inside the namespace is the namespace's own, so the
+    client connects to api.openai.com (llmitm) while naming localhost — which llmitm resolves
+    on the host, reaching the fake upstream's control route."""
+    port = upstream.port
+    fetch = (
+        f"curl --noproxy '*' -sS --fail --max-time 20 --connect-to localhost:{port}:"
+        f"api.openai.com:{port} http://localhost:{port}/_stats"
+    )
+    result = run_transparent(tmp_path, upstream, "sh", "-c", fetch)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "requests" in orjson.loads(result.stdout)
+
+
+def test_a_request_naming_only_the_namespace_address_is_refused_at_once(
+    tmp_path: Path, namespaces: None
+) -> None:
+    """No name, so no destination: a 502 from llmitm, not a wait for a connect timeout and
+    never whatever listens on the host at that address."""
+    fetch = (
+        'G=$(awk "/nameserver/{print \\$2}" /etc/resolv.conf); '
+        'curl -sS --max-time 20 -o /dev/null -w "%{http_code} %{time_total}" "http://$G:8000/"'
+    )
+    result = run_transparent(tmp_path, None, "sh", "-c", fetch)
+    assert result.returncode == 0, result.stderr
+    status, seconds = result.stdout.split()
+    assert status == "502" and float(seconds) < 5, result.stdout

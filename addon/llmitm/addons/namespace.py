@@ -4,7 +4,8 @@ The command's namespace asks llmitm's DNS listener for every name; each A query 
 this one address (every other query type with no records, so clients stay on IPv4), and every
 TCP connection to it is redirected to llmitm. A request that arrives addressed to it goes to the
 host its Host header names, as it would through a regular proxy; routed requests are re-pointed
-by the router as usual. Empty (the default): the addon does nothing.
+by the router as usual. A connection still addressed to it (a raw TCP stream, a request naming
+no host) has nowhere to go and is refused at once. Empty (the default): the addon does nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ipaddress import IPv4Address
 
 from mitmproxy import ctx, dns, exceptions, http
 from mitmproxy.addonmanager import Loader
-from mitmproxy.proxy import mode_specs
+from mitmproxy.proxy import mode_specs, server_hooks
 
 logger = logging.getLogger(__name__)
 TTL_S = 60
@@ -66,3 +67,12 @@ class LlmNamespace:
         name = flow.request.pretty_host
         if name != flow.request.host:
             flow.request.host = name
+
+    def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
+        if self.address is None or not data.server.address:
+            return
+        if data.server.address[0] == str(self.address):
+            data.server.error = (
+                "no destination: the connection names only the namespace address "
+                f"{self.address} (llmitm run --transparent)"
+            )

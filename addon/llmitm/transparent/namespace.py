@@ -91,10 +91,11 @@ class RuleTable:
             timeout=STEP_TIMEOUT_S,
             check=False,
         )
-        if listed.returncode:
-            return None
-        items = orjson.loads(listed.stdout).get("nftables", [])
-        return sum("rule" in item for item in items)
+        try:
+            items = orjson.loads(listed.stdout).get("nftables", [])
+        except orjson.JSONDecodeError:
+            return None  # listed while nft -i was still adding: ask again
+        return None if listed.returncode else sum("rule" in item for item in items)
 
     def _wait_until_complete(self) -> None:
         deadline = time.monotonic() + STEP_TIMEOUT_S

@@ -130,10 +130,11 @@ def nft_commands(plan: NamespacePlan, tcp_target: str, dns_target: str) -> list[
         f"add chain {table} forward {{ type filter hook forward priority filter; policy accept; }}",
         f"add rule {table} forward iifname {outer} drop",
         f"add rule {table} forward oifname {outer} drop",
-        # A connection llmitm could not re-target (raw TCP to a looked-up name) would go to
-        # the gateway address, i.e. to whatever listens on the host: refuse it instead.
+        # llmitm refuses to connect to the gateway address (raw TCP to a looked-up name has no
+        # other destination); should anything on the host try, it must not reach whatever
+        # listens there.
         f"add chain {table} output {{ type filter hook output priority filter; policy accept; }}",
-        f"add rule {table} output ip daddr {plan.gateway} reject",
+        f"add rule {table} output ip daddr {plan.gateway} drop",
     ]
 
 
