@@ -299,3 +299,32 @@ def test_a_request_naming_only_the_namespace_address_is_refused_at_once(
     assert result.returncode == 0, result.stderr
     status, seconds = result.stdout.split()
     assert status == "502" and float(seconds) < 5, result.stdout
+
+
+NODE_APP = """
+const response = await fetch("https://api.openai.com/v1/chat/completions", {
+  method: "POST",
+  headers: {"authorization": "Bearer sk-transparent", "content-type": "application/json"},
+  body: JSON.stringify({model: "gpt-5", messages: [{role: "user", content: "from node"}]}),
+});
+const body = await response.json();
+console.log("NODE:", response.status, body.choices[0].message.content);
+"""
+
+
+def test_node_whose_fetch_ignores_proxy_variables_is_intercepted(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """Node before 22.21 has no proxy support in its global fetch at all: --transparent is the
+    only way llmitm reaches it (its CA still comes from NODE_EXTRA_CA_CERTS)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node on PATH (Debian's nodejs)")
+    app = tmp_path / "app.mjs"
+    app.write_text(NODE_APP)
+    before = len(upstream_requests(upstream))
+    result = run_transparent(tmp_path, upstream, node, str(app))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "NODE: 200 Hello from the fake upstream." in result.stdout
+    seen = upstream_requests(upstream)[before:]
+    assert [r["body"]["messages"][0]["content"] for r in seen] == ["from node"]
