@@ -188,13 +188,12 @@ def run(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.command:
-        problem = command_problem(
-            args.mitmdump, transparent=args.transparent, base_url=args.base_url
-        )
-        if problem:
-            print(f"llmitm run: {problem}", file=sys.stderr)
-            return 2
+    # A command line that cannot wrap the command fails here, before anything listens.
+    wrap = {"transparent": args.transparent, "base_url": args.base_url}
+    problem = command_problem(args.mitmdump, **wrap) if args.command else None
+    if problem:
+        print(f"llmitm run: {problem}", file=sys.stderr)
+        return 2
     if not args.command:
         from llmitm.addons.entry import run_mitmdump
 
