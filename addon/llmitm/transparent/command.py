@@ -64,10 +64,20 @@ def _mounts() -> str:
         return ""
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def _free_dns_port() -> int:
+    """A loopback port free for both TCP and UDP: mitmproxy's DNS listener takes both (a port
+    free for UDP alone is often some connection's TCP port: both come from the ephemeral
+    range)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+            tcp.bind(("127.0.0.1", 0))
+            port = tcp.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                try:
+                    udp.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
 
 
 @dataclass(slots=True)
@@ -86,7 +96,7 @@ class TransparentRun:
             plan = planning.new_plan(secrets.token_hex(4), host_networks(), secrets.randbelow)
         except PlanError as exc:
             raise NamespaceError(str(exc)) from None
-        return cls(plan, _free_udp_port(), scratch)
+        return cls(plan, _free_dns_port(), scratch)
 
     def proxy_args(self) -> list[str]:
         """The listeners the namespace is redirected to (on the loopback), and the address
