@@ -328,3 +328,47 @@ def test_node_whose_fetch_ignores_proxy_variables_is_intercepted(
     assert "NODE: 200 Hello from the fake upstream." in result.stdout
     seen = upstream_requests(upstream)[before:]
     assert [r["body"]["messages"][0]["content"] for r in seen] == ["from node"]
+
+
+JAVA_CLIENT = """
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+
+public class Client {
+    public static void main(String[] args) throws Exception {
+        String body = "{\\"model\\": \\"gpt-5\\", "
+            + "\\"messages\\": [{\\"role\\": \\"user\\", \\"content\\": \\"from java\\"}]}";
+        HttpRequest request = HttpRequest
+            .newBuilder(URI.create("https://api.openai.com/v1/chat/completions"))
+            .header("authorization", "Bearer sk-transparent")
+            .header("content-type", "application/json")
+            .POST(HttpRequest.BodyPublishers.ofString(body))
+            .build();
+        HttpResponse<String> response =
+            HttpClient.newHttpClient().send(request, HttpResponse.BodyHandlers.ofString());
+        System.out.println("JAVA: " + response.statusCode() + " " + response.body());
+    }
+}
+"""
+
+
+def test_java_which_reads_only_its_own_trust_store_is_intercepted(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """Java ignores proxy variables and CA variables alike; inside the namespace its key store
+    is a copy with llmitm's CA added."""
+    java = shutil.which("java")
+    if java is None or not Path("/etc/ssl/certs/java/cacerts").is_file():
+        pytest.skip("no Java with Debian's trust store (default-jdk-headless)")
+    source = tmp_path / "Client.java"
+    source.write_text(JAVA_CLIENT)
+    before = len(upstream_requests(upstream))
+    result = run_transparent(tmp_path, upstream, java, str(source))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("JAVA: 200 "), result.stdout + result.stderr
+    answer = orjson.loads(result.stdout.removeprefix("JAVA: 200 "))
+    assert answer["choices"][0]["message"]["content"] == "Hello from the fake upstream."
+    seen = upstream_requests(upstream)[before:]
+    assert [r["body"]["messages"][0]["content"] for r in seen] == ["from java"]

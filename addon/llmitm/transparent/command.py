@@ -9,6 +9,8 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from llmitm.transparent.plan import NamespacePlan, PlanError
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 NAMESPACE_OPTION = "llmitm_namespace_address"
+KEYTOOL_TIMEOUT_S = 30.0
 
 
 def command_problem(mitmdump: Sequence[str], *, transparent: bool, base_url: bool) -> str | None:
@@ -136,4 +139,29 @@ class TransparentRun:
             bundle = self.scratch / f"ca-bundle-{index}.pem"
             bundle.write_bytes(planning.ca_bundle(Path(real).read_bytes(), ca))
             mounts.append((str(bundle), real))
-        return mounts
+        return mounts + self._java_trust_store(ca_file)
+
+    def _java_trust_store(self, ca_file: Path) -> list[tuple[str, str]]:
+        """Java reads neither the PEM bundles nor any variable but its own key store: a copy
+        of it with llmitm's CA added (by keytool, when both exist), or nothing."""
+        store = Path(os.path.realpath(planning.JAVA_CACERTS))
+        keytool = shutil.which("keytool")
+        if keytool is None or not store.is_file():
+            return []
+        copy = self.scratch / "java-cacerts"
+        shutil.copyfile(store, copy)
+        try:
+            subprocess.run(
+                [keytool, "-importcert", "-noprompt", "-alias", f"llmitm-{self.plan.token}",
+                 "-file", str(ca_file), "-keystore", str(copy),
+                 "-storepass", planning.JAVA_STORE_PASSWORD],
+                check=True, capture_output=True, text=True, timeout=KEYTOOL_TIMEOUT_S,
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError) as exc:
+            said = getattr(exc, "stdout", None) or str(exc)
+            print(
+                f"llmitm run: warning: Java's trust store left as it is: {said.strip()}",
+                file=sys.stderr,
+            )
+            return []
+        return [(str(copy), str(store))]

@@ -40,6 +40,10 @@ CA_BUNDLE_PATHS = (
     "/etc/ssl/cert.pem",
 )
 RESOLV_CONF = "/etc/resolv.conf"
+# Java's trust store on Debian/Ubuntu (the JDK's lib/security/cacerts links to it; Fedora's
+# lives in /etc/pki/ca-trust/extracted/java/cacerts), and the password those stores ship with.
+JAVA_CACERTS = "/etc/ssl/certs/java/cacerts"
+JAVA_STORE_PASSWORD = "changeit"
 
 # Proxy variables point at loopback addresses the namespace cannot reach (its loopback is its
 # own); inside, every connection reaches llmitm without them.
