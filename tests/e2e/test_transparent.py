@@ -12,6 +12,8 @@ when the command or llmitm is killed.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -372,3 +374,41 @@ def test_java_which_reads_only_its_own_trust_store_is_intercepted(
     assert answer["choices"][0]["message"]["content"] == "Hello from the fake upstream."
     seen = upstream_requests(upstream)[before:]
     assert [r["body"]["messages"][0]["content"] for r in seen] == ["from java"]
+
+
+def test_llmitm_killed_outright_still_leaves_no_link_and_no_table(
+    tmp_path: Path, namespaces: None
+) -> None:
+    """No finally runs under SIGKILL: the kernel drops the table with the nft process that owns
+    it (its stdin closes), and the namespace, with its link, with the command, which gets
+    SIGTERM as its parent dies."""
+    process = subprocess.Popen(
+        [*llmitm_argv(tmp_path, None, "--transparent"), "--",
+         "sh", "-c", PRINT_TOKEN + "exec sleep 60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )  # fmt: skip
+    children: list[int] = []
+    try:
+        assert process.stdout is not None
+        token = token_of(process.stdout.readline())
+        assert left_behind(token) == [f"link llm{token}o", f"table llmitm_{token}"]
+        children = [
+            int(pid)
+            for task in Path(f"/proc/{process.pid}/task").iterdir()
+            for pid in (task / "children").read_text().split()
+        ]
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 10
+        while left_behind(token) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert left_behind(token) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for pid in children:  # the proxy outlives a killed llmitm run: not this test's subject
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
