@@ -412,3 +412,27 @@ def test_llmitm_killed_outright_still_leaves_no_link_and_no_table(
         for pid in children:  # the proxy outlives a killed llmitm run: not this test's subject
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_run_recorded_through_the_namespace_replays_offline(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """The CI case for a program that ignores proxy variables: record once, then replay with
+    no upstream configured; the replay report counts the hit."""
+    recordings = tmp_path / "recordings"
+    first = subprocess.run(
+        [*llmitm_argv(tmp_path, upstream, "--transparent", "--record", str(recordings)),
+         "--", "sh", "-c", CURL],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = len(upstream_requests(upstream))
+    again = subprocess.run(
+        [*llmitm_argv(tmp_path, None, "--transparent", "--replay", str(recordings)),
+         "--", "sh", "-c", CURL],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert orjson.loads(again.stdout) == orjson.loads(first.stdout)
+    assert "replay: 1 hit(s), 0 miss(es)" in again.stderr
+    assert len(upstream_requests(upstream)) == before
