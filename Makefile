@@ -13,7 +13,7 @@ CODEX_VERSION       := 0.171.0
 OPENAI_NODE_VERSION := 7.55.0
 NODE_STAMP := .e2e/node/.installed-codex-$(CODEX_VERSION)-openai-$(OPENAI_NODE_VERSION)
 
-.PHONY: run demo test lint bench clean e2e-deps chromium
+.PHONY: run demo test lint bench clean e2e-deps chromium netns-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "llmitm needs Python >= 3.12 (found " + sys.version.split()[0] + ")")'
@@ -41,11 +41,18 @@ chromium:
 	  apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
 
-# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF, Node 24),
-# Codex, openai-node and Chromium.
-e2e-deps: $(STAMP) $(NODE_STAMP) chromium
+# nftables and iproute2 for llmitm run --transparent and its tests (tests/e2e/test_transparent.py),
+# from apt when missing, like Chromium.
+netns-tools:
+	@{ command -v nft && command -v ip; } >/dev/null || { \
+	  apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nftables iproute2; }
 
-test: $(STAMP) $(NODE_STAMP) chromium
+# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF, Node 24),
+# Codex, openai-node, Chromium and nftables.
+e2e-deps: $(STAMP) $(NODE_STAMP) chromium netns-tools
+
+test: $(STAMP) $(NODE_STAMP) chromium netns-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest

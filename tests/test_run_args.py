@@ -84,15 +84,15 @@ def test_usage_errors(argv: list[str], message: str) -> None:
 @pytest.mark.parametrize(
     "mode",
     [
-        ["--mode", "local"],
         ["--mode=transparent"],
         ["-m", "wireguard"],
-        ["-mlocal:curl"],
         ["--set", "mode=dns"],
         ["--set=mode=tun"],
     ],
 )
 def test_a_mode_that_cannot_carry_the_command_is_refused(mode: list[str]) -> None:
+    # (--mode local is refused too, with what stops it on this machine: run's wrap check,
+    # tests/e2e/test_transparent.py.)
     with pytest.raises(RunUsageError, match=r"^--mode \S+ cannot carry the command's traffic"):
         parse_run_args([*mode, "--", "curl", "https://api.openai.com"])
     assert parse_run_args(mode).mitmdump == mode  # the proxy alone may listen in any mode

@@ -107,7 +107,7 @@ def mode_problem(modes: Sequence[str], *, base_url: bool, fixed_port: bool) -> s
         why = _NOT_A_CARRIER.get(kind, "llmitm knows no variable that points a command at it")
     return (
         f"--mode {spec} cannot carry the command's traffic ({why}); "
-        "use --mode regular (the default), socks5, or --base-url"
+        "use --mode regular (the default), socks5, --base-url, or --transparent"
     )
 
 

@@ -1,6 +1,7 @@
 """``llmitm run``: mitmdump with llmitm's addons, alone or around a command.
 
     llmitm run [--config FILE] [--base-url] [mitmdump options …] [-- COMMAND …]
+    llmitm run --transparent [--config FILE] [mitmdump options …] -- COMMAND …
     llmitm run --replay DIR [--fail-on-unused] [--report FILE] [--junit FILE] … -- COMMAND …
     llmitm run --record DIR … [-- COMMAND …]
 
@@ -15,6 +16,8 @@ recording never served) makes the exit status non-zero even when the command pas
 report is written to ``--report`` (default ``DIR/../replay-report.json`` is not assumed:
 without ``--report`` it is only summarised on stderr); ``--junit FILE`` writes it as JUnit
 XML too, one testcase per scope (``replay.junit``). ``--record DIR`` writes the folder.
+``--transparent`` runs the command in a network namespace of its own whose TCP and DNS go to
+llmitm, for programs that ignore proxy variables (``llmitm.transparent``).
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ from pathlib import Path
 
 import orjson
 
-from llmitm.command_env import command_environment, mode_problem, write_ca_bundles
+from llmitm.command_env import command_environment, mode_kind, mode_problem, write_ca_bundles
 from llmitm.routing.config import ConfigError, load_config
+from llmitm.transparent.command import TransparentRun, command_problem
+from llmitm.transparent.namespace import NamespaceError
+from llmitm.transparent.plan import user_modes
 
 OPENAI_ORIGIN = "https://api.openai.com"
 READY_TIMEOUT_S = 60.0
@@ -47,6 +53,7 @@ class RunUsageError(ValueError):
 class RunArgs:
     config: str | None = None
     base_url: bool = False
+    transparent: bool = False
     mitmdump: list[str] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     replay: str | None = None
@@ -96,6 +103,8 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
             continue
         if item == "--base-url":
             args.base_url = True
+        elif item == "--transparent":
+            args.transparent = True
         elif item == "--fail-on-unused":
             args.fail_on_unused = True
         else:
@@ -105,11 +114,14 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
         raise RunUsageError("--replay and --record exclude each other")
     if (args.fail_on_unused or args.report or args.junit) and not args.replay:
         raise RunUsageError("--fail-on-unused, --report and --junit go with --replay")
-    if args.command:
-        modes = _values(args.mitmdump, "--mode", "-m", "mode") or ["regular"]
+    if args.transparent and not args.command:
+        raise RunUsageError("--transparent goes with a command: llmitm run --transparent -- CMD")
+    if args.command and not args.transparent:  # --transparent checks its own (command_problem)
+        modes = user_modes(args.mitmdump) or ["regular"]
         fixed_port = _gives(args.mitmdump, "--listen-port", "-p", "listen_port")
         problem = mode_problem(modes, base_url=args.base_url, fixed_port=fixed_port)
-        if problem:
+        # local mode is judged by the machine (command_problem says what stops it here).
+        if problem and not any(mode_kind(spec) == "local" for spec in modes):
             raise RunUsageError(problem)
     return args
 
@@ -167,24 +179,6 @@ def _gives(user: Sequence[str], long: str, short: str | None, option: str) -> bo
     return False
 
 
-def _values(user: Sequence[str], long: str, short: str, option: str) -> list[str]:
-    """The values the user's mitmdump arguments give ``option``, in ``_gives``' spellings."""
-    values = []
-    for index, item in enumerate(user):
-        following = user[index + 1] if index + 1 < len(user) else ""
-        if item in (long, short):
-            values.append(following)
-        elif item.startswith(long + "="):
-            values.append(item.removeprefix(long + "="))
-        elif item.startswith(short) and not item.startswith("--"):
-            values.append(item.removeprefix(short))
-        elif item == "--set" and following.startswith(option + "="):
-            values.append(following.removeprefix(option + "="))
-        elif item.startswith(f"--set={option}="):
-            values.append(item.removeprefix(f"--set={option}="))
-    return values
-
-
 def run(argv: Sequence[str]) -> int:
     try:
         args = parse_run_args(argv)
@@ -203,6 +197,12 @@ def run(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    # A command line that cannot wrap the command fails here, before anything listens.
+    wrap = {"transparent": args.transparent, "base_url": args.base_url}
+    problem = command_problem(args.mitmdump, **wrap) if args.command else None
+    if problem:
+        print(f"llmitm run: {problem}", file=sys.stderr)
+        return 2
     if not args.command:
         from llmitm.addons.entry import run_mitmdump
 
@@ -220,12 +220,18 @@ def _run_command(args: RunArgs) -> int:
     with tempfile.TemporaryDirectory(prefix="llmitm-run-") as scratch:
         listenfile = Path(scratch) / "listen.json"
         report = args.report or (str(Path(scratch) / "replay-report.json") if args.replay else None)
+        try:
+            namespace = TransparentRun.prepare(Path(scratch)) if args.transparent else None
+        except NamespaceError as exc:
+            print(f"llmitm run: {exc}", file=sys.stderr)
+            return 1
         proxy = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "llmitm.addons.entry",
                 *mitmdump_argv(args, str(listenfile), report),
+                *(namespace.proxy_args() if namespace else ()),
             ],
             stdin=subprocess.DEVNULL,
         )
@@ -241,7 +247,13 @@ def _run_command(args: RunArgs) -> int:
                 print(f"llmitm run: cannot write the CA bundles: {exc}", file=sys.stderr)
                 return 1
             try:
-                status = subprocess.run(args.command, env=env, check=False).returncode
+                if namespace:
+                    status = namespace.run(args.command, env, listening)
+                else:
+                    status = subprocess.run(args.command, env=env, check=False).returncode
+            except NamespaceError as exc:
+                print(f"llmitm run: {exc}", file=sys.stderr)
+                return 1
             except FileNotFoundError:
                 print(f"llmitm run: {args.command[0]}: command not found", file=sys.stderr)
                 return 127

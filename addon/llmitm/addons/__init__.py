@@ -7,6 +7,7 @@ from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.listenfile import ListenFile
+from llmitm.addons.namespace import LlmNamespace
 from llmitm.addons.record import LlmRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import LlmResponses
@@ -40,6 +41,7 @@ def make_addons() -> list[object]:
     # LlmWebSocket comes first: a call a socket sends back through the proxy gets its target
     # restored before anyone else (egress and the recorder included) sees it.
     return [
+        LlmNamespace(),  # answers --transparent's DNS; re-addresses its flows by Host header
         settings,
         LlmWebSocket(relay),
         egress,
