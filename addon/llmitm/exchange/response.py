@@ -48,14 +48,15 @@ def translate_body(
         parsed = _json_or_text(content)
         new_status, body = translate_error_body(parsed, status, plan.client_api)
         return new_status, orjson.dumps(body)
+    if not plan.translates and not context.tools:
+        return None
+    body = _json_object(content)
+    if isinstance(body, tuple):
+        return body
     if not plan.translates:
-        return _restored_calls(status, content, context) if context.tools else None
-    try:
-        body = orjson.loads(content or b"")
-    except orjson.JSONDecodeError:
-        return _upstream_garbage("The upstream answered with a body that is not JSON.")
-    if not isinstance(body, dict):
-        return _upstream_garbage("The upstream answered with JSON that is not an object.")
+        # A native Responses answer whose calls of renamed tools go back to the client's.
+        restore_response_calls(body, context)
+        return status, orjson.dumps(body)
     if plan.client_api == "chat":
         failure = response_failure(body)
         if failure is not None:
@@ -64,18 +65,15 @@ def translate_body(
     return status, orjson.dumps(chat_completion_to_response(body, context))
 
 
-def _restored_calls(
-    status: int, content: bytes | None, context: TranslationContext
-) -> tuple[int, bytes] | None:
-    """A native Responses answer whose calls of renamed tools go back to the client's."""
+def _json_object(content: bytes | None) -> dict[str, Any] | tuple[int, bytes]:
+    """The upstream's body as a JSON object, or the 502 that says it is not one."""
     try:
         body = orjson.loads(content or b"")
     except orjson.JSONDecodeError:
         return _upstream_garbage("The upstream answered with a body that is not JSON.")
     if not isinstance(body, dict):
         return _upstream_garbage("The upstream answered with JSON that is not an object.")
-    restore_response_calls(body, context)
-    return status, orjson.dumps(body)
+    return body
 
 
 def _json_or_text(content: bytes | None) -> Any:
