@@ -303,7 +303,9 @@ def test_codex_in_its_default_configuration_keeps_its_side_traffic_here(
     OpenTelemetry export are answered here, and its Responses WebSocket is llmitm's own (no
     failed socket, no fallback to HTTPS)."""
     config = tmp_path / "llmitm.toml"
-    config.write_text('[llmitm]\negress = "local"\n' + CONFIG.format(url=upstream.url))
+    # The fake would call Codex's exec tool; its "text" scenario answers plainly.
+    routed = CONFIG.format(url=upstream.url) + 'model = "text"\n'
+    config.write_text('[llmitm]\negress = "local"\n' + routed)
     (tmp_path / "work").mkdir()
     (tmp_path / "codex-home").mkdir()
     env = codex_env(tmp_path / "codex-home", {"OPENAI_API_KEY": "sk-test"})

@@ -35,6 +35,8 @@ apis = ["chat"]
 models = ["*"]
 endpoints = ["chat-only"]
 """
+# Codex offers its exec tool, which the fake would call: its "text" scenario answers plainly.
+CODEX_CONFIG = CONFIG + 'model = "text"\n'
 HELLO = "Hello from the fake upstream."
 CODEX_NOISE = ("Reconnecting", "Falling back", "WebSocket", "websocket")
 
@@ -180,7 +182,7 @@ def test_codex_default_configuration_talks_to_a_chat_upstream_over_the_socket(
             "Say hi",
             "--record", str(folder),
             "--set", f"llmitm_store={tmp_path / 'live.db'}",
-            config=CONFIG.format(chat=chat.url), home=home, work=work,
+            config=CODEX_CONFIG.format(chat=chat.url), home=home, work=work,
         )  # fmt: skip
         sent = upstream_requests(chat)
     output = f"--- stdout\n{live.stdout[-2000:]}\n--- stderr\n{live.stderr[-3000:]}"
@@ -201,7 +203,7 @@ def test_codex_default_configuration_talks_to_a_chat_upstream_over_the_socket(
             "Say hi",
             "--replay", str(folder),
             "--set", f"llmitm_store={tmp_path / 'replay.db'}",
-            config=CONFIG.format(chat=wire.url), home=home, work=work,
+            config=CODEX_CONFIG.format(chat=wire.url), home=home, work=work,
         )  # fmt: skip
     output = f"--- stdout\n{again.stdout[-2000:]}\n--- stderr\n{again.stderr[-3000:]}"
     assert again.returncode == 0, output
@@ -217,7 +219,7 @@ def test_a_refused_socket_sends_codex_to_https_at_once(tmp_path: Path) -> None:
             "Say hi",
             "--set", "llmitm_websocket=refuse",
             "--set", f"llmitm_store={tmp_path / 'llmitm.db'}",
-            config=CONFIG.format(chat=chat.url),
+            config=CODEX_CONFIG.format(chat=chat.url),
             home=tmp_path / "codex-home", work=tmp_path / "work",
         )  # fmt: skip
         sent = upstream_requests(chat)
