@@ -21,6 +21,7 @@ from llmitm.store.responses import (
     ResponseSaved,
     ResponsesPurged,
     StoredResponse,
+    readable,
 )
 
 
@@ -53,27 +54,35 @@ class MemoryResponses(ResponseReader):
             for rid in [r.id for r in self._responses.values() if r.expired(write.now)]:
                 self.apply(ResponseDeleted(rid))
 
-    async def response(self, response_id: str) -> StoredResponse | None:
+    async def response(
+        self, response_id: str, credential: str | None = None
+    ) -> StoredResponse | None:
         record = self._responses.get(response_id)
-        return None if record is None or record.expired(time.time()) else record
+        if record is None or record.expired(time.time()):
+            return None
+        return record if readable(record.credential, credential) else None
 
-    async def chain(self, response_id: str, max_depth: int = 10_000) -> list[StoredResponse]:
+    async def chain(
+        self, response_id: str, max_depth: int = 10_000, credential: str | None = None
+    ) -> list[StoredResponse]:
         chain: list[StoredResponse] = []
         next_id: str | None = response_id
         while next_id is not None and len(chain) <= max_depth:
-            record = await self.response(next_id)
+            record = await self.response(next_id, credential)
             if record is None:
                 break
             chain.append(record)
             next_id = record.previous_response_id
         return chain[::-1]
 
-    async def items(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    async def items(
+        self, item_ids: Sequence[str], credential: str | None = None
+    ) -> dict[str, dict[str, Any]]:
         wanted = set(item_ids)
         found: dict[str, dict[str, Any]] = {}
         now = time.time()
         for record in reversed(self._responses.values()):  # newest first, as in SQLite
-            if record.expired(now):
+            if record.expired(now) or not readable(record.credential, credential):
                 continue
             for item in record.items():
                 item_id = item.get("id")
@@ -93,3 +102,6 @@ class MemoryResponses(ResponseReader):
 
     async def seal_key(self) -> bytes | None:
         return None  # the seal makes a per-process key
+
+    async def fingerprint_key(self) -> bytes | None:
+        return None  # so does the credential scope

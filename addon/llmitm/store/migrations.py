@@ -200,6 +200,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             "SELECT 1",
         ),
     ),
+    Migration(
+        6,
+        "who created each stored response",
+        (
+            # The HMAC fingerprint (replay.fingerprint) of the client credential that created
+            # a stored response or had a native endpoint mint an id, or 'anonymous': state
+            # calls answer only that credential. Rows from before stay NULL, owned by nobody:
+            # only a proxy whose responses_scope is "shared" still reads them.
+            "ALTER TABLE responses ADD COLUMN credential TEXT",
+            "ALTER TABLE response_owners ADD COLUMN credential TEXT",
+        ),
+    ),
 )
 
 

@@ -9,6 +9,12 @@ reads the local Responses API needs. Nothing here names a database.
   stays there; llmitm only remembers where to send retrieve/delete/… for it);
 - the reasoning seal key (:mod:`llmitm.responses_api.seal`), created once with the schema.
 
+Each record keeps the ``credential`` that created it: an HMAC fingerprint
+(:mod:`llmitm.replay.fingerprint`, under the store's own key) or ``"anonymous"``, never the
+credential itself. Every read takes a ``credential``: ``None`` reads any record (a
+shared, single-tenant proxy), a fingerprint reads only that credential's records — a record made by
+an older llmitm, which kept no credential, belongs to nobody and is read only by ``None``.
+
 Times are seconds since the epoch (floats); ``expires_at`` ``None`` means kept until deleted.
 """
 
@@ -30,6 +36,8 @@ class StoredResponse:
     previous_response_id: str | None
     created_at: float
     expires_at: float | None = None
+    credential: str | None = None
+    """Who created it (fingerprint or ``"anonymous"``); ``None``: an older llmitm's row."""
 
     @property
     def status(self) -> str:
@@ -55,6 +63,13 @@ class ResponseOwner:
     endpoint: str
     created_at: float
     expires_at: float | None = None
+    credential: str | None = None
+    """The client credential that had the endpoint mint the id (as on :class:`StoredResponse`)."""
+
+
+def readable(created_by: str | None, credential: str | None) -> bool:
+    """Whether a record ``created_by`` one credential is ``credential``'s (``None``: anyone's)."""
+    return credential is None or created_by == credential
 
 
 # -- writes (through the store's queue) ---------------------------------------------------
@@ -114,18 +129,24 @@ class ResponseReader(abc.ABC):
     finds what it created."""
 
     @abc.abstractmethod
-    async def response(self, response_id: str) -> StoredResponse | None:
-        """The stored response, or ``None`` (never stored, deleted)."""
+    async def response(
+        self, response_id: str, credential: str | None = None
+    ) -> StoredResponse | None:
+        """The stored response, or ``None`` (never stored, deleted, not ``credential``'s)."""
 
     @abc.abstractmethod
-    async def chain(self, response_id: str, max_depth: int = 10_000) -> list[StoredResponse]:
+    async def chain(
+        self, response_id: str, max_depth: int = 10_000, credential: str | None = None
+    ) -> list[StoredResponse]:
         """``response_id`` and its ancestors, oldest first (empty when it is unknown). The
-        walk stops at an ancestor that is no longer stored."""
+        walk stops at an ancestor that is no longer stored, or is not ``credential``'s."""
 
     @abc.abstractmethod
-    async def items(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """Stored input or output items by id (for ``item_reference``); unknown ids are
-        left out."""
+    async def items(
+        self, item_ids: Sequence[str], credential: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Stored input or output items by id (for ``item_reference``) of
+        ``credential``'s responses; unknown ids are left out."""
 
     @abc.abstractmethod
     async def events(self, response_id: str, after: int = -1) -> list[bytes]:
@@ -133,8 +154,15 @@ class ResponseReader(abc.ABC):
 
     @abc.abstractmethod
     async def owner(self, response_id: str) -> ResponseOwner | None:
-        """The native endpoint that owns ``response_id``, when llmitm saw it mint it."""
+        """The native endpoint that owns ``response_id``, when llmitm saw it mint it (any
+        credential's: the caller compares :attr:`ResponseOwner.credential`, since a foreign
+        id must be refused, not sent to the endpoint as an unknown one)."""
 
     @abc.abstractmethod
     async def seal_key(self) -> bytes | None:
         """The 32-byte reasoning seal key kept with the schema (``None``: none yet)."""
+
+    @abc.abstractmethod
+    async def fingerprint_key(self) -> bytes | None:
+        """The key credential fingerprints are made with (``None``: none kept, the caller
+        makes one for the process)."""

@@ -87,7 +87,9 @@ DEFAULT_APPLIERS: Mapping[type, SqliteApplier] = {
 }
 _RECORDINGS_TABLE = "rec_interactions"
 
-_RESPONSES_SCHEMA = 2  # the migration that created the Responses state tables
+# The migration that gave the Responses state tables their ``credential`` columns (2 created
+# them): a read-only file older than that shows no Responses state rather than failing.
+_RESPONSES_SCHEMA = 6
 
 _BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 
@@ -229,17 +231,25 @@ class SqliteStore(Store, ResponseReader):
             await self.flush()
         return reader
 
-    async def response(self, response_id: str) -> StoredResponse | None:
+    async def response(
+        self, response_id: str, credential: str | None = None
+    ) -> StoredResponse | None:
         reader = await self._responses_reader()
-        return None if reader is None else await read_response(reader, response_id)
+        return None if reader is None else await read_response(reader, response_id, credential)
 
-    async def chain(self, response_id: str, max_depth: int = 10_000) -> list[StoredResponse]:
+    async def chain(
+        self, response_id: str, max_depth: int = 10_000, credential: str | None = None
+    ) -> list[StoredResponse]:
         reader = await self._responses_reader()
-        return [] if reader is None else await read_chain(reader, response_id, max_depth)
+        if reader is None:
+            return []
+        return await read_chain(reader, response_id, max_depth, credential)
 
-    async def items(self, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    async def items(
+        self, item_ids: Sequence[str], credential: str | None = None
+    ) -> dict[str, dict[str, Any]]:
         reader = await self._responses_reader()
-        return {} if reader is None else await read_items(reader, item_ids)
+        return {} if reader is None else await read_items(reader, item_ids, credential)
 
     async def events(self, response_id: str, after: int = -1) -> list[bytes]:
         reader = await self._responses_reader()

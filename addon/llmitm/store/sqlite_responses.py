@@ -1,6 +1,7 @@
 """Responses state in SQLite: how the writes of ``store.responses`` are applied and its reads
 answered. Owns the SQL of the tables migration 2 creates (``responses``,
-``response_events``, ``response_owners``, ``llmitm_secrets``); ``store.sqlite`` calls it.
+``response_events``, ``response_owners``, ``llmitm_secrets``) and of the ``credential``
+columns migration 6 adds to the first and third; ``store.sqlite`` calls it.
 
 Objects and item lists are stored as JSON blobs: the store never looks inside them, the
 local Responses API (sans-IO) does. A chain is one recursive query over
@@ -27,8 +28,10 @@ from llmitm.store.responses import (
 
 SEAL_KEY_NAME = "reasoning-seal"
 
-_COLUMNS = "id, response, input_items, previous_response_id, created_at, expires_at"
+_COLUMNS = "id, response, input_items, previous_response_id, created_at, expires_at, credential"
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
+# ``credential IS ?`` with NULL for "anyone's" would match only NULL rows: "? IS NULL OR …".
+_OWNED = "(? IS NULL OR credential = ?)"
 
 
 async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved]) -> None:
@@ -46,7 +49,7 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
         ],
     )
     await db.executemany(
-        f"INSERT OR REPLACE INTO responses ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+        f"INSERT OR REPLACE INTO responses ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 w.record.id,
@@ -55,6 +58,7 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
                 w.record.previous_response_id,
                 w.record.created_at,
                 w.record.expires_at,
+                w.record.credential,
             )
             for w in writes
         ],
@@ -78,9 +82,12 @@ async def apply_events(db: aiosqlite.Connection, writes: Sequence[ResponseEvents
 
 async def apply_owned(db: aiosqlite.Connection, writes: Sequence[ResponseOwned]) -> None:
     await db.executemany(
-        "INSERT OR REPLACE INTO response_owners (id, endpoint, created_at, expires_at) "
-        "VALUES (?, ?, ?, ?)",
-        [(w.owner.id, w.owner.endpoint, w.owner.created_at, w.owner.expires_at) for w in writes],
+        "INSERT OR REPLACE INTO response_owners "
+        "(id, endpoint, created_at, expires_at, credential) VALUES (?, ?, ?, ?, ?)",
+        [
+            (o.id, o.endpoint, o.created_at, o.expires_at, o.credential)
+            for o in (w.owner for w in writes)
+        ],
     )
 
 
@@ -101,7 +108,7 @@ async def apply_purged(db: aiosqlite.Connection, writes: Sequence[ResponsesPurge
 
 
 def _record(row: Sequence[object]) -> StoredResponse:
-    rid, response, items, previous, created_at, expires_at = row
+    rid, response, items, previous, created_at, expires_at, credential = row
     return StoredResponse(
         id=str(rid),
         response=orjson.loads(response),  # type: ignore[arg-type]
@@ -109,23 +116,27 @@ def _record(row: Sequence[object]) -> StoredResponse:
         previous_response_id=previous if isinstance(previous, str) else None,
         created_at=float(created_at),  # type: ignore[arg-type]
         expires_at=float(expires_at) if expires_at is not None else None,  # type: ignore[arg-type]
+        credential=credential if isinstance(credential, str) else None,
     )
 
 
-async def read_response(db: aiosqlite.Connection, response_id: str) -> StoredResponse | None:
-    sql = f"SELECT {_COLUMNS} FROM responses WHERE id = ? AND {_LIVE}"
-    async with db.execute(sql, (response_id, time.time())) as cursor:
+async def read_response(
+    db: aiosqlite.Connection, response_id: str, credential: str | None
+) -> StoredResponse | None:
+    sql = f"SELECT {_COLUMNS} FROM responses WHERE id = ? AND {_LIVE} AND {_OWNED}"
+    async with db.execute(sql, (response_id, time.time(), credential, credential)) as cursor:
         row = await cursor.fetchone()
     return _record(row) if row else None
 
 
 async def read_chain(
-    db: aiosqlite.Connection, response_id: str, max_depth: int
+    db: aiosqlite.Connection, response_id: str, max_depth: int, credential: str | None
 ) -> list[StoredResponse]:
     # Walk up previous_response_id; depth orders the result and bounds a (corrupt) cycle.
+    # An ancestor that is not the credential's is left out, which breaks the chain there.
     sql = f"""
         WITH RECURSIVE chain(id, depth) AS (
-            SELECT id, 0 FROM responses WHERE id = ? AND {_LIVE}
+            SELECT id, 0 FROM responses WHERE id = ? AND {_LIVE} AND {_OWNED}
             UNION ALL
             SELECT r.previous_response_id, chain.depth + 1
             FROM responses AS r JOIN chain ON r.id = chain.id
@@ -133,11 +144,13 @@ async def read_chain(
         )
         SELECT {", ".join("r." + c.strip() for c in _COLUMNS.split(","))}
         FROM chain JOIN responses AS r ON r.id = chain.id
-        WHERE r.expires_at IS NULL OR r.expires_at > ?
+        WHERE (r.expires_at IS NULL OR r.expires_at > ?)
+            AND (? IS NULL OR r.credential = ?)
         ORDER BY chain.depth DESC
     """
     now = time.time()
-    async with db.execute(sql, (response_id, now, max_depth, now)) as cursor:
+    params = (response_id, now, credential, credential, max_depth, now, credential, credential)
+    async with db.execute(sql, params) as cursor:
         rows = await cursor.fetchall()
     records = [_record(row) for row in rows]
     # A deleted ancestor ends the chain: keep only the unbroken run ending at response_id.
@@ -149,15 +162,19 @@ async def read_chain(
     return unbroken[::-1]
 
 
-async def read_items(db: aiosqlite.Connection, item_ids: Sequence[str]) -> dict[str, dict]:
+async def read_items(
+    db: aiosqlite.Connection, item_ids: Sequence[str], credential: str | None
+) -> dict[str, dict]:
     found: dict[str, dict] = {}
     for item_id in dict.fromkeys(item_ids):
         sql = """
             SELECT i.item FROM response_items AS i JOIN responses AS r ON r.id = i.response_id
             WHERE i.item_id = ? AND (r.expires_at IS NULL OR r.expires_at > ?)
+                AND (? IS NULL OR r.credential = ?)
             ORDER BY r.created_at DESC LIMIT 1
         """
-        async with db.execute(sql, (item_id, time.time())) as cursor:
+        params = (item_id, time.time(), credential, credential)
+        async with db.execute(sql, params) as cursor:
             row = await cursor.fetchone()
         if row:
             found[item_id] = orjson.loads(row[0])
@@ -173,13 +190,15 @@ async def read_events(db: aiosqlite.Connection, response_id: str, after: int) ->
 
 async def read_owner(db: aiosqlite.Connection, response_id: str) -> ResponseOwner | None:
     sql = (
-        f"SELECT id, endpoint, created_at, expires_at FROM response_owners WHERE id = ? AND {_LIVE}"
+        "SELECT id, endpoint, created_at, expires_at, credential FROM response_owners "
+        f"WHERE id = ? AND {_LIVE}"
     )
     async with db.execute(sql, (response_id, time.time())) as cursor:
         row = await cursor.fetchone()
     if not row:
         return None
-    return ResponseOwner(str(row[0]), str(row[1]), float(row[2]), row[3])
+    credential = row[4] if isinstance(row[4], str) else None
+    return ResponseOwner(str(row[0]), str(row[1]), float(row[2]), row[3], credential)
 
 
 async def read_seal_key(db: aiosqlite.Connection) -> bytes | None:
