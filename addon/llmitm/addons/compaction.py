@@ -149,6 +149,8 @@ class LlmCompaction:
             self.state.seal,
             store_default=False,
             ids=random_id if mint is None else mint.id,
+            known_owner=self.state.known_owner,
+            credential=self.state.credential(await self.state.creator(flow)),
         )
         previous = body.get("previous_response_id")
         if isinstance(previous, str) and previous:

@@ -14,12 +14,18 @@ Two addons around the router, sharing one :class:`ResponsesState`:
   terminal event, ``GET`` and the chain), takes ``background`` calls over, and in
   ``response`` stores the final Response object (or, for native endpoints, who owns the id).
 
+Everything stored keeps the credential fingerprint of the request that created it, and every
+read is that of the caller's credential unless the configuration says ``responses_scope =
+"shared"`` (``llmitm.responses_api.scope``): another key, or none, gets OpenAI's 404 — and a
+native endpoint's id is only sent there, with the endpoint's key, for the key that made it.
+
 Reads await the store (they answer the client); writes go through its queue.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -49,6 +55,7 @@ from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.create import CreateCall, prepare_create
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
+from llmitm.responses_api.scope import creator, reader_credential
 from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
 from llmitm.routing.affinity import TtlLru
 from llmitm.routing.plan import plan_for_endpoint
@@ -63,6 +70,7 @@ from llmitm.store.responses import (
     ResponseSaved,
     ResponsesPurged,
     StoredResponse,
+    readable,
 )
 from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import IdFactory, Mint, random_id
@@ -93,11 +101,12 @@ class ResponsesState:
         self.store = store
         self.relay = relay
         self.runs: dict[str, BackgroundRun] = {}
-        self.owners: TtlLru[str, str] = TtlLru(100_000, 24 * 3600.0)
-        """Native ids this process saw minted → endpoint, for synchronous lookups (the
-        store has them all, for as long as the TTL option says)."""
+        self.owners: TtlLru[str, ResponseOwner] = TtlLru(100_000, 24 * 3600.0)
+        """Native ids this process saw minted → endpoint and creator, for synchronous
+        lookups (the store has them all, for as long as the TTL option says)."""
         self.memory = MemoryResponses()
         self._seal: ReasoningSeal | None = None
+        self._fingerprint_key: bytes | None = None
         self._purged = False
 
     async def reader(self) -> ResponseReader:
@@ -123,12 +132,24 @@ class ResponsesState:
             self._seal = ReasoningSeal(key)
         return self._seal
 
+    async def creator(self, flow: http.HTTPFlow) -> str:
+        """Who ``flow``'s request is, as stored with what it creates (a fingerprint)."""
+        if self._fingerprint_key is None:
+            key = await (await self.reader()).fingerprint_key()
+            # Without a store the key lives as long as the process, as its state does.
+            self._fingerprint_key = key or secrets.token_bytes(32)
+        return creator(flow.request.headers.items(multi=True), self._fingerprint_key)
+
+    def credential(self, created_by: str) -> str | None:
+        """The credential a request by ``created_by`` reads stored state with."""
+        return reader_credential(self.settings.config.settings.responses_scope, created_by)
+
     def expires_at(self, now: float) -> float | None:
         ttl = ctx.options.llmitm_responses_ttl
         return now + ttl if ttl > 0 else None
 
-    def owner_endpoint(self, response_id: str) -> str | None:
-        """The native endpoint known to own ``response_id`` (for the router's affinity)."""
+    def known_owner(self, response_id: str) -> ResponseOwner | None:
+        """The native endpoint known to own ``response_id``, and for whom it minted it."""
         return self.owners.get(response_id, time.monotonic())
 
     def save(self, record: StoredResponse) -> None:
@@ -202,6 +223,7 @@ class LlmResponsesApi:
             return  # the router answers the 400
         if not isinstance(body, dict):
             return
+        created_by = await self.state.creator(flow)
         create, changed = await prepare_create(
             body,
             content,
@@ -209,8 +231,15 @@ class LlmResponsesApi:
             self.state.seal,
             store_default=bool(ctx.options.llmitm_responses_store),
             ids=_ids(flow),
-            known_owner=self.state.owner_endpoint,
+            known_owner=self.state.known_owner,
+            credential=self.state.credential(created_by),
         )
+        if create.previous_foreign:
+            # Not sent on: the endpoint, asked with llmitm's key, would find it.
+            previous = create.previous_response_id or ""
+            answer(flow, answers.error_answer(answers.previous_not_found(previous)))
+            return
+        create.created_by = created_by
         if changed:
             flow.request.content = orjson.dumps(body)
         flow.metadata[CREATE_KEY] = create
@@ -219,10 +248,11 @@ class LlmResponsesApi:
 
     async def _state_call(self, flow: http.HTTPFlow, call: StateCall) -> None:
         reader = await self.state.reader()
-        record = await reader.response(call.response_id)
+        credential = self.state.credential(await self.state.creator(flow))
+        record = await reader.response(call.response_id, credential)
         run = self.state.runs.get(call.response_id)
         if record is None:
-            await self._not_stored(flow, call, reader)
+            await self._not_stored(flow, call, reader, credential)
             return
         if run is not None:
             # The live run is ahead of the store between status changes.
@@ -244,14 +274,12 @@ class LlmResponsesApi:
             self._cancel(flow, record, run)
 
     async def _not_stored(
-        self, flow: http.HTTPFlow, call: StateCall, reader: ResponseReader
+        self, flow: http.HTTPFlow, call: StateCall, reader: ResponseReader, credential: str | None
     ) -> None:
-        endpoint_name = self.state.owner_endpoint(call.response_id)
-        if endpoint_name is None:
-            owner = await reader.owner(call.response_id)
-            endpoint_name = owner.endpoint if owner else None
-        endpoint = self.state.settings.config.endpoints.get(endpoint_name or "")
-        if endpoint is None:
+        owner = self.state.known_owner(call.response_id) or await reader.owner(call.response_id)
+        mine = owner is not None and readable(owner.credential, credential)
+        endpoint = self.state.settings.config.endpoints.get(owner.endpoint) if mine else None
+        if owner is None or endpoint is None:
             answer(flow, answers.not_found(call.response_id))
             return
         # A native endpoint's id: its state is authoritative, the call goes there.
@@ -385,6 +413,7 @@ class LlmResponsesRecorder:
             previous_response_id=create.previous_response_id,
             created_at=now,
             expires_at=self.state.expires_at(now),
+            credential=create.created_by,
         )
         state = self.state
 
@@ -445,7 +474,7 @@ class LlmResponsesRecorder:
         create.native_endpoint = create.native_endpoint or _native_winner(flow)
         try:
             if create.native_endpoint is not None:
-                self._remember_owner(flow, create.native_endpoint)
+                self._remember_owner(flow, create)
             elif create.response_id is not None and create.store and not create.background:
                 self._store(flow, create)
         except Exception:  # storing must never cost the client its answer
@@ -464,10 +493,11 @@ class LlmResponsesRecorder:
                 previous_response_id=create.previous_response_id,
                 created_at=now,
                 expires_at=self.state.expires_at(now),
+                credential=create.created_by,
             )
         )
 
-    def _remember_owner(self, flow: http.HTTPFlow, endpoint: str) -> None:
+    def _remember_owner(self, flow: http.HTTPFlow, create: CreateCall) -> None:
         response = flow.response
         assert response is not None
         if flow.request.method != "POST" or response.status_code >= 400:
@@ -485,10 +515,12 @@ class LlmResponsesRecorder:
         if not isinstance(response_id, str) or not response_id:
             return
         now = time.time()
-        self.state.owners.put(response_id, endpoint, time.monotonic())
-        self.state.submit(
-            ResponseOwned(ResponseOwner(response_id, endpoint, now, self.state.expires_at(now)))
+        endpoint = create.native_endpoint or ""
+        owner = ResponseOwner(
+            response_id, endpoint, now, self.state.expires_at(now), create.created_by
         )
+        self.state.owners.put(response_id, owner, time.monotonic())
+        self.state.submit(ResponseOwned(owner))
 
 
 def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:

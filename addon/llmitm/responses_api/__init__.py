@@ -17,5 +17,6 @@ shell is ``llmitm.addons.responses_api``.
 - :mod:`.seal`: reasoning sealed into ``encrypted_content`` and opened again;
 - :mod:`.compaction`: ``compact`` and ``compaction_trigger`` answered by a summarisation call,
   the summary sealed into the ``compaction`` item and opened again;
-- :mod:`.background`: a background response run by llmitm itself, resumable by sequence.
+- :mod:`.background`: a background response run by llmitm itself, resumable by sequence;
+- :mod:`.scope`: whose stored state a request may read (its credential's, or everyone's).
 """

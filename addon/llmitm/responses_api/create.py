@@ -5,7 +5,9 @@ it, and the stateless request the router will translate.
 - ``previous_response_id`` becomes its stored chain, inlined before the new input (and is
   removed, so the chat translation sees a plain conversation); an id llmitm does not store
   is left alone — a native endpoint may own it (:attr:`CreateCall.previous_owner`), or it
-  is unknown and request mapping answers OpenAI's 400;
+  is unknown and request mapping answers OpenAI's 400 — and one another credential created
+  (stored here, or minted by a native endpoint for it) is :attr:`CreateCall.previous_foreign`,
+  for the caller to refuse as OpenAI's 400 rather than send to the endpoint with its key;
 - reasoning items carrying llmitm's ``encrypted_content`` get their reasoning back, and
   llmitm's compaction items become the summary messages they stand for (:mod:`.compaction`).
 
@@ -23,7 +25,7 @@ from llmitm.responses_api.chain import history_items
 from llmitm.responses_api.compaction import restore_compactions
 from llmitm.responses_api.items import input_items
 from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
-from llmitm.store.responses import ResponseReader
+from llmitm.store.responses import ResponseOwner, ResponseReader, readable
 from llmitm.wire.ids import IdFactory
 
 ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
@@ -41,10 +43,14 @@ class CreateCall:
     previous_response_id: str | None = None
     previous_owner: str | None = None
     """The native endpoint that owns ``previous_response_id`` (for the router's affinity)."""
+    previous_foreign: bool = False
+    """``previous_response_id`` exists but is another credential's: refuse it as unknown."""
     response_id: str | None = None
     """The id llmitm gives a translated response (set once the router has planned it)."""
     native_endpoint: str | None = None
     """The native endpoint the call went to, which owns the id it mints."""
+    created_by: str | None = None
+    """The caller's credential fingerprint (:mod:`.scope`), kept with what the call creates."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
         # mitmproxy saves flow.metadata with its plain-data file format (addons/state.py).
@@ -59,10 +65,12 @@ async def prepare_create(
     *,
     store_default: bool,
     ids: IdFactory,
-    known_owner: Callable[[str], str | None] = lambda _id: None,
+    known_owner: Callable[[str], ResponseOwner | None] = lambda _id: None,
+    credential: str | None = None,
 ) -> tuple[CreateCall, bool]:
     """The create call's facts, and whether ``body`` was changed (in place). ``content`` is
-    the raw body, for cheap checks before looking at items."""
+    the raw body, for cheap checks before looking at items. Stored state is read as
+    ``credential``'s (``None``: anyone's, :mod:`.scope`)."""
     include = body.get("include")
     store = body.get("store")
     create = CreateCall(
@@ -72,19 +80,22 @@ async def prepare_create(
     )
     changed = False
     if b'"item_reference"' in content and isinstance(body.get("input"), list):
-        changed = await resolve_references(body["input"], reader)
+        changed = await resolve_references(body["input"], reader, credential)
     if create.store:
         create.input_items = input_items(copy.deepcopy(body.get("input")), ids)
     previous = body.get("previous_response_id")
     if isinstance(previous, str) and previous:
         create.previous_response_id = previous
-        chain = await reader.chain(previous)
+        chain = await reader.chain(previous, credential=credential)
         if chain:
             inline_chain(body, history_items(chain))
             changed = True
         else:
-            owner = await reader.owner(previous)
-            create.previous_owner = owner.endpoint if owner else known_owner(previous)
+            owner = await reader.owner(previous) or known_owner(previous)
+            if owner is not None and readable(owner.credential, credential):
+                create.previous_owner = owner.endpoint
+            elif owner is not None or await reader.response(previous) is not None:
+                create.previous_foreign = True
     if b'"encrypted_content"' in content and isinstance(body.get("input"), list):
         opened = await seal()
         changed = restore_reasoning(body["input"], opened) > 0 or changed
@@ -92,10 +103,12 @@ async def prepare_create(
     return create, changed
 
 
-async def resolve_references(items: list[Any], reader: ResponseReader) -> bool:
+async def resolve_references(
+    items: list[Any], reader: ResponseReader, credential: str | None = None
+) -> bool:
     """Replace ``item_reference`` items by the stored items they name (in place); whether
-    any was. One llmitm does not store stays: a native endpoint may own it, and a chat
-    endpoint's request mapping refuses it with a 400."""
+    any was. One llmitm does not store (or not as ``credential``'s) stays: a native endpoint
+    may own it, and a chat endpoint's request mapping refuses it with a 400."""
     wanted = [
         item["id"]
         for item in items
@@ -105,7 +118,7 @@ async def resolve_references(items: list[Any], reader: ResponseReader) -> bool:
     ]
     if not wanted:
         return False
-    found = await reader.items(wanted)
+    found = await reader.items(wanted, credential)
     for index, item in enumerate(items):
         if isinstance(item, dict) and item.get("type") == "item_reference":
             stored = found.get(item.get("id"))  # type: ignore[arg-type]

@@ -5,6 +5,8 @@ One TOML file (stdlib ``tomllib``)::
     [llmitm]
     reasoning = "think-tags"          # how reasoning reaches chat clients
     egress = "local"                  # answer what is not a routed LLM call here (default pass)
+    responses_scope = "shared"        # stored responses readable by every client key
+                                      # (default "credential": only by the key that made them)
 
     [endpoints.local]
     kind = "compatible"               # openai | azure | compatible
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
+from llmitm.responses_api.scope import RESPONSES_SCOPES, ResponsesScope
 from llmitm.routing.egress import EGRESS_POLICIES, EgressPolicy
 from llmitm.routing.strategies import STRATEGIES, StrategyName
 from llmitm.translate.context import REASONING_MODES, ReasoningMode
@@ -150,6 +153,9 @@ class Settings:
     disables it; ``None``: the option or the default location decides."""
     egress: EgressPolicy = "pass"
     """Requests that are not routed LLM calls: ``pass`` or ``local`` (routing.egress)."""
+    responses_scope: ResponsesScope = "credential"
+    """Whose stored Responses state a client reads: its own credential's, or everyone's
+    (``shared``, a single-tenant proxy) — :mod:`llmitm.responses_api.scope`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +311,11 @@ class _Reader:
 
 
 def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings:
-    reader.only_keys(raw, "llmitm.", {"reasoning", "strict", "drop_unsupported", "store", "egress"})
+    reader.only_keys(
+        raw,
+        "llmitm.",
+        {"reasoning", "strict", "drop_unsupported", "store", "egress", "responses_scope"},
+    )
     store = raw.get("store")
     if store is not None:
         if not isinstance(store, str):
@@ -321,6 +331,9 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
         drop_unsupported=reader.boolean(raw, "drop_unsupported", "llmitm", False),
         store=store,
         egress=reader.choice(raw.get("egress", "pass"), "llmitm.egress", EGRESS_POLICIES),
+        responses_scope=reader.choice(
+            raw.get("responses_scope", "credential"), "llmitm.responses_scope", RESPONSES_SCOPES
+        ),
     )
 
 
