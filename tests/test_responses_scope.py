@@ -17,6 +17,7 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow
 
 from llmitm.addons import make_addons
+from llmitm.addons.compaction import LlmCompaction
 from llmitm.addons.responses_api import LlmResponsesApi
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.replay.fingerprint import fingerprint
@@ -42,7 +43,8 @@ BOB = fingerprint(KEY, "sk-bob")
 
 
 def record(rid: str, credential: str | None, previous: str | None = None) -> StoredResponse:
-    item = {"id": f"msg_{rid}", "type": "message", "role": "user", "content": []}
+    text = [{"type": "input_text", "text": f"said in {rid}"}]
+    item = {"id": f"msg_{rid}", "type": "message", "role": "user", "content": text}
     return StoredResponse(
         id=rid,
         response={"id": rid, "object": "response", "status": "completed", "output": []},
@@ -254,7 +256,11 @@ def addon_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[A
         tctx.options.update(llmitm_store="")
         tctx.configure(settings, llmitm_config=str(path))
         started.append(context)
+        loaded.append(addons)
         return api
+
+    loaded: list[list[Any]] = []
+    start.loaded = loaded  # type: ignore[attr-defined]
 
     started: list[Any] = []
     yield start
@@ -363,3 +369,24 @@ async def test_continuing_another_credentials_response_is_openais_400(
     mine = call("POST", "/v1/responses", "sk-alice", body)
     await api.request(mine)
     assert mine.response is None
+
+
+async def test_a_compact_call_on_another_credentials_response_is_openais_400(
+    addon_context: Any,
+) -> None:
+    api = addon_context()
+    await seed(api)
+    compaction = next(a for a in addon_context.loaded[-1] if isinstance(a, LlmCompaction))
+    body = {"model": "m", "input": [], "previous_response_id": "resp_a1"}
+    foreign = call("POST", "/v1/responses/compact", "sk-bob", body)
+    pending = compaction.request(foreign)
+    assert pending is not None
+    await pending
+    assert foreign.response is not None and foreign.response.status_code == 400
+    assert orjson.loads(foreign.response.content or b"")["error"]["param"] == "previous_response_id"
+    own = call("POST", "/v1/responses/compact", "sk-alice", body)
+    pending = compaction.request(own)
+    assert pending is not None
+    await pending
+    assert own.response is None  # the summary request goes on, with alice's turn in it
+    assert b"said in resp_a1" in (own.request.content or b"")
