@@ -64,6 +64,8 @@ from llmitm.store.responses import (
     ResponsesPurged,
     StoredResponse,
 )
+from llmitm.translate.errors import TranslationError
+from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import IdFactory, Mint, random_id
 from llmitm.wire.objects import response_object
@@ -202,6 +204,10 @@ class LlmResponsesApi:
             return  # the router answers the 400
         if not isinstance(body, dict):
             return
+        try:
+            validate_request(body, "responses")
+        except TranslationError:
+            return  # the router answers the 400, before anything reads the body
         create, changed = await prepare_create(
             body,
             content,

@@ -53,6 +53,7 @@ from llmitm.routing.outcomes import Outcome, outcome_for_status
 from llmitm.routing.plan import Plan, match_route, plan_for_endpoint
 from llmitm.routing.wait import wait_for_slot
 from llmitm.translate.errors import TranslationError
+from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError, openai_error_body
 from llmitm.wire.paths import classify_path
 
@@ -142,6 +143,7 @@ class LlmRouter:
         route = match_route(config, model, flow.request.pretty_host)
         if route is None:
             return None
+        validate_request(body, api)  # before anything below reads the body
         routing = self.routing
         sent_model = route.model or model
         routed = Routed(route=route, model=sent_model)
