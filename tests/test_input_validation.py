@@ -23,6 +23,7 @@ from mitmproxy.test import taddons, tflow
 from llmitm.addons import make_addons
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
+from llmitm.relay.server import MAX_HEAD_BYTES
 from llmitm.wire.depth import MAX_DEPTH
 
 CONFIG = """
@@ -224,6 +225,22 @@ async def test_a_tool_choice_that_is_not_a_string_or_object_is_a_400(
 ) -> None:
     flow = await chain.send(api, body_for(api, route, tool_choice=choice))
     assert refused(flow)["param"] == "tool_choice"
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_64_kib_of_client_headers_are_relayed_on_a_failover_route(
+    chain: Chain, api: str
+) -> None:
+    headers = {f"x-big-{i}": "v" * 1000 for i in range(80)}
+    flow = await chain.send(api, body_for(api, "failover"), headers)
+    forwarded(flow)
+    assert "/llmitm-relay/" in flow.request.path
+
+
+async def test_headers_beyond_the_relays_limit_are_a_431(chain: Chain) -> None:
+    headers = {f"x-big-{i}": "v" * 10_000 for i in range(MAX_HEAD_BYTES // 10_000 + 1)}
+    flow = await chain.send("responses", body_for("responses", "failover"), headers)
+    assert refused(flow, 431)["code"] == "request_header_fields_too_large"
 
 
 @pytest.mark.parametrize("api", ["responses", "chat"])
