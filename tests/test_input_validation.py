@@ -51,7 +51,11 @@ endpoints = ["chat-only", "responses-only"]
 """
 ROUTES = ("to-chat", "to-responses", "failover")
 """Per client API, one route translates, one passes through, one fails over."""
-PATHS = {"responses": "/v1/responses", "chat": "/v1/chat/completions"}
+PATHS = {
+    "responses": "/v1/responses",
+    "chat": "/v1/chat/completions",
+    "compact": "/v1/responses/compact",
+}
 
 
 class Chain:
@@ -241,6 +245,36 @@ async def test_headers_beyond_the_relays_limit_are_a_431(chain: Chain) -> None:
     headers = {f"x-big-{i}": "v" * 10_000 for i in range(MAX_HEAD_BYTES // 10_000 + 1)}
     flow = await chain.send("responses", body_for("responses", "failover"), headers)
     assert refused(flow, 431)["code"] == "request_header_fields_too_large"
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"input": [{"role": ["user"], "content": "x"}]}, "input[0].role"),
+        ({"input": [{"role": "user", "content": nested(600)}]}, "input[0].content"),
+        ({"tools": [{"type": "function", "name": "f", "parameters": "{}"}]}, "tools[0].parameters"),
+        ({"input": [{"type": "compaction", "encrypted_content": 5}]}, "input[0].encrypted_content"),
+    ],
+)
+async def test_compaction_calls_are_validated_too(
+    chain: Chain, route: str, fields: dict[str, Any], param: str
+) -> None:
+    # Both the compact helper and a create call carrying a compaction item.
+    compact = await chain.send("compact", responses_body(route, **fields))
+    assert refused(compact)["param"].startswith(param)
+    create = await chain.send(
+        "responses",
+        responses_body(route, **fields)
+        | {"input": [*fields.get("input", []), {"type": "compaction", "encrypted_content": "x"}]},
+    )
+    assert refused(create)["param"].startswith(param)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_a_well_formed_compact_call_is_not_refused(chain: Chain, route: str) -> None:
+    flow = await chain.send("compact", responses_body(route))
+    forwarded(flow)
 
 
 @pytest.mark.parametrize("api", ["responses", "chat"])
