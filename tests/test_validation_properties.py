@@ -227,6 +227,14 @@ def test_the_codex_request_itself_is_valid() -> None:
     validate_request(body, "responses")
 
 
+def test_tools_declared_in_an_additional_tools_item_are_checked_like_top_level_ones() -> None:
+    item = {"type": "additional_tools", "tools": [{"type": "namespace", "name": "n", "tools": [
+        {"type": "function", "name": "f", "parameters": "{}"}]}]}  # fmt: skip
+    with pytest.raises(TranslationError) as raised:
+        validate_request({"model": "m", "input": [item]}, "responses")
+    assert raised.value.param == "input[0].tools[0].tools[0].parameters"
+
+
 @pytest.mark.parametrize("api", ["responses", "chat"])
 def test_a_refusal_names_the_innermost_field_it_checks(api: str) -> None:
     if api == "responses":

@@ -147,7 +147,6 @@ _RESPONSES_FIELDS: Final[dict[str, Check]] = {
     "input": _string_or_array,
     "instructions": _string,
     "tools": _array,
-    "additional_tools": _array,
     "background": _boolean,
     "max_output_tokens": _integer,
     "max_tool_calls": _integer,
@@ -188,6 +187,7 @@ _ITEM_FIELDS: Final[dict[str, Check]] = {
     "output": _string_or_array,
     "summary": _array,
     "encrypted_content": _string,
+    "tools": _array,
 }
 _MESSAGE_FIELDS: Final[dict[str, Check]] = {
     "role": _string,
@@ -235,10 +235,12 @@ def _responses(body: dict[str, Any]) -> None:
             _fields(item, _ITEM_FIELDS, f"{where}.")
             _parts(item.get("content"), f"{where}.content")
             _parts(item.get("output"), f"{where}.output")
-    for field in ("tools", "additional_tools"):
-        tools = body.get(field)
-        if tools is not None:
-            _responses_tools(tools, field)
+            tools = item.get("tools")  # Codex declares its tools in an additional_tools item
+            if tools is not None:
+                _responses_tools(tools, f"{where}.tools")
+    tools = body.get("tools")
+    if tools is not None:
+        _responses_tools(tools, "tools")
     _fields(body.get("text") or {}, {"format": _object, "verbosity": _string}, "text.")
     _fields(body.get("reasoning") or {}, {"effort": _string, "summary": _string}, "reasoning.")
 
