@@ -155,25 +155,27 @@ def test_64_kib_of_client_headers_reach_the_upstream_on_a_failover_route(
 
 
 def test_refused_flows_are_recorded_and_nothing_was_a_traceback(proxy: Proxy) -> None:
-    sent = post(
-        proxy,
-        "responses",
-        b'{"model":"to-chat","input":[{"role":"user","content":%s}]}' % deep(700),
-    )
-    assert sent.status_code == 400
+    sent = 0
+    for api in ("responses", "chat"):
+        for route in ROUTES:
+            for content, _ in known_cases(api, route):
+                response = post(proxy, api, content, **{"x-llmitm-scope": "refused"})
+                assert response.status_code == 400
+                sent += 1
     db_path = proxy.log.parent / "llmitm.db"  # llmitm_proxy keeps its store next to its log
     deadline = time.monotonic() + 10
     rows: list[tuple[int, str]] = []
     while time.monotonic() < deadline:
         with closing(sqlite3.connect(db_path)) as db:
             rows = db.execute(
-                "SELECT status, canonical FROM rec_interactions"
-                " WHERE model = 'to-chat' AND status = 400"
+                "SELECT status, canonical FROM rec_interactions WHERE scope = 'refused'"
             ).fetchall()
-        if any("sha256:" in canonical for _, canonical in rows):
+        if len(rows) >= sent:
             break
         time.sleep(0.2)
-    assert any("sha256:" in canonical for _, canonical in rows), rows
+    assert len(rows) == sent and {status for status, _ in rows} == {400}, rows
+    # The deep bodies too (two Responses bodies and one chat body per route), keyed by bytes.
+    assert sum("sha256:" in canonical for _, canonical in rows) == 3 * len(ROUTES)
     log = proxy.log_text()
     assert "Traceback" not in log and "llmitm_error" not in log, log[-3000:]
 
