@@ -45,6 +45,8 @@ from llmitm.responses_api.compaction import (
 from llmitm.responses_api.create import prepare_create
 from llmitm.routing.config import Endpoint
 from llmitm.routing.plan import match_route, plan_for_endpoint
+from llmitm.translate.errors import TranslationError
+from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import random_id
 from llmitm.wire.paths import classify_path
@@ -94,6 +96,8 @@ class LlmCompaction:
             await self._compaction(flow, body, compact_to)
         except CompactionError as exc:
             answer(flow, answers.error_answer(exc.error))
+        except TranslationError as exc:
+            answer(flow, answers.error_answer(exc.to_api_error()))
         except Exception:  # an llmitm bug must cost this request, never the proxy
             logger.exception("llmitm: compaction failed on %s", flow.request.pretty_url)
             answer(flow, answers.error_answer(_llmitm_error()))
@@ -108,6 +112,7 @@ class LlmCompaction:
         )
         if route is None:
             return  # not routed: passes through untouched
+        validate_request(body, "responses")  # a compact call has a create call's shape
         endpoints = [config.endpoints[name] for name in route.endpoints]
         if all(is_native(endpoint) for endpoint in endpoints):
             if compact_to is not None:

@@ -72,6 +72,8 @@ from llmitm.store.responses import (
     StoredResponse,
     readable,
 )
+from llmitm.translate.errors import TranslationError
+from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import IdFactory, Mint, random_id
 from llmitm.wire.objects import response_object
@@ -223,6 +225,10 @@ class LlmResponsesApi:
             return  # the router answers the 400
         if not isinstance(body, dict):
             return
+        try:
+            validate_request(body, "responses")
+        except TranslationError:
+            return  # the router answers the 400, before anything reads the body
         created_by = await self.state.creator(flow)
         create, changed = await prepare_create(
             body,

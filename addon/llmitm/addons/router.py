@@ -46,6 +46,7 @@ from llmitm.exchange.request import PreparedRequest, client_model, parse_body, p
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import HOP_BY_HOP, UpstreamRequest
 from llmitm.relay.failover import FailoverJob
+from llmitm.relay.server import MAX_HEAD_BYTES
 from llmitm.routing.affinity import fingerprint
 from llmitm.routing.config import Config, Route
 from llmitm.routing.engine import Routing
@@ -53,6 +54,7 @@ from llmitm.routing.outcomes import Outcome, outcome_for_status
 from llmitm.routing.plan import Plan, match_route, plan_for_endpoint
 from llmitm.routing.wait import wait_for_slot
 from llmitm.translate.errors import TranslationError
+from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError, openai_error_body
 from llmitm.wire.paths import classify_path
 
@@ -60,6 +62,8 @@ logger = logging.getLogger(__name__)
 
 STATUS_PATH = "/_llmitm/status"
 _RELEASE_SAFETY_S = 5.0
+_RELAY_HEAD_SLACK = 8192
+"""Room in the relay's head limit for the request line and the headers llmitm adds."""
 """A slot left for ``server_disconnected`` is freed after this long whatever happens."""
 
 
@@ -142,6 +146,7 @@ class LlmRouter:
         route = match_route(config, model, flow.request.pretty_host)
         if route is None:
             return None
+        validate_request(body, api)  # before anything below reads the body
         routing = self.routing
         sent_model = route.model or model
         routed = Routed(route=route, model=sent_model)
@@ -268,6 +273,13 @@ class LlmRouter:
             if k.lower() not in HOP_BY_HOP
             and k.lower() not in {"accept-encoding", "content-encoding"}
         ]
+        if _head_size(client_headers) > MAX_HEAD_BYTES - _RELAY_HEAD_SLACK:
+            raise TranslationError(
+                f"The request's headers exceed the {MAX_HEAD_BYTES // 1024} KiB llmitm relays "
+                "to a failover route; send fewer or smaller headers.",
+                code="request_header_fields_too_large",
+                status=431,
+            )
         for name in route.endpoints:
             try:
                 plan, prepared = self._prepare(flow, name, api, content, body, model, route)
@@ -386,6 +398,11 @@ class LlmRouter:
             orjson.dumps(snapshot, option=orjson.OPT_INDENT_2),
             {"content-type": "application/json", "cache-control": "no-store"},
         )
+
+
+def _head_size(headers: list[tuple[str, str]]) -> int:
+    """The bytes ``headers`` take in an HTTP/1.1 head ("name: value\\r\\n" each)."""
+    return sum(len(name) + len(value) + 4 for name, value in headers)
 
 
 def _response_id(flow: http.HTTPFlow, state: FlowState) -> str | None:

@@ -22,6 +22,9 @@ from llmitm.relay.jobs import RelayJob, RelayReply, SocketJob, UpstreamJob
 logger = logging.getLogger(__name__)
 
 PATH_PREFIX = "/llmitm-relay/"
+MAX_HEAD_BYTES = 1 << 20
+"""The largest request head the relay reads (h11's default, 16 KiB, is less than the client
+headers mitmproxy takes and hands on); the router refuses larger ones before relaying."""
 
 
 class RelayServer:
@@ -86,7 +89,7 @@ class RelayServer:
         self, reader: asyncio.StreamReader
     ) -> tuple[RelayJob | SocketJob | None, list[tuple[bytes, bytes]]]:
         """The job the request's token names, and the request's headers."""
-        connection = h11.Connection(h11.SERVER)
+        connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:

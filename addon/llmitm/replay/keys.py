@@ -30,6 +30,7 @@ from urllib.parse import parse_qsl
 import orjson
 
 from llmitm.replay.redact import redact_body, redact_json
+from llmitm.wire import depth
 from llmitm.wire.paths import classify_path
 
 MATCH_KEY_VERSION = 1
@@ -249,14 +250,17 @@ def match_key(
         try:
             body = orjson.loads(content)
         except orjson.JSONDecodeError:
-            redacted = redact_body(content) or b""
-            text = "sha256:" + hashlib.sha256(redacted).hexdigest()
+            text = _bytes_identity(content)
     model = deployment or ""
     stream = False
     if isinstance(body, dict):
         if isinstance(body.get("model"), str) and not deployment:
             model = body["model"]
         stream = body.get("stream") is True
+    if body is not None and depth.exceeds(body):
+        # Nested deeper than llmitm takes (the 400 it gets is recorded too): too deep to
+        # reduce and write, so its bytes are its identity.
+        body, text = None, _bytes_identity(content or b"")
     canonical: dict[str, Any] = {
         "method": method,
         "route": route,
@@ -270,6 +274,11 @@ def match_key(
     text_form = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode()
     digest = hashlib.sha256(text_form.encode()).hexdigest()[:16]
     return MatchKey(digest, method, route, model, stream, text_form)
+
+
+def _bytes_identity(content: bytes) -> str:
+    """A body that is not reduced field by field: the hash of its redacted bytes."""
+    return "sha256:" + hashlib.sha256(redact_body(content) or b"").hexdigest()
 
 
 def parse_ignore(value: str) -> tuple[str, ...]:

@@ -21,6 +21,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
+from llmitm.wire import depth
+
 REDACTION_VERSION = 1
 PLACEHOLDER = "<redacted>"
 
@@ -49,6 +51,14 @@ SECRET_FIELD = re.compile(
 )
 # Fields whose names look secret but are counts or settings in the OpenAI APIs.
 NOT_SECRET_FIELDS = frozenset({"max_tokens", "max_completion_tokens", "max_output_tokens"})
+# SECRET_FIELD with its string value, in JSON bytes (for a body too deep to parse and walk).
+# Its name stays within the key's quotes (``[^"]*`` where SECRET_FIELD has ``.*``).
+_SECRET_FIELD_BYTES = re.compile(
+    rb'"('
+    + SECRET_FIELD.pattern.removeprefix("^(").removesuffix(")$").replace(".*", '[^"\\\\]*').encode()
+    + rb')"(\s*:\s*)"(?:[^"\\]|\\.)+"',
+    re.IGNORECASE,
+)
 
 # Credential shapes inside any string: OpenAI/Anthropic style keys (sk-, sk-proj-, sk-ant-),
 # JWTs (Azure AD tokens), bearer values. Ordered: the first that matches a span wins.
@@ -175,6 +185,12 @@ def redact_json(value: Any) -> Any:
     return value
 
 
+def _replace_field_bytes(match: re.Match[bytes]) -> bytes:
+    if match[1].decode().lower() in NOT_SECRET_FIELDS:
+        return match[0]
+    return b'"' + match[1] + b'"' + match[2] + b'"' + PLACEHOLDER.encode() + b'"'
+
+
 def redact_body(content: bytes | None) -> bytes | None:
     """A body with its credentials replaced: JSON bodies field by field (re-serialised only
     when something changed, so a clean body stays byte for byte), anything else as bytes."""
@@ -186,7 +202,12 @@ def redact_body(content: bytes | None) -> bytes | None:
             parsed = orjson.loads(content)
         except orjson.JSONDecodeError:
             parsed = None
-        if parsed is not None:
+        if parsed is not None and depth.exceeds(parsed):
+            # Nested deeper than llmitm takes (it answers a 400): the walk over its fields
+            # would run out of stack and orjson could not write it again, so its fields are
+            # redacted in the bytes.
+            content = _SECRET_FIELD_BYTES.sub(_replace_field_bytes, content)
+        elif parsed is not None:
             redacted = redact_json(parsed)
             return content if redacted == parsed else orjson.dumps(redacted)
     return _COMBINED_BYTES.sub(_replace_bytes, content) if may_hold_secret(content) else content
