@@ -448,7 +448,8 @@ def test_a_run_recorded_through_the_namespace_replays_offline(
     no upstream configured; the replay report counts the hit."""
     recordings = tmp_path / "recordings"
     first = subprocess.run(
-        [*llmitm_argv(tmp_path, upstream, "--transparent", "--record", str(recordings)),
+        [*llmitm_argv(tmp_path, upstream, "--transparent", "--record", str(recordings),
+                      "--set", "llmitm_allow_record_in_ci=true"),  # records on purpose
          "--", "sh", "-c", CURL],
         capture_output=True, text=True, timeout=90, check=False,
     )  # fmt: skip

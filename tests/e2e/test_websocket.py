@@ -181,6 +181,7 @@ def test_codex_default_configuration_talks_to_a_chat_upstream_over_the_socket(
             tmp_path,
             "Say hi",
             "--record", str(folder),
+            "--set", "llmitm_allow_record_in_ci=true",  # this test records on purpose
             "--set", f"llmitm_store={tmp_path / 'live.db'}",
             config=CODEX_CONFIG.format(chat=chat.url), home=home, work=work,
         )  # fmt: skip
