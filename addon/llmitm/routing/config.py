@@ -104,6 +104,8 @@ class Route:
     """Seconds after which no new attempt starts (``None``: ``[routing] timeout``)."""
     first_byte_timeout: float | None = None
     """Seconds an attempt may wait for its first byte (``None``: ``[routing]``'s)."""
+    stream_idle_timeout: float | None = None
+    """Seconds a started stream may go without a byte (``None``: ``[routing]``'s)."""
     affinity: bool = True
     """Keep conversations on the endpoint that served them while it is healthy."""
 
@@ -125,6 +127,11 @@ class RoutingSettings:
     connect_timeout: float = 10.0
     first_byte_timeout: float = 120.0
     """Seconds an attempt waits for the upstream's first byte before trying elsewhere."""
+    stream_idle_timeout: float = 240.0
+    """Seconds a streamed answer may go without a byte from the upstream once it started;
+    then llmitm ends the client's stream with an error in its protocol. Below Codex's own
+    stream idle limit (300 s) and the openai SDKs' read timeout (600 s), so the client hears
+    llmitm's error instead of timing out on its own."""
     timeout: float = 300.0
     """The budget: seconds after a request's arrival past which no new attempt starts."""
     backoff: float = 0.5
@@ -462,6 +469,7 @@ def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoi
         attempts=reader.integer(raw, "attempts", where, None),
         timeout=reader.number(raw, "timeout", where, None, positive=True),
         first_byte_timeout=reader.number(raw, "first_byte_timeout", where, None, positive=True),
+        stream_idle_timeout=reader.number(raw, "stream_idle_timeout", where, None, positive=True),
         affinity=reader.boolean(raw, "affinity", where, True),
     )
 
@@ -476,9 +484,16 @@ _ROUTE_KEYS = {
     "attempts",
     "timeout",
     "first_byte_timeout",
+    "stream_idle_timeout",
     "affinity",
 }
-_POSITIVE = {"connect_timeout", "first_byte_timeout", "timeout", "affinity_ttl"}
+_POSITIVE = {
+    "connect_timeout",
+    "first_byte_timeout",
+    "stream_idle_timeout",
+    "timeout",
+    "affinity_ttl",
+}
 _INTEGERS = {"failure_threshold": 1, "queue_size": 0}
 
 

@@ -93,6 +93,12 @@ class Routing:
             return route.first_byte_timeout
         return self.config.routing.first_byte_timeout
 
+    def stream_idle_timeout(self, route: Route) -> float:
+        """Seconds a started stream on ``route`` may go without an upstream byte."""
+        if route.stream_idle_timeout is not None:
+            return route.stream_idle_timeout
+        return self.config.routing.stream_idle_timeout
+
     def order(
         self,
         route: Route,
