@@ -661,3 +661,20 @@ def test_the_readme_routing_example_and_the_example_file_load() -> None:
         ("llamacpp",),
     ]
     assert load_config(root / "examples" / "llmitm.toml", {}).routing.cooldown == 5.0
+
+
+def test_the_idle_option_overrides_every_route_or_lifts_the_limit() -> None:
+    import math
+
+    from llmitm.routing.config import with_stream_idle_timeout
+    from llmitm.routing.engine import Routing
+
+    raw = {
+        **endpoint_toml(kind="openai", base_url="https://h"),
+        "routes": [{"endpoints": ["e"], **_IDLE}, {"endpoints": ["e"]}],
+    }
+    config = parse_config(raw, "x.toml", {})
+    assert with_stream_idle_timeout(config, 0) is config
+    for seconds, expected in ((9.0, 9.0), (-1.0, math.inf)):
+        changed = Routing(with_stream_idle_timeout(config, seconds))
+        assert [changed.stream_idle_timeout(r) for r in changed.config.routes] == [expected] * 2

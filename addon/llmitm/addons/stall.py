@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from time import monotonic
 from typing import Any
 
@@ -54,6 +55,8 @@ class LlmStallWatch:
         if routed is None or routed.relayed or not isinstance(stream, StreamRewriter):
             return
         idle = routed.route.stream_idle_timeout or self.settings.config.routing.stream_idle_timeout
+        if math.isinf(idle):
+            return  # the limit was lifted (llmitm_stream_idle_timeout < 0)
         self._watches[flow.id] = asyncio.get_running_loop().create_task(
             self._watch(flow, state, stream, idle), name=f"llmitm stall watch {flow.id}"
         )

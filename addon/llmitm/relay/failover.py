@@ -235,7 +235,9 @@ class FailoverJob:
             if response.status < 400:
                 routing.record(endpoint, Outcome("success", response.status), self.clock(), model)
             return
-        idle = routing.stream_idle_timeout(self.route)
+        idle: float | None = routing.stream_idle_timeout(self.route)
+        if idle is not None and math.isinf(idle):
+            idle = None  # the limit was lifted (llmitm_stream_idle_timeout < 0)
         try:
             await response.relay_body(reply.write, reply.drain, idle=idle)
         except UpstreamCut as exc:

@@ -28,7 +28,7 @@ import math
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
@@ -171,6 +171,18 @@ class Config:
 def default_config() -> Config:
     """No file: nothing is routed, OpenAI and Azure traffic passes through unchanged."""
     return Config()
+
+
+def with_stream_idle_timeout(config: Config, seconds: float) -> Config:
+    """``config`` under the ``llmitm_stream_idle_timeout`` option: ``0`` leaves it as it is,
+    a positive number becomes every route's idle limit, a negative one lifts the limit
+    (``math.inf``: streams may stay silent for as long as the connection lives)."""
+    if seconds == 0:
+        return config
+    limit = math.inf if seconds < 0 else seconds
+    routes = tuple(replace(route, stream_idle_timeout=None) for route in config.routes)
+    routing = replace(config.routing, stream_idle_timeout=limit)
+    return replace(config, routes=routes, routing=routing)
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
