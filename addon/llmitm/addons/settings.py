@@ -61,8 +61,8 @@ class LlmitmSettings:
         )
         loader.add_option(
             "llmitm_stream_idle_timeout",
-            float,
-            0.0,
+            int,  # mitmproxy's --set parses no float options
+            0,
             "Seconds a routed stream may go without a byte from the upstream before the client "
             "gets an error in its protocol. 0: the file's [routing] stream_idle_timeout and "
             "per-route values; a positive number overrides them all; a negative one lifts "
