@@ -30,6 +30,7 @@ from mitmproxy import ctx, http
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.exchange.stream import StreamRewriter
+from llmitm.routing.config import stream_idle_limit
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class LlmStallWatch:
         stream = response.stream
         if routed is None or routed.relayed or not isinstance(stream, StreamRewriter):
             return
-        idle = routed.route.stream_idle_timeout or self.settings.config.routing.stream_idle_timeout
+        idle = stream_idle_limit(self.settings.config, routed.route)
         if math.isinf(idle):
             return  # the limit was lifted (llmitm_stream_idle_timeout < 0)
         self._watches[flow.id] = asyncio.get_running_loop().create_task(

@@ -173,6 +173,13 @@ def default_config() -> Config:
     return Config()
 
 
+def stream_idle_limit(config: Config, route: Route) -> float:
+    """Seconds a started stream on ``route`` may go without an upstream byte."""
+    if route.stream_idle_timeout is not None:
+        return route.stream_idle_timeout
+    return config.routing.stream_idle_timeout
+
+
 def with_stream_idle_timeout(config: Config, seconds: float) -> Config:
     """``config`` under the ``llmitm_stream_idle_timeout`` option: ``0`` leaves it as it is,
     a positive number becomes every route's idle limit, a negative one lifts the limit

@@ -23,7 +23,7 @@ from typing import Any
 
 from llmitm.routing.affinity import Affinity, prefer
 from llmitm.routing.attempts import RetryPolicy
-from llmitm.routing.config import Config, Route
+from llmitm.routing.config import Config, Route, stream_idle_limit
 from llmitm.routing.health import Health, HealthPolicy
 from llmitm.routing.limits import Limiter, WaitPolicy
 from llmitm.routing.outcomes import Outcome
@@ -95,9 +95,7 @@ class Routing:
 
     def stream_idle_timeout(self, route: Route) -> float:
         """Seconds a started stream on ``route`` may go without an upstream byte."""
-        if route.stream_idle_timeout is not None:
-            return route.stream_idle_timeout
-        return self.config.routing.stream_idle_timeout
+        return stream_idle_limit(self.config, route)
 
     def order(
         self,
