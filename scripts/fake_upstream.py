@@ -31,7 +31,11 @@ Scenarios (both APIs, streamed and not):
 Options for any scenario: ``status=N`` (+ ``retry_after=S``, ``retry_after_ms=M``),
 ``context_error`` (llama.cpp's 400), ``disconnect_after=N`` (abort after N events),
 ``first_byte_delay_ms=M``, ``event_delay_ms=M``, ``garbage`` (an invalid-UTF-8 non-JSON data
-line after 2 events), ``flavor=llamacpp`` (Responses events shaped like llama.cpp's).
+line after 2 events), ``flavor=llamacpp`` (Responses events shaped like llama.cpp's),
+``stall_after=N`` (send N events, then nothing while keeping the connection open, until the
+client hangs up or a minute has passed), ``reset_before_headers`` (abort the connection
+without answering), ``not_http`` (answer bytes that are not HTTP, then close),
+``short_body`` (a plain answer whose body stops half-way short of its content-length).
 
 Control routes: ``GET /_requests``, ``POST /_reset``, ``GET /_stats`` (requests, in flight
 and the most ever in flight at once), ``POST /_fault`` (body: options such as
@@ -1069,6 +1073,14 @@ class FakeUpstream:
         delay = scenario.number("first_byte_delay_ms")
         if delay:
             await asyncio.sleep(delay / 1000)
+        if scenario.flag("reset_before_headers"):
+            writer.transport.abort()
+            return False
+        if scenario.flag("not_http"):
+            writer.write(b"SSH-2.0-not-an-http-server\r\n\r\n")
+            await writer.drain()
+            writer.close()
+            return False
         status = scenario.number("status")
         if status and status >= 400:
             return await self._send_json(
@@ -1085,7 +1097,19 @@ class FakeUpstream:
         if plan.finish == "error":
             return await self._send_json(writer, 500, {"error": MIDSTREAM_ERROR}, keep)
         answer = chat_completion(plan, reply) if api == "chat" else responses_object(plan, reply)
+        if scenario.flag("short_body"):
+            return await self._send_short(writer, answer)
         return await self._send_json(writer, 200, answer, keep)
+
+    async def _send_short(self, writer: asyncio.StreamWriter, payload: Any) -> bool:
+        """Announce the whole body, send half of it, and close: a plain body cut short."""
+        _stop_watch()
+        data = orjson.dumps(payload)
+        head = [("content-type", "application/json"), ("content-length", str(len(data)))]
+        writer.write(response_head(200, head) + data[: len(data) // 2])
+        await writer.drain()
+        writer.transport.abort()
+        return False
 
     async def _send_json(
         self,
@@ -1116,9 +1140,14 @@ class FakeUpstream:
         writer.write(response_head(200, headers))
         await writer.drain()
         cut = scenario.number("disconnect_after")
+        stall = scenario.number("stall_after")
         delay = (scenario.number("event_delay_ms") or 0) / 1000
         for sent, frame in enumerate(frames):
             if cut is not None and sent >= cut:
+                writer.transport.abort()
+                return False
+            if stall is not None and sent >= stall:
+                await _stall_until_hang_up()
                 writer.transport.abort()
                 return False
             if delay and sent:
@@ -1153,6 +1182,16 @@ def _hung_up(watch: asyncio.Future[bytes]) -> bool:
     if not watch.done() or watch.cancelled():
         return False
     return watch.exception() is not None or watch.result() == b""
+
+
+async def _stall_until_hang_up(limit: float = 60.0) -> None:
+    """Send nothing, with the connection open, until the client goes (bounded)."""
+    watch = _WATCH.get()
+    if watch is None:
+        await asyncio.sleep(limit)
+        return
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError, ConnectionError):
+        await asyncio.wait_for(asyncio.shield(watch), limit)
 
 
 def reader_gone() -> bool:

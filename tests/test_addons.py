@@ -533,3 +533,14 @@ def test_the_injected_key_is_redacted_when_the_upstream_fails(proxy: Proxy) -> N
     flow = routed(proxy)
     proxy.responses.error(flow)
     assert "sk-local" not in repr(flow.get_state())
+
+
+def test_the_stream_idle_option_overrides_the_file_and_0_gives_it_back(
+    proxy: Proxy,
+) -> None:
+    configured = proxy.settings.config.routing.stream_idle_timeout
+    proxy.tctx.configure(proxy.settings, llmitm_stream_idle_timeout=3)
+    assert proxy.settings.config.routing.stream_idle_timeout == 3
+    assert all(r.stream_idle_timeout is None for r in proxy.settings.config.routes)
+    proxy.tctx.configure(proxy.settings, llmitm_stream_idle_timeout=0)
+    assert proxy.settings.config.routing.stream_idle_timeout == configured

@@ -508,6 +508,7 @@ failure_threshold = 2
 max_retry_after = 60
 connect_timeout = 3
 first_byte_timeout = 20
+stream_idle_timeout = 45
 timeout = 90
 backoff = 0.25
 backoff_max = 4
@@ -535,6 +536,7 @@ strategy = "weighted"
 attempts = 4
 timeout = 30
 first_byte_timeout = 15.5
+stream_idle_timeout = 7.5
 affinity = false
 """
 
@@ -549,6 +551,7 @@ def test_every_routing_key_is_read(tmp_path: Path) -> None:
         max_retry_after=60.0,
         connect_timeout=3.0,
         first_byte_timeout=20.0,
+        stream_idle_timeout=45.0,
         timeout=90.0,
         backoff=0.25,
         backoff_max=4.0,
@@ -564,6 +567,27 @@ def test_every_routing_key_is_read(tmp_path: Path) -> None:
     (route,) = config.routes
     assert (route.strategy, route.attempts, route.timeout) == ("weighted", 4, 30.0)
     assert (route.first_byte_timeout, route.affinity, route.max_attempts) == (15.5, False, 4)
+    assert route.stream_idle_timeout == 7.5
+
+
+def test_the_stream_idle_timeout_defaults_below_the_clients_own_and_a_route_overrides_it() -> None:
+    from llmitm.routing.engine import Routing
+
+    config = parse_config(
+        {
+            **endpoint_toml(kind="openai", base_url="https://h"),
+            "routes": [{"endpoints": ["e"], "models": ["a"]}, {"endpoints": ["e"], **_IDLE}],
+        },
+        "x.toml",
+        {},
+    )
+    routing = Routing(config)
+    # Codex gives up on a silent stream after 300 s, the openai SDKs read for 600 s.
+    assert 60 <= routing.stream_idle_timeout(config.routes[0]) < 300
+    assert routing.stream_idle_timeout(config.routes[1]) == 2.5
+
+
+_IDLE = {"stream_idle_timeout": 2.5}
 
 
 def test_routing_defaults() -> None:
@@ -597,6 +621,7 @@ def _with_route(**keys: Any) -> dict[str, Any]:
         (_with_route(attempts=1.5), "routes[0].attempts", "an integer >= 1"),
         (_with_route(timeout=0), "routes[0].timeout", "a number > 0"),
         (_with_route(first_byte_timeout="5s"), "routes[0].first_byte_timeout", "a number > 0"),
+        (_with_route(stream_idle_timeout=0), "routes[0].stream_idle_timeout", "a number > 0"),
         (_with_route(affinity="yes"), "routes[0].affinity", "true or false"),
         (endpoint_toml(kind="openai", base_url="https://h", weight=-1), "endpoints.e.weight",
          "a number >= 0"),
@@ -636,3 +661,20 @@ def test_the_readme_routing_example_and_the_example_file_load() -> None:
         ("llamacpp",),
     ]
     assert load_config(root / "examples" / "llmitm.toml", {}).routing.cooldown == 5.0
+
+
+def test_the_idle_option_overrides_every_route_or_lifts_the_limit() -> None:
+    import math
+
+    from llmitm.routing.config import with_stream_idle_timeout
+    from llmitm.routing.engine import Routing
+
+    raw = {
+        **endpoint_toml(kind="openai", base_url="https://h"),
+        "routes": [{"endpoints": ["e"], **_IDLE}, {"endpoints": ["e"]}],
+    }
+    config = parse_config(raw, "x.toml", {})
+    assert with_stream_idle_timeout(config, 0) is config
+    for seconds, expected in ((9.0, 9.0), (-1.0, math.inf)):
+        changed = Routing(with_stream_idle_timeout(config, seconds))
+        assert [changed.stream_idle_timeout(r) for r in changed.config.routes] == [expected] * 2

@@ -33,14 +33,18 @@ def make_routing(urls: dict[str, str], **routing: Any) -> Routing:
     return Routing(parse_config(raw, "test.toml", {}))
 
 
-def job(routing: Routing, urls: dict[str, str], scenario: str = "text") -> FailoverJob:
-    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+def job(
+    routing: Routing, urls: dict[str, str], scenario: str = "text", *, stream: bool = False
+) -> FailoverJob:
+    message = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    body = orjson.dumps(message)
 
     def prepare(endpoint: str) -> UpstreamRequest:
         headers = [("content-type", "application/json"), ("x-fake-scenario", scenario)]
         return UpstreamRequest("POST", f"{urls[endpoint]}/v1/chat/completions", headers, body)
 
-    return FailoverJob(routing, routing.config.routes[0], "m", prepare, connect_timeout=1)
+    route = routing.config.routes[0]
+    return FailoverJob(routing, route, "m", prepare, connect_timeout=1, stream=stream)
 
 
 async def fetch(url: str, hang_up_after: float | None = None) -> tuple[int, dict, bytes]:
@@ -173,3 +177,58 @@ async def test_failover_tells_who_answered_and_how_much_was_llmitm() -> None:
         assert status == 200
         assert (moved.result.endpoint, moved.result.attempts) == ("b", 2)
         assert 0 <= moved.result.overhead < 0.05
+
+
+async def test_a_plain_body_cut_short_is_retried_and_never_a_truncated_200() -> None:
+    async with FakeUpstream() as a, FakeUpstream() as b:
+        urls = {"a": a.base_url, "b": b.base_url}
+        a.fault = "short_body"
+        routing = make_routing(urls)
+        relay = RelayServer()
+        await relay.start()
+        try:
+            moved = job(routing, urls)
+            status, _, body = await fetch(relay.register(moved))
+            b.fault = "short_body"
+            failed = job(routing, urls)
+            failed_status, _, failed_body = await fetch(relay.register(failed))
+        finally:
+            relay.close()
+        assert status == 200 and (moved.result.endpoint, moved.result.attempts) == ("b", 2)
+        assert orjson.loads(_unchunk(body))["choices"][0]["message"]["content"]
+        assert not routing.health.is_available("a", 0.5, "m")  # the cut counts against a
+        assert failed_status == 502 and failed.result.error
+        error = orjson.loads(failed_body)["error"]
+        assert [t["outcome"] for t in error["attempts"]] == ["server_error", "server_error"]
+
+
+async def test_a_stream_silent_past_the_idle_timeout_ends_and_counts_as_a_timeout() -> None:
+    async with FakeUpstream() as a:
+        urls = {"a": a.base_url}
+        routing = make_routing(urls, stream_idle_timeout=0.3)
+        relay = RelayServer()
+        await relay.start()
+        try:
+            stalled = job(routing, urls, "text;stall_after=2", stream=True)
+            started = asyncio.get_running_loop().time()
+            status, _, body = await asyncio.wait_for(fetch(relay.register(stalled)), 5)
+            took = asyncio.get_running_loop().time() - started
+        finally:
+            relay.close()
+        assert status == 200 and 0.3 <= took < 2
+        data = _unchunk(body)
+        assert data.count(b"data: ") == 2 and not data.rstrip().endswith(b"[DONE]")
+        assert routing.health.state("a", "m").last == "timeout"
+        assert routing.limiter.in_flight("a") == 0
+
+
+def _unchunk(body: bytes) -> bytes:
+    out = b""
+    while body:
+        size, _, rest = body.partition(b"\r\n")
+        n = int(size, 16)
+        if n == 0:
+            break
+        out += rest[:n]
+        body = rest[n + 2 :]
+    return out

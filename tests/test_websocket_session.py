@@ -354,3 +354,18 @@ def test_text_frames_read_back_through_wsproto(texts: list[str]) -> None:
             got.append("".join(parts))
             parts = []
     assert got == texts
+
+
+def test_the_response_failed_after_a_stream_error_still_reaches_the_client() -> None:
+    session = socket()
+    (call,) = started(session.receive_text(create()))
+    error = b'{"type":"error","sequence_number":3,"code":"server_error","message":"stalled"}'
+    failed = orjson.dumps(
+        {"type": "response.failed", "sequence_number": 4, "response": {"id": "resp_f"}}
+    )
+    assert sent(session.call_event(call, "error", error))[0]["message"] == "stalled"
+    assert session.call_event(call, None, b'{"type":"response.output_text.delta"}') == []
+    (last,) = sent(session.call_event(call, "response.failed", failed))
+    assert last["type"] == "response.failed"
+    assert session.call_event(call, "response.failed", failed) == []  # once
+    assert sent(session.call_ended(call)) == []

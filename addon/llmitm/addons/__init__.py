@@ -14,6 +14,7 @@ from llmitm.addons.responses import LlmResponses
 from llmitm.addons.responses_api import LlmResponsesApi, LlmResponsesRecorder, ResponsesState
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
+from llmitm.addons.stall import LlmStallWatch
 from llmitm.addons.store import LlmStore
 from llmitm.addons.usage import LlmUsage
 from llmitm.addons.websocket import LlmWebSocket
@@ -55,6 +56,7 @@ def make_addons() -> list[object]:
         LlmEgressGuard(egress),
         LlmUsage(store),
         LlmResponses(),
+        LlmStallWatch(settings),  # after LlmResponses, which installs the stream callable
         LlmCompactionAnswer(state),
         LlmResponsesRecorder(state),
         LlmRecordTap(recorder),  # before the console, which wraps what it finds

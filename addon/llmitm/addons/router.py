@@ -377,10 +377,12 @@ class LlmRouter:
         routed.forget()
         if not routed.relayed and routed.endpoint is not None and flow.error is not None:
             message = flow.error.msg
-            if flow.response is None and "client" not in message.lower():
-                # mitmproxy could not reach the endpoint (or lost it before the head).
+            if "client" not in message.lower() and (flow.response is None or not state.streamed):
+                # mitmproxy could not reach the endpoint, lost it before the head, or before
+                # the end of a plain body (the client got llmitm's 502 for all three).
+                kind = "connect_error" if flow.response is None else "server_error"
                 self.routing.record(
-                    routed.endpoint, Outcome("connect_error", message=message),
+                    routed.endpoint, Outcome(kind, message=message),
                     time.monotonic(), routed.model,
                 )  # fmt: skip
 

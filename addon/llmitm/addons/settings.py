@@ -12,16 +12,24 @@ from mitmproxy import ctx, exceptions
 from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.choices import check_choices
-from llmitm.routing.config import Config, ConfigError, Endpoint, default_config, load_config
+from llmitm.routing.config import (
+    Config,
+    ConfigError,
+    Endpoint,
+    default_config,
+    load_config,
+    with_stream_idle_timeout,
+)
 from llmitm.translate.context import REASONING_MODES, TranslateOptions
 
 logger = logging.getLogger(__name__)
 
-_OPTIONS = {"llmitm_config", "llmitm_reasoning", "llmitm_strict"}
+_OPTIONS = {"llmitm_config", "llmitm_reasoning", "llmitm_strict", "llmitm_stream_idle_timeout"}
 
 
 class LlmitmSettings:
-    """Options ``llmitm_config``, ``llmitm_reasoning``, ``llmitm_strict``."""
+    """Options ``llmitm_config``, ``llmitm_reasoning``, ``llmitm_strict``,
+    ``llmitm_stream_idle_timeout``."""
 
     name = "llmitm_settings"
 
@@ -51,6 +59,15 @@ class LlmitmSettings:
             False,
             "Refuse hosted tools and fields the target API lacks instead of dropping them.",
         )
+        loader.add_option(
+            "llmitm_stream_idle_timeout",
+            int,  # mitmproxy's --set parses no float options
+            0,
+            "Seconds a routed stream may go without a byte from the upstream before the client "
+            "gets an error in its protocol. 0: the file's [routing] stream_idle_timeout and "
+            "per-route values; a positive number overrides them all; a negative one lifts "
+            "the limit.",
+        )
 
     def configure(self, updated: Set[str]) -> None:
         if "connection_strategy" in updated and ctx.options.connection_strategy == "eager":
@@ -62,7 +79,7 @@ class LlmitmSettings:
             return
         path = ctx.options.llmitm_config
         try:
-            self.config = load_config(path) if path else default_config()
+            config = load_config(path) if path else default_config()
         except ConfigError as exc:
             if not self._loaded:
                 # At start-up an OptionsError from a script addon is printed with a
@@ -70,6 +87,7 @@ class LlmitmSettings:
                 logger.error("llmitm: %s", exc)
                 return
             raise exceptions.OptionsError(str(exc)) from None
+        self.config = with_stream_idle_timeout(config, ctx.options.llmitm_stream_idle_timeout)
         self._loaded = True
         if self._running:
             self._announce()

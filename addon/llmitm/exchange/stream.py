@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Callable
+from time import monotonic
 
 from llmitm.exchange.tap import Note, now
 from llmitm.translate.guard import StreamGuard
@@ -48,7 +49,7 @@ def decoder_for(content_encoding: str | None) -> Decoder | None:
 class StreamRewriter:
     """Translate one upstream SSE body through ``pipeline``."""
 
-    __slots__ = ("_decode", "_failed", "_started", "note", "observe", "pipeline")
+    __slots__ = ("_decode", "_failed", "_started", "last", "note", "observe", "pipeline")
 
     def __init__(
         self, pipeline: StreamPipeline | StreamGuard, decode: Decoder | None = None
@@ -57,6 +58,8 @@ class StreamRewriter:
         self._decode = decode
         self._started = False
         self._failed = False
+        self.last = monotonic()
+        """When the upstream last sent a chunk (a stall watchdog reads it; one C call)."""
         self.observe: Callable[[bytes], object] | None = None
         """Gets every upstream chunk first (the live console's ``list.append``: a C call)."""
         self.note: Note | None = None
@@ -64,6 +67,7 @@ class StreamRewriter:
         :class:`~llmitm.exchange.tap.StreamTap`'s ``list.extend``: a C call)."""
 
     def __call__(self, data: bytes) -> list[bytes]:
+        self.last = monotonic()
         if self.observe is not None:
             self.observe(data)
         if self._failed:

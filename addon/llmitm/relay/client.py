@@ -42,6 +42,10 @@ class UpstreamCut(Exception):
     """The upstream's body ended early: connection lost or framing broken."""
 
 
+class UpstreamStall(UpstreamCut):
+    """The upstream kept the connection open but sent nothing for the idle limit."""
+
+
 @dataclass(frozen=True, slots=True)
 class Proxy:
     """A proxy to send a request through instead of connecting to its URL's host."""
@@ -154,7 +158,7 @@ class UpstreamResponse:
                     else:
                         data = await asyncio.wait_for(reader.read(READ_SIZE), idle)
                 except TimeoutError:
-                    raise UpstreamCut(f"the upstream sent nothing for {idle:g} s") from None
+                    raise UpstreamStall(f"the upstream sent nothing for {idle:g} s") from None
                 except (ConnectionError, OSError) as exc:
                     raise UpstreamCut(f"the upstream connection failed ({exc})") from None
                 if not data:

@@ -8,8 +8,14 @@ error, a timeout, a 429 or a 5xx before that first byte is recorded (the endpoin
 down) and the next attempt goes elsewhere, or to the same endpoint after a backoff, within
 the route's budget of attempts and time. The client sees none of it: only the winner's
 status, headers and body reach mitmproxy. Once that first byte is on its way nothing is
-retried; a cut ends the body cleanly and the flow's stream callable closes the client's
-stream with a terminal error in its protocol.
+retried; a cut, or a stream silent for the route's ``stream_idle_timeout``, ends the body
+cleanly and the flow's stream callable closes the client's stream with a terminal error in
+its protocol.
+
+A plain (non-streamed) answer is read whole before its head is sent: a body cut short is
+then one more failed attempt (retried elsewhere, or an OpenAI-shaped 502 at the end), never
+a 200 with truncated JSON — once a head is sent, nothing can be taken back, and a plain
+body has no in-band way to say it failed.
 
 When no attempt succeeds the client gets one OpenAI-shaped error listing every attempt
 (``attempts.attempts_error``); when every endpoint is at its cap and the wait times out, a
@@ -29,7 +35,14 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from llmitm.relay.client import UpstreamCut, UpstreamError, UpstreamRequest, UpstreamResponse, send
+from llmitm.relay.client import (
+    UpstreamCut,
+    UpstreamError,
+    UpstreamRequest,
+    UpstreamResponse,
+    UpstreamStall,
+    send,
+)
 from llmitm.relay.jobs import RelayReply
 from llmitm.routing.attempts import AttemptLog, attempts_error, next_step
 from llmitm.routing.config import Route
@@ -194,6 +207,8 @@ class FailoverJob:
                         return response, outcome, [body]
                     return None, outcome, []
                 first = await response.first_pieces()
+                if not self.stream:
+                    first += await _rest_of_body(response)
                 return response, outcome_for_status(response.status), first
         except TimeoutError:
             if response is not None:
@@ -215,16 +230,22 @@ class FailoverJob:
         await reply.start(response.status, response.headers)
         if first:
             reply.write(first)
-        if response.status >= 400:
-            response.close()  # a client error, read whole already
+        if response.status >= 400 or not self.stream:
+            response.close()  # a client error or a plain answer, read whole already
+            if response.status < 400:
+                routing.record(endpoint, Outcome("success", response.status), self.clock(), model)
             return
+        idle: float | None = routing.stream_idle_timeout(self.route)
+        if idle is not None and math.isinf(idle):
+            idle = None  # the limit was lifted (llmitm_stream_idle_timeout < 0)
         try:
-            await response.relay_body(reply.write, reply.drain)
+            await response.relay_body(reply.write, reply.drain, idle=idle)
         except UpstreamCut as exc:
             logger.warning("llmitm: %s: the upstream stream was cut: %s", endpoint, exc)
+            kind = "timeout" if isinstance(exc, UpstreamStall) else "cut"
             routing.record(
                 endpoint,
-                Outcome("cut", after_first_byte=True, message=str(exc)),
+                Outcome(kind, after_first_byte=True, message=str(exc)),
                 self.clock(),
                 model,
             )
@@ -257,6 +278,18 @@ class FailoverJob:
         }
         headers = [("retry-after", str(max(1, math.ceil(wait.retry_after))))]
         await reply.json(429, body, headers)
+
+
+async def _rest_of_body(response: UpstreamResponse) -> list[bytes]:
+    """What follows the first pieces of a plain answer, to its end (:class:`UpstreamCut` when
+    it ends early). mitmproxy buffers a plain body whole anyway, so this adds no new bound."""
+    pieces: list[bytes] = []
+
+    async def nothing() -> None:
+        return None
+
+    await response.relay_body(pieces.extend, nothing)
+    return pieces
 
 
 def _error_message(body: bytes) -> str:

@@ -30,7 +30,7 @@ import math
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
@@ -107,6 +107,8 @@ class Route:
     """Seconds after which no new attempt starts (``None``: ``[routing] timeout``)."""
     first_byte_timeout: float | None = None
     """Seconds an attempt may wait for its first byte (``None``: ``[routing]``'s)."""
+    stream_idle_timeout: float | None = None
+    """Seconds a started stream may go without a byte (``None``: ``[routing]``'s)."""
     affinity: bool = True
     """Keep conversations on the endpoint that served them while it is healthy."""
 
@@ -128,6 +130,11 @@ class RoutingSettings:
     connect_timeout: float = 10.0
     first_byte_timeout: float = 120.0
     """Seconds an attempt waits for the upstream's first byte before trying elsewhere."""
+    stream_idle_timeout: float = 240.0
+    """Seconds a streamed answer may go without a byte from the upstream once it started;
+    then llmitm ends the client's stream with an error in its protocol. Below Codex's own
+    stream idle limit (300 s) and the openai SDKs' read timeout (600 s), so the client hears
+    llmitm's error instead of timing out on its own."""
     timeout: float = 300.0
     """The budget: seconds after a request's arrival past which no new attempt starts."""
     backoff: float = 0.5
@@ -170,6 +177,25 @@ class Config:
 def default_config() -> Config:
     """No file: nothing is routed, OpenAI and Azure traffic passes through unchanged."""
     return Config()
+
+
+def stream_idle_limit(config: Config, route: Route) -> float:
+    """Seconds a started stream on ``route`` may go without an upstream byte."""
+    if route.stream_idle_timeout is not None:
+        return route.stream_idle_timeout
+    return config.routing.stream_idle_timeout
+
+
+def with_stream_idle_timeout(config: Config, seconds: float) -> Config:
+    """``config`` under the ``llmitm_stream_idle_timeout`` option: ``0`` leaves it as it is,
+    a positive number becomes every route's idle limit, a negative one lifts the limit
+    (``math.inf``: streams may stay silent for as long as the connection lives)."""
+    if seconds == 0:
+        return config
+    limit = math.inf if seconds < 0 else seconds
+    routes = tuple(replace(route, stream_idle_timeout=None) for route in config.routes)
+    routing = replace(config.routing, stream_idle_timeout=limit)
+    return replace(config, routes=routes, routing=routing)
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
@@ -475,6 +501,7 @@ def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoi
         attempts=reader.integer(raw, "attempts", where, None),
         timeout=reader.number(raw, "timeout", where, None, positive=True),
         first_byte_timeout=reader.number(raw, "first_byte_timeout", where, None, positive=True),
+        stream_idle_timeout=reader.number(raw, "stream_idle_timeout", where, None, positive=True),
         affinity=reader.boolean(raw, "affinity", where, True),
     )
 
@@ -489,9 +516,16 @@ _ROUTE_KEYS = {
     "attempts",
     "timeout",
     "first_byte_timeout",
+    "stream_idle_timeout",
     "affinity",
 }
-_POSITIVE = {"connect_timeout", "first_byte_timeout", "timeout", "affinity_ttl"}
+_POSITIVE = {
+    "connect_timeout",
+    "first_byte_timeout",
+    "stream_idle_timeout",
+    "timeout",
+    "affinity_ttl",
+}
 _INTEGERS = {"failure_threshold": 1, "queue_size": 0}
 
 

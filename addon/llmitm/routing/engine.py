@@ -23,7 +23,7 @@ from typing import Any
 
 from llmitm.routing.affinity import Affinity, prefer
 from llmitm.routing.attempts import RetryPolicy
-from llmitm.routing.config import Config, Route
+from llmitm.routing.config import Config, Route, stream_idle_limit
 from llmitm.routing.health import Health, HealthPolicy
 from llmitm.routing.limits import Limiter, WaitPolicy
 from llmitm.routing.outcomes import Outcome
@@ -92,6 +92,10 @@ class Routing:
         if route.first_byte_timeout is not None:
             return route.first_byte_timeout
         return self.config.routing.first_byte_timeout
+
+    def stream_idle_timeout(self, route: Route) -> float:
+        """Seconds a started stream on ``route`` may go without an upstream byte."""
+        return stream_idle_limit(self.config, route)
 
     def order(
         self,

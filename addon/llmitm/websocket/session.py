@@ -81,6 +81,10 @@ class Call:
     warmup: bool = False
     """``generate: false``: answered here, no model call."""
     ended: bool = False
+    failed_next: bool = False
+    """The call ended with a stream ``error`` event: the ``response.failed`` that follows
+    it (llmitm's terminal pair for a cut or stalled stream) still goes to the client, which
+    waits for a ``response.*`` terminal event (Codex does)."""
 
 
 @dataclass(slots=True)
@@ -144,6 +148,8 @@ class ResponsesSocket:
 
     def call_event(self, call: Call, name: str | None, data: bytes) -> list[Action]:
         """One SSE event of the call's answer (``name`` is its ``event:`` line, if any)."""
+        if call.failed_next:
+            return self._failed_after_error(call, data)
         if call.ended or data == b"[DONE]":
             return []
         if name is None or call.echo_previous is not None or name in TERMINAL:
@@ -291,7 +297,15 @@ class ResponsesSocket:
                 self._completed(call, response)
         if kind in TERMINAL:
             call.ended = True
+            call.failed_next = kind == "error"
         return [Send(self._encode(event, call.lane))]
+
+    def _failed_after_error(self, call: Call, data: bytes) -> list[Action]:
+        """After a stream's ``error``: its ``response.failed``, and nothing else."""
+        if b"response.failed" not in data:
+            return []
+        call.failed_next = False
+        return self._parsed_event(call, data)
 
     def _completed(self, call: Call, response: dict[str, Any]) -> None:
         response_id = response.get("id")
