@@ -32,6 +32,7 @@ import orjson
 from mitmproxy import http
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
+from llmitm.addons.access import addressed_to_llmitm, client_key_of
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import (
@@ -46,6 +47,7 @@ from llmitm.exchange.request import PreparedRequest, client_model, parse_body, p
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import HOP_BY_HOP, UpstreamRequest
 from llmitm.relay.failover import FailoverJob
+from llmitm.routing.access import route_refusal, without_client_key
 from llmitm.routing.affinity import fingerprint
 from llmitm.routing.config import Config, Route
 from llmitm.routing.engine import Routing
@@ -100,7 +102,11 @@ class LlmRouter:
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         if flow.response or flow.error or not flow.live:
             return None
-        if flow.request.method == "GET" and flow.request.path == STATUS_PATH:
+        if (
+            flow.request.method == "GET"
+            and flow.request.path == STATUS_PATH
+            and addressed_to_llmitm(flow)
+        ):
             self._status(flow)
             return None
         if flow.request.method != "POST":
@@ -141,6 +147,11 @@ class LlmRouter:
         config = self.settings.config
         route = match_route(config, model, flow.request.pretty_host)
         if route is None:
+            return None
+        client_key = client_key_of(flow, self.settings)
+        refused = route_refusal(client_key, route.name)
+        if refused is not None:
+            answer_error(flow, refused)
             return None
         routing = self.routing
         sent_model = route.model or model
@@ -268,6 +279,9 @@ class LlmRouter:
             if k.lower() not in HOP_BY_HOP
             and k.lower() not in {"accept-encoding", "content-encoding"}
         ]
+        client_key = client_key_of(flow, self.settings)
+        if client_key is not None:  # the proxy's own key goes to no endpoint
+            client_headers = without_client_key(client_headers, client_key)
         for name in route.endpoints:
             try:
                 plan, prepared = self._prepare(flow, name, api, content, body, model, route)
