@@ -14,6 +14,7 @@ import openai
 import orjson
 import pytest
 
+from .conftest import codex_env
 from .processes import LLMITM, fake_upstream, llmitm_proxy
 
 pytestmark = pytest.mark.slow
@@ -168,3 +169,61 @@ def test_a_public_listener_without_client_keys_stops_start_up(tmp_path: Path) ->
     assert "refusing to listen on 0.0.0.0 without client keys" in output
     assert "Traceback" not in output and "listening" not in output, output
     assert len([line for line in output.splitlines() if "llmitm" in line]) == 1, output
+
+
+CODEX_CONFIG = f"""
+[endpoints.local]
+kind = "compatible"
+base_url = "{{url}}/v1"
+apis = ["chat"]
+api_key_env = "{ENDPOINT_ENV}"
+
+[[routes]]
+models = ["*"]
+hosts = ["api.openai.com"]
+endpoints = ["local"]
+
+[client_keys.codex]
+key_env = "{ALICE_ENV}"
+"""
+
+
+def codex_with_key(codex_bin: Path, tmp: Path, config: str, key: str) -> tuple[int, str]:
+    """``llmitm run --config … -- codex exec`` with Codex in its default configuration (a
+    fresh home, no config.toml) holding ``key`` as ``codex exec``'s API key variable."""
+    (tmp / "work").mkdir(parents=True, exist_ok=True)
+    (tmp / "llmitm.toml").write_text(config)
+    (tmp / "home").mkdir(exist_ok=True)
+    env = codex_env(tmp / "home", {"CODEX_API_KEY": key, ENDPOINT_ENV: "sk-endpoint"})
+    env[ALICE_ENV] = "ck-codex"
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        env.pop(name, None)  # llmitm run sets the proxy; nothing else may
+    argv = [
+        str(LLMITM), "run", "--config", str(tmp / "llmitm.toml"),
+        "--set", f"confdir={tmp / 'confdir'}", "--set", f"llmitm_store={tmp / 'llmitm.db'}",
+        "-q", "--", str(codex_bin), "exec", "--skip-git-repo-check", "Say hello.",
+    ]  # fmt: skip
+    done = subprocess.run(
+        argv, cwd=tmp / "work", env=env, stdin=subprocess.DEVNULL, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_default_codex_presents_its_api_key_as_a_client_key(
+    codex_bin: Path, tmp_path: Path
+) -> None:
+    """``codex exec`` sends its key (``CODEX_API_KEY``) as ``Authorization: Bearer``:
+    configured as a client key, its calls (over the WebSocket llmitm serves, each sent back
+    through the proxy with the handshake's credentials) are served, and the upstream sees
+    the endpoint's key, never Codex's."""
+    with fake_upstream(tmp_path / "fake", "chat") as fake:
+        config = CODEX_CONFIG.format(url=fake.url)
+        status, output = codex_with_key(codex_bin, tmp_path / "ok", config, "ck-codex")
+        sent = seen(fake.url)
+        assert status == 0, output[-4000:]
+        assert sent and "Falling back" not in output, output[-4000:]
+        for request in sent:
+            headers = {k.lower(): v for k, v in request["headers"].items()}
+            assert headers["authorization"] == "Bearer sk-endpoint"
+            assert "ck-codex" not in orjson.dumps(headers).decode()
