@@ -382,3 +382,15 @@ def test_a_public_listener_without_client_keys_stops_start_up(
         with pytest.raises(exceptions.OptionsError, match="without client keys"):
             tctx.configure(access, mode=["regular@0.0.0.0:8081"], listen_host="127.0.0.1")
         tctx.configure(access, llmitm_public_listen=True, mode=["regular@0.0.0.0:8081"])
+
+
+async def test_a_client_key_on_a_call_llmitm_does_not_guard_does_not_leave_either(
+    chain: Chain,
+) -> None:
+    flow = chat("dear-1", authorization="Bearer ck-alice", x_team="a")
+    flow.request.path = "/v1/models"
+    flow.request.method = "GET"
+    flow.request.content = b""
+    await chain.send(flow)
+    assert flow.response is None  # passed on, as before
+    assert "authorization" not in flow.request.headers and flow.request.headers["x-team"] == "a"

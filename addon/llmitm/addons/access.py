@@ -28,6 +28,7 @@ from llmitm.addons.settings import LlmitmSettings
 from llmitm.routing.access import (
     ClientKey,
     browser_refusal,
+    client_key_for,
     content_type_refusal,
     key_refusal,
     public_listen_refusal,
@@ -146,20 +147,23 @@ class LlmAccess:
             return
         request = flow.request
         path = request.path.partition("?")[0]
-        if not (is_llm_call(path) or path.startswith(OWN_PREFIX)):
-            return  # not llmitm's to guard: the egress policy decides
         access = self.settings.config.access
         header = request.headers.get
-        error = browser_refusal(access, header)
-        if error is None and is_llm_call(path):
-            error = content_type_refusal(request.method, header, bool(request.raw_content))
-        key: ClientKey | None = None
-        if error is None:
-            key, error = key_refusal(access, header)
-        if error is not None:
-            logger.info("llmitm: refused %s %s: %s", request.method, path, error.code)
-            _answer(flow, error)
-            return
+        if is_llm_call(path) or path.startswith(OWN_PREFIX):
+            error = browser_refusal(access, header)
+            if error is None and is_llm_call(path):
+                error = content_type_refusal(request.method, header, bool(request.raw_content))
+            key: ClientKey | None = None
+            if error is None:
+                key, error = key_refusal(access, header)
+            if error is not None:
+                logger.info("llmitm: refused %s %s: %s", request.method, path, error.code)
+                _answer(flow, error)
+                return
+        else:
+            # Not llmitm's to guard (the egress policy decides), but a client key it carries
+            # must not leave the proxy either.
+            key = client_key_for(access, header)
         if key is not None:
             flow.metadata[CLIENT_KEY] = key.name
 
