@@ -253,8 +253,12 @@ def test_api_key_env_naming_a_missing_variable(environ: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("raw", "key", "expected"),
     [
-        ({"bogus": 1}, "bogus: unknown key", "known: endpoints, llmitm, routes"),
-        ({"llmitm": {"colour": "red"}}, "llmitm.colour: unknown key", "known: drop_unsupported"),
+        ({"bogus": 1}, "bogus: unknown key", "known: client_keys, endpoints, llmitm, routes"),
+        (
+            {"llmitm": {"colour": "red"}},
+            "llmitm.colour: unknown key",
+            "known: allowed_origins, drop_unsupported",
+        ),
         (
             endpoint_toml("az", kind="azure", base_url="https://h", colour="red"),
             "endpoints.az.colour: unknown key",

@@ -105,6 +105,8 @@ def request(method: str, url: str, body: Any = b"", **headers: str) -> http.HTTP
     flow.request.headers.clear()
     flow.request.headers["host"] = flow.request.pretty_host
     flow.request.headers["authorization"] = "Bearer sk-client"
+    if not isinstance(body, bytes):
+        flow.request.headers["content-type"] = "application/json"
     for name, value in headers.items():
         flow.request.headers[name.replace("_", "-")] = value
     flow.request.content = body if isinstance(body, bytes) else orjson.dumps(body)
@@ -193,7 +195,9 @@ async def test_websockets_nothing_serves_are_refused_with_an_http_answer(
 
 
 async def test_llmitms_own_status_route_still_answers(local: Chain) -> None:
-    flow = await local.send(request("GET", "http://127.0.0.1:8080/_llmitm/status"))
+    flow = request("GET", "http://127.0.0.1:8080/_llmitm/status")
+    flow.client_conn.sockname = ("127.0.0.1", 8080)  # asked of llmitm's own listener
+    flow = await local.send(flow)
     assert flow.response is not None and flow.response.status_code == 200
     assert "local" in orjson.loads(flow.response.content)["endpoints"]
 

@@ -3,7 +3,7 @@
     llmitm rec ls [--db PATH | --folder DIR] [--scope S] [--limit N] [--json]
     llmitm rec show ID [--db PATH | --folder DIR] [--timeline] [--json]
     llmitm rec diff A B [--db PATH | --folder DIR]   |   llmitm rec diff --last-miss [--db PATH]
-    llmitm rec export DIR [--db PATH | --from-folder DIR] [--scope S]
+    llmitm rec export DIR [--db PATH | --from-folder DIR] [--scope S] [--umask]
     llmitm rec export FILE --har | --flows [--db PATH | --from-folder DIR]
     llmitm rec import DIR [--db PATH]
     llmitm rec verify (DIR | --db PATH)
@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
+from llmitm.file_modes import write_file
 from llmitm.replay import folder as folder_format
 from llmitm.replay.har import to_har
 from llmitm.replay.keys import MATCH_KEY_VERSION, PROFILES, KeyOptions, parse_ignore
@@ -128,6 +129,12 @@ def add_parser(commands: Any) -> None:
     kind = export.add_mutually_exclusive_group()
     kind.add_argument("--har", action="store_true", help="HAR 1.2 (browser dev tools)")
     kind.add_argument("--flows", action="store_true", help="a mitmproxy flow file (mitmweb)")
+    export.add_argument(
+        "--umask",
+        action="store_true",
+        help="create files and folders with the umask's modes (default: owner-only, since "
+        "recordings hold prompts)",
+    )
     export.add_argument(
         "--export-timing",
         choices=folder_format.TIMINGS,
@@ -431,16 +438,20 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
             )
         ]
         _refuse_secrets(found, in_store=not args.from_folder)
+    private = not args.umask
     if args.har:
-        target.write_bytes(har)
+        write_file(target, har, private=private)
         console.print(f"wrote {len(interactions)} HAR entr(ies) to {target}")
         return 0
     if args.flows:
         from llmitm.addons.flowfile import write_flows  # the one export that needs mitmproxy
 
-        console.print(f"wrote {write_flows(target, interactions)} flow(s) to {target}")
+        count = write_flows(target, interactions, private=private)
+        console.print(f"wrote {count} flow(s) to {target}")
         return 0
-    written = folder_format.write_folder(target, interactions, timing=args.export_timing)
+    written = folder_format.write_folder(
+        target, interactions, timing=args.export_timing, private=private
+    )
     console.print(f"wrote {len(written)} recording(s) to {args.folder}")
     return 0
 

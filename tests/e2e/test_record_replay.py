@@ -290,7 +290,10 @@ def test_sigkill_mid_stream_keeps_finished_flows_and_a_sound_database(tmp_path: 
                 "POST",
                 f"http://127.0.0.1:{proxy.port()}/v1/chat/completions",
                 content=orjson.dumps(slow),
-                headers={"x-fake-scenario": "text;events=400;event_delay_ms=5"},
+                headers={
+                    "x-fake-scenario": "text;events=400;event_delay_ms=5",
+                    "content-type": "application/json",
+                },
             ) as response,
         ):
             for _ in response.iter_bytes():
@@ -312,6 +315,7 @@ base = os.environ["OPENAI_BASE_URL"].removesuffix("/v1")
 failed = 0
 with httpx.Client(timeout=30) as client:
     for path, body, headers in calls:
+        headers = {"content-type": "application/json", **headers}
         response = client.post(base + path, content=orjson.dumps(body), headers=headers)
         print(response.status_code, response.headers.get("x-llmitm-replay"))
         failed += response.status_code != 200
@@ -454,6 +458,7 @@ def read_stream(
     with httpx.Client(timeout=30) as client:  # made before the clock starts: TLS set-up is slow
         start = time.monotonic()
         try:
+            headers = {"content-type": "application/json", **headers}
             with client.stream("POST", url, content=orjson.dumps(body), headers=headers) as reply:
                 for data in reply.iter_raw():
                     received += data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmitm.addons.access import LlmAccess, LlmAccessStrip
 from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
@@ -44,6 +45,7 @@ def make_addons() -> list[object]:
     return [
         LlmNamespace(),  # answers --transparent's DNS; re-addresses its flows by Host header
         settings,
+        LlmAccess(settings),  # refuses browsers, non-JSON calls and missing client keys
         LlmWebSocket(relay),
         egress,
         recorder,
@@ -53,6 +55,7 @@ def make_addons() -> list[object]:
         relay,
         LlmRecordingsLoad(recorder),  # replay pools, once the store is open
         LlmRouter(settings, relay),
+        LlmAccessStrip(settings),  # a client key never goes upstream
         LlmEgressGuard(egress),
         LlmUsage(store),
         LlmResponses(),

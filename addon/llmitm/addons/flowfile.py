@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from mitmproxy import connection, http, io
 
+from llmitm.file_modes import open_for_writing
 from llmitm.replay.model import Interaction
 
 
@@ -51,10 +52,11 @@ def _flow(interaction: Interaction) -> http.HTTPFlow | None:
     return flow
 
 
-def write_flows(path: Path, interactions: Iterable[Interaction]) -> int:
-    """Write ``interactions`` to ``path``; return how many flows were written."""
+def write_flows(path: Path, interactions: Iterable[Interaction], *, private: bool = True) -> int:
+    """Write ``interactions`` to ``path`` (created owner-only unless ``private`` is false);
+    return how many flows were written."""
     count = 0
-    with path.open("wb") as out:
+    with open_for_writing(path, private=private) as out:
         writer = io.FlowWriter(out)
         for interaction in interactions:
             flow = _flow(interaction)

@@ -48,9 +48,11 @@ from typing import Any
 import orjson
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.choices import check_choices
 from llmitm.addons.relay import LlmRelay
+from llmitm.addons.router import STATUS_PATH
 from llmitm.addons.state import (
     METADATA_KEY,
     SOCKET_KEY,
@@ -499,8 +501,8 @@ class LlmRecorder:
             return
         if not (self.record_all or is_llm_call(request.path)):
             # Telemetry, trace uploads and the like: proxied, never recorded or replayed.
-            if mode == "replay":
-                _answer(flow, *_no_network(request.pretty_url))
+            if mode == "replay" and request.path != STATUS_PATH:  # the router answers that
+                _answer(flow, *_no_network(request.pretty_url), "offline")
             return
         try:
             capture = self._capture(flow, scope)
@@ -532,6 +534,23 @@ class LlmRecorder:
         # The stream callable should see the body as sent, not gzip (the router does the
         # same for the flows it plans).
         request.headers["accept-encoding"] = "identity"
+
+    def server_connect(self, data: ServerConnectionHookData) -> None:
+        # Replay opens no socket (the backstop of the answers in ``request``): whatever got
+        # this far — a raw TCP or UDP stream, a tunnel ignore_hosts passes through unseen, a
+        # flow nothing answered — is refused; only llmitm's own relay, which paces hits, is
+        # dialled.
+        address = data.server.address
+        if self.mode != "replay" or address is None:
+            return
+        relay = self.shared_relay.listening()
+        if relay is not None and (address[0], address[1]) == ("127.0.0.1", relay.port):
+            return
+        target = f"{address[0]}:{address[1]}"
+        logger.info("llmitm: replay: not connecting to %s", target)
+        data.server.error = (
+            f"llmitm is in replay mode and never goes upstream: not connecting to {target}"
+        )
 
     def _capture(self, flow: http.HTTPFlow, scope: str) -> Capture:
         request = flow.request

@@ -16,6 +16,7 @@ from llmitm.addons.coalesce import coalesce_client_writes
 from llmitm.addons.state import FlowState, Routed, flow_state
 from llmitm.exchange.response import stream_pipeline, translate_body
 from llmitm.exchange.stream import StreamRewriter, decoder_for
+from llmitm.routing.plan import CREDENTIAL_HEADERS
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +33,18 @@ def _refuse(reason: str) -> Callable[[bytes], bytes]:
 
 
 def redact_credentials(flow: http.HTTPFlow, state: FlowState) -> None:
-    """The request has gone upstream: replace the injected key on the flow, so mitmdump's
-    output, mitmweb and saved flows never show it."""
+    """The request has gone upstream: replace the injected key on the flow, and any client
+    credential still on it (a relayed flow keeps the client's headers), so mitmdump's
+    output, mitmweb and saved flows never show either."""
     endpoint = state.plan.endpoint
-    if endpoint.api_key and endpoint.auth_header in flow.request.headers:
-        flow.request.headers[endpoint.auth_header] = f"<redacted: ${endpoint.api_key_env}>"
+    if not endpoint.api_key:
+        return  # the client's own key went upstream; the flow shows what was sent
+    headers = flow.request.headers
+    for name in CREDENTIAL_HEADERS:
+        if name in headers and name != endpoint.auth_header:
+            headers[name] = "<redacted: client credential>"
+    if endpoint.auth_header in headers:
+        headers[endpoint.auth_header] = f"<redacted: ${endpoint.api_key_env}>"
 
 
 class IndexedHeaders(http.Headers):

@@ -32,6 +32,7 @@ import orjson
 from mitmproxy import http
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
+from llmitm.addons.access import addressed_to_llmitm, client_key_of
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import (
@@ -47,6 +48,7 @@ from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import HOP_BY_HOP, UpstreamRequest
 from llmitm.relay.failover import FailoverJob
 from llmitm.relay.server import MAX_HEAD_BYTES
+from llmitm.routing.access import route_refusal, without_client_key
 from llmitm.routing.affinity import fingerprint
 from llmitm.routing.config import Config, Route
 from llmitm.routing.engine import Routing
@@ -104,7 +106,11 @@ class LlmRouter:
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         if flow.response or flow.error or not flow.live:
             return None
-        if flow.request.method == "GET" and flow.request.path == STATUS_PATH:
+        if (
+            flow.request.method == "GET"
+            and flow.request.path == STATUS_PATH
+            and addressed_to_llmitm(flow)
+        ):
             self._status(flow)
             return None
         if flow.request.method != "POST":
@@ -147,6 +153,11 @@ class LlmRouter:
         if route is None:
             return None
         validate_request(body, api)  # before anything below reads the body
+        client_key = client_key_of(flow, self.settings)
+        refused = route_refusal(client_key, route.name)
+        if refused is not None:
+            answer_error(flow, refused)
+            return None
         routing = self.routing
         sent_model = route.model or model
         routed = Routed(route=route, model=sent_model)
@@ -280,6 +291,9 @@ class LlmRouter:
                 code="request_header_fields_too_large",
                 status=431,
             )
+        client_key = client_key_of(flow, self.settings)
+        if client_key is not None:  # the proxy's own key goes to no endpoint
+            client_headers = without_client_key(client_headers, client_key)
         for name in route.endpoints:
             try:
                 plan, prepared = self._prepare(flow, name, api, content, body, model, route)

@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 
 from llmitm import __version__
+from llmitm.file_modes import make_dir, write_file
 from llmitm.replay.keys import MATCH_KEY_VERSION
 from llmitm.replay.model import LEGS, Interaction, Message
 from llmitm.replay.redact import REDACTION_VERSION
@@ -413,10 +414,10 @@ def _blob_loader(folder: Path) -> Callable[[str], Any]:
     return load
 
 
-def _write_if_changed(path: Path, data: bytes) -> None:
+def _write_if_changed(path: Path, data: bytes, private: bool) -> None:
     # Unchanged files keep their modification time: tools that watch the folder see no churn.
     if not path.is_file() or path.read_bytes() != data:
-        path.write_bytes(data)
+        write_file(path, data, private=private)
 
 
 def write_folder(
@@ -424,13 +425,16 @@ def write_folder(
     interactions: Iterable[Interaction],
     settings: dict[str, Any] | None = None,
     timing: str = "coarse",
+    *,
+    private: bool = True,
 ) -> list[Path]:
     """Write ``interactions`` as the whole content of ``folder`` (files of earlier runs that
     are not rewritten are removed, blobs no file refers to too); return the interaction files
-    written. ``timing``: ``coarse`` (10 ms), ``exact`` or ``none`` (see the module doc)."""
+    written. ``timing``: ``coarse`` (10 ms), ``exact`` or ``none`` (see the module doc).
+    Folders and files llmitm creates are owner-only unless ``private`` is false."""
     if timing not in TIMINGS:
         raise ValueError(f"export timing {timing!r}: one of {', '.join(TIMINGS)}")
-    folder.mkdir(parents=True, exist_ok=True)
+    make_dir(folder, private=private, parents=True)
     by_scope: dict[str, list[Interaction]] = {}
     for interaction in sorted(interactions, key=lambda i: (i.started_us, i.id)):
         by_scope.setdefault(interaction.scope, []).append(interaction)
@@ -443,14 +447,14 @@ def write_folder(
             values.append(interaction_to_json(interaction, timing))
     values, blobs = share_blobs(values)
     for path, value in zip(paths, values, strict=True):
-        path.parent.mkdir(exist_ok=True)
-        _write_if_changed(path, dumps_pretty(value))
+        make_dir(path.parent, private=private)
+        _write_if_changed(path, dumps_pretty(value), private)
     blob_files = []
     if blobs:
-        (folder / BLOBS).mkdir(exist_ok=True)
+        make_dir(folder / BLOBS, private=private)
     for digest in sorted(blobs):
         blob_files.append(blob_path(folder, digest))
-        _write_if_changed(blob_files[-1], dumps_pretty(blobs[digest]))
+        _write_if_changed(blob_files[-1], dumps_pretty(blobs[digest]), private)
     keep = {*paths, *blob_files}
     for stale in folder.glob("*/*.json"):
         if stale not in keep:
@@ -467,7 +471,7 @@ def write_folder(
         "timing": timing,
         "interactions": [str(path.relative_to(folder)) for path in paths],
     }
-    _write_if_changed(folder / MANIFEST, dumps_pretty(_sorted(manifest)))
+    _write_if_changed(folder / MANIFEST, dumps_pretty(_sorted(manifest)), private)
     return paths
 
 

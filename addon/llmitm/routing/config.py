@@ -18,10 +18,14 @@ One TOML file (stdlib ``tomllib``)::
     endpoints = ["local"]
     model = "qwen3:8b"                # optional alias sent upstream
 
+    [client_keys.alice]               # optional: the proxy's own keys (routing.access)
+    key_env = "LLMITM_KEY_ALICE"
+    routes = ["routes[0]"]            # optional: the routes this key may use
+
 Secrets are never in the file: an endpoint names the environment variable that holds its key
-(``api_key_env``). Every mistake fails at start-up as a :class:`ConfigError` naming the file,
-the key and what was expected — never a traceback. With no file, :func:`default_config` lets
-OpenAI and Azure traffic pass through unchanged.
+(``api_key_env``), and so does a client key (``key_env``). Every mistake fails at start-up as
+a :class:`ConfigError` naming the file, the key and what was expected — never a traceback.
+With no file, :func:`default_config` lets OpenAI and Azure traffic pass through unchanged.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from llmitm.responses_api.scope import RESPONSES_SCOPES, ResponsesScope
+from llmitm.routing.access import Access, ClientKey
 from llmitm.routing.egress import EGRESS_POLICIES, EgressPolicy
 from llmitm.routing.strategies import STRATEGIES, StrategyName
 from llmitm.translate.context import REASONING_MODES, ReasoningMode
@@ -163,6 +168,8 @@ class Settings:
     responses_scope: ResponsesScope = "credential"
     """Whose stored Responses state a client reads: its own credential's, or everyone's
     (``shared``, a single-tenant proxy) — :mod:`llmitm.responses_api.scope`."""
+    allowed_origins: tuple[str, ...] = ()
+    """Browser origins (globs) whose requests are served (routing.access)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +179,7 @@ class Config:
     endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
     routes: tuple[Route, ...] = ()
     routing: RoutingSettings = RoutingSettings()
+    access: Access = field(default_factory=Access)
 
 
 def default_config() -> Config:
@@ -217,7 +225,7 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
 
 def parse_config(raw: Mapping[str, Any], source: str, environ: Mapping[str, str]) -> Config:
     reader = _Reader(source)
-    reader.only_keys(raw, "", {"llmitm", "endpoints", "routes", "routing"})
+    reader.only_keys(raw, "", {"llmitm", "endpoints", "routes", "routing", "client_keys"})
     settings = _settings(reader, reader.table(raw, "llmitm"), Path(source).parent)
     routing = _routing(reader, reader.table(raw, "routing"))
     endpoints_raw = reader.table(raw, "endpoints")
@@ -234,8 +242,22 @@ def parse_config(raw: Mapping[str, Any], source: str, environ: Mapping[str, str]
         _route(reader, f"routes[{index}]", entry, endpoints)
         for index, entry in enumerate(routes_raw)
     )
+    keys_raw = reader.table(raw, "client_keys")
+    route_names = {route.name for route in routes}
+    client_keys = tuple(
+        _client_key(
+            reader, name, reader.table(keys_raw, name, prefix="client_keys."), route_names, environ
+        )
+        for name in keys_raw
+    )
+    access = Access(allowed_origins=settings.allowed_origins, client_keys=client_keys)
     return Config(
-        source=source, settings=settings, endpoints=endpoints, routes=routes, routing=routing
+        source=source,
+        settings=settings,
+        endpoints=endpoints,
+        routes=routes,
+        routing=routing,
+        access=access,
     )
 
 
@@ -340,7 +362,15 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
     reader.only_keys(
         raw,
         "llmitm.",
-        {"reasoning", "strict", "drop_unsupported", "store", "egress", "responses_scope"},
+        {
+            "reasoning",
+            "strict",
+            "drop_unsupported",
+            "store",
+            "egress",
+            "responses_scope",
+            "allowed_origins",
+        },
     )
     store = raw.get("store")
     if store is not None:
@@ -360,6 +390,7 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
         responses_scope=reader.choice(
             raw.get("responses_scope", "credential"), "llmitm.responses_scope", RESPONSES_SCOPES
         ),
+        allowed_origins=reader.strings(raw, "allowed_origins", "llmitm", ()),
     )
 
 
@@ -504,6 +535,34 @@ def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoi
         stream_idle_timeout=reader.number(raw, "stream_idle_timeout", where, None, positive=True),
         affinity=reader.boolean(raw, "affinity", where, True),
     )
+
+
+def _client_key(
+    reader: _Reader,
+    name: str,
+    raw: Mapping[str, Any],
+    route_names: set[str],
+    environ: Mapping[str, str],
+) -> ClientKey:
+    where = f"client_keys.{name}"
+    reader.only_keys(raw, where + ".", {"key_env", "routes"})
+    key_env = reader.string(raw, "key_env", where)
+    if key_env is None:
+        reader.fail(f"{where}.key_env", "the environment variable that holds the key", None)
+    key = environ.get(key_env, "")
+    if not key:
+        raise ConfigError(
+            f"{reader.source}: {where}.key_env: the environment variable {key_env} is not set "
+            "(it must hold the client key)"
+        )
+    routes = None
+    if "routes" in raw:
+        routes = reader.strings(raw, "routes", where, ())
+        for route in routes:
+            if route not in route_names:
+                known = ", ".join(sorted(route_names)) or "none defined"
+                reader.fail(f"{where}.routes", f"a route name ({known})", route)
+    return ClientKey(name=name, key_env=key_env, key=key, routes=routes)
 
 
 _ROUTE_KEYS = {

@@ -15,7 +15,15 @@ from llmitm.routing.config import Config, Endpoint, Route
 from llmitm.translate.pipeline import Direction
 from llmitm.wire.paths import AZURE_RESPONSES_DEFAULT_VERSION, AZURE_RESPONSES_MIN_VERSION, ApiName
 
-CREDENTIAL_HEADERS = ("authorization", "api-key")
+CREDENTIAL_HEADERS = (
+    "authorization",
+    "api-key",
+    "x-api-key",
+    "x-goog-api-key",
+    "anthropic-api-key",
+)
+"""Every header a client may carry its key in: all of them go when an endpoint key is
+injected, so no client credential reaches an upstream that was not meant to see it."""
 
 
 @dataclass(frozen=True, slots=True)

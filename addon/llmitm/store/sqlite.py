@@ -31,6 +31,7 @@ from typing import Any
 
 import aiosqlite
 
+from llmitm.file_modes import make_dir
 from llmitm.replay.model import Interaction
 from llmitm.store import sqlite_recordings as recordings
 from llmitm.store.api import GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
@@ -144,7 +145,7 @@ class SqliteStore(Store, ResponseReader):
             return
         if self._writer is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(self.path.parent, parents=True)  # owner-only when llmitm creates it
         _create_private(self.path)
         writer = await self._connect()
         try:
