@@ -88,7 +88,10 @@ class StreamGuard:
         # Only whole events go out: if the upstream is cut mid-event, the client must not
         # get half an event glued to the closing error.
         tail = self._tail
-        end = _after_last_event(tail + chunk if tail else chunk) - len(tail)
+        end = _after_last_event(chunk)
+        if not end and tail:
+            # Only a blank line that starts in the held bytes is left to find.
+            end = _after_last_event(tail + chunk[:_TAIL]) - len(tail)
         if end <= 0:
             # No blank line ends in this chunk (none lies wholly in the tail: held bytes
             # never hold one).
@@ -242,12 +245,15 @@ def _whole(data: bytes) -> bool:
 
 
 def _after_last_event(data: bytes) -> int:
-    """The index just past the last blank line (any line-end spelling), 0 if there is none."""
-    return max(
-        data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0,
-        data.rfind(b"\r\n\r\n") + 4 if b"\r\n\r\n" in data else 0,
-        data.rfind(b"\r\r") + 2 if b"\r\r" in data else 0,
-    )
+    """The index just past the last blank line (any line-end spelling), 0 if there is none.
+    One scan per spelling (``rfind`` alone, no ``in`` first), and the CR spellings only when
+    there is a CR: this runs once per chunk of an event held across reads."""
+    lf = data.rfind(b"\n\n") + 2
+    if data.find(b"\r") < 0:
+        return lf if lf > 1 else 0
+    crlf = data.rfind(b"\r\n\r\n") + 4
+    cr = data.rfind(b"\r\r") + 2
+    return max(lf if lf > 1 else 0, crlf if crlf > 3 else 0, cr if cr > 1 else 0)
 
 
 def _looks_terminal(data: bytes) -> bool:
