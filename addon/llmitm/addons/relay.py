@@ -1,7 +1,9 @@
 """The relay's lifecycle inside mitmproxy: llmitm's loopback server, started in ``running``
 (the returned task is awaited by mitmproxy, so no flow arrives before it listens) and closed
 in ``done``. Other addons register jobs with :attr:`LlmRelay.server` and re-point their flows
-at the URL it returns (DESIGN.md, "One relay").
+at the URL it returns (DESIGN.md, "One relay"). When a pointed flow ends (``response`` or
+``error``: answered, answered locally, aborted by its client, killed), its registration is
+forgotten, so one that was never used does not keep its job, and the request it holds, alive.
 
 The relay's own upstream connections verify TLS like mitmproxy does: certifi, or the bundle
 of ``ssl_verify_upstream_trusted_ca``; ``ssl_insecure`` turns verification off.
@@ -19,6 +21,9 @@ from mitmproxy import ctx, http
 from llmitm.relay.server import RelayServer
 
 logger = logging.getLogger(__name__)
+
+RELAY_URL_KEY = "llmitm_relay_url"
+"""``flow.metadata`` key: the relay URL the flow was pointed at (forgotten when it ends)."""
 
 
 def tls_context() -> ssl.SSLContext:
@@ -78,8 +83,28 @@ class LlmRelay:
 
     def point(self, flow: http.HTTPFlow, url: str) -> None:
         """Send ``flow`` to the relay at ``url`` (straight there, also in upstream mode)."""
+        previous = flow.metadata.get(RELAY_URL_KEY)
+        if previous is not None and previous != url:
+            self._forget(previous)  # re-pointed: the first registration will not be used
+        flow.metadata[RELAY_URL_KEY] = url
         flow.request.url = url
         flow.server_conn.via = None
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._flow_ended(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._flow_ended(flow)
+
+    def _flow_ended(self, flow: http.HTTPFlow) -> None:
+        # Used or not: forgetting a used token is a no-op, so no need to know which.
+        url = flow.metadata.pop(RELAY_URL_KEY, None)
+        if url is not None:
+            self._forget(url)
+
+    def _forget(self, url: str) -> None:
+        if self.server is not None:
+            self.server.forget(url)
 
     def done(self) -> None:
         server, self.server = self.server, None

@@ -409,6 +409,12 @@ class LlmRouter:
     def _status(self, flow: http.HTTPFlow) -> None:
         """``GET /_llmitm/status``: in-flight counters, waiters and cooldowns per endpoint."""
         snapshot = self.routing.snapshot(time.monotonic())
+        relay = self.relay.listening() if self.relay is not None else None
+        if relay is not None:
+            # Relay registrations and connections: 0 again once every flow has ended.
+            snapshot["relay"] = relay.stats()
+        # The event loop's tasks: back to the idle count once every flow has ended.
+        snapshot["process"] = {"asyncio_tasks": len(asyncio.all_tasks())}
         flow.response = http.Response.make(
             200,
             orjson.dumps(snapshot, option=orjson.OPT_INDENT_2),

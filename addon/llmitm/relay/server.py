@@ -3,7 +3,9 @@ answers it — forwarding upstream (:class:`~llmitm.relay.jobs.UpstreamJob`) or 
 that writes a response — always ending its own body cleanly.
 
 Bound to 127.0.0.1 on a random port; each request carries a one-use token in its path, so
-nothing but the flows llmitm registered can use it.
+nothing but the flows llmitm registered can use it. A registration lives until its request
+arrives or its flow ends without sending it (``forget``, from the relay addon's flow-end
+hooks): :meth:`RelayServer.stats` counts both, for ``GET /_llmitm/status``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class RelayServer:
         self.connect_timeout = connect_timeout
         self.tls_context: ssl.SSLContext | None = None
         self._jobs: dict[str, RelayJob | SocketJob] = {}
+        self._connections = 0  # relay connections being served now
         self._server: asyncio.Server | None = None
         self._ready = asyncio.Event()
         self.port = 0
@@ -62,8 +65,14 @@ class RelayServer:
         """Drop a registration that will not be used (the flow was answered otherwise)."""
         self._jobs.pop(url.rpartition("/")[2], None)
 
+    def stats(self) -> dict[str, int]:
+        """Registrations not yet used, and relay connections being served: both return to 0
+        once every flow has ended."""
+        return {"registered": len(self._jobs), "connections": self._connections}
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         reply = RelayReply(writer)
+        self._connections += 1
         try:
             job, headers = await self._read_job(reader)
             if job is None:
@@ -81,6 +90,7 @@ class RelayServer:
                 if not reply.started:
                     await reply.error(500, "llmitm's relay failed; see the proxy's log.")
         finally:
+            self._connections -= 1
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -132,10 +142,14 @@ async def _serve_until_abort(
     try:
         await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        watching.cancel()
+        if watching.done() and not watching.cancelled():
+            # A reset reads as an error here: retrieved, or asyncio logs it as an unhandled
+            # task error (one traceback per client that aborted).
+            watching.exception()
         if not serving.done():
             serving.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await serving
             raise ConnectionResetError("mitmproxy closed the relay connection")
-        watching.cancel()
     serving.result()  # re-raise what the job raised

@@ -6,6 +6,10 @@ before its terminal event (chat ``[DONE]``; Responses ``response.completed``/``i
 events and looks at their names, so the passthrough path stays nearly free. At the end it
 reads the usage, for accounting, from the last two chunks only (the chat usage chunk just
 before ``[DONE]``; the Responses terminal event's ``response.usage``).
+
+An event that spans chunks is held as a list of pieces and only each new chunk (plus the last
+few held bytes, for a blank line split between chunks) is searched for its end, so one huge
+event costs time linear in its size.
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ class StreamGuard:
     def __init__(self, api: ApiName, *, strip_usage: bool = False) -> None:
         self.api = api
         self._first = True
-        self._held = b""
+        self._held: list[bytes] = []  # an unfinished event's pieces, in arrival order
+        self._tail = b""  # the last bytes held: a blank line may start there
         self._last = b""  # the latest whole events, where a terminal event would be
         self._prev = b""  # the whole events before them, where a chat usage chunk would be
         self.usage: dict[str, Any] | None = None
@@ -78,23 +83,46 @@ class StreamGuard:
                 self._prev, self._last = self._last, chunk
             return chunk
         if self.finished:
-            held, self._held = self._held, b""
+            held = self._take_held()
             return held + chunk if held else chunk
         # Only whole events go out: if the upstream is cut mid-event, the client must not
         # get half an event glued to the closing error.
-        data = self._held + chunk if self._held else chunk
-        end = _after_last_event(data)
-        self._held = data[end:]
-        if end and (data[:end] != DONE_FRAME or self.api == "chat"):
-            self._prev, self._last = self._last, data[:end]
+        tail = self._tail
+        end = _after_last_event(chunk)
+        if not end and tail:
+            # Only a blank line that starts in the held bytes is left to find.
+            end = _after_last_event(tail + chunk[:_TAIL]) - len(tail)
+        if end <= 0:
+            # No blank line ends in this chunk (none lies wholly in the tail: held bytes
+            # never hold one).
+            self._held.append(chunk)
+            self._tail = (tail + chunk[-_TAIL:])[-_TAIL:]
+            return b""
+        rest = chunk[end:]
+        if self._held:
+            self._held.append(chunk[:end])
+            out = self._take_held()
+        else:
+            out = chunk[:end] if rest else chunk
+        if rest:
+            self._held = [rest]
+            self._tail = rest[-_TAIL:]
+        if out != DONE_FRAME or self.api == "chat":
+            self._prev, self._last = self._last, out
             if self._first:
                 self._first = False
                 if self.api == "responses":
                     self._watch_all(self._last)
-        return data[:end] if self._held else data
+        return out
+
+    def _take_held(self) -> bytes:
+        held = b"".join(self._held)
+        self._held = []
+        self._tail = b""
+        return held
 
     def close(self) -> bytes:
-        held, self._held = self._held, b""
+        held = self._take_held()
         if held and _whole_events(held):
             self._last = held = held + b"\n\n"  # a last event that only lacked its blank line
         else:
@@ -158,6 +186,7 @@ class StreamGuard:
 
 
 _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
+_TAIL = 3  # one byte less than the longest blank-line spelling, CRLF CRLF
 
 
 class UsageStrippingGuard(StreamGuard):
@@ -216,12 +245,15 @@ def _whole(data: bytes) -> bool:
 
 
 def _after_last_event(data: bytes) -> int:
-    """The index just past the last blank line (any line-end spelling), 0 if there is none."""
-    return max(
-        data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0,
-        data.rfind(b"\r\n\r\n") + 4 if b"\r\n\r\n" in data else 0,
-        data.rfind(b"\r\r") + 2 if b"\r\r" in data else 0,
-    )
+    """The index just past the last blank line (any line-end spelling), 0 if there is none.
+    One scan per spelling (``rfind`` alone, no ``in`` first), and the CR spellings only when
+    there is a CR: this runs once per chunk of an event held across reads."""
+    lf = data.rfind(b"\n\n") + 2
+    if data.find(b"\r") < 0:
+        return lf if lf > 1 else 0
+    crlf = data.rfind(b"\r\n\r\n") + 4
+    cr = data.rfind(b"\r\r") + 2
+    return max(lf if lf > 1 else 0, crlf if crlf > 3 else 0, cr if cr > 1 else 0)
 
 
 def _looks_terminal(data: bytes) -> bool:

@@ -7,6 +7,12 @@ without an ``event:`` line, and a missing final blank line (flushed by :meth:`SS
 
 The common shapes — ``data: …`` alone and ``event: …`` + ``data: …`` — take a fast path: this
 runs once per chunk for every stream through the proxy.
+
+Decoding is linear in bytes for any event size: an unfinished event is kept as a list of its
+pieces, each new chunk is scanned only for itself (plus whether the buffered data ended with a
+line end, for a blank line split across two chunks), and the pieces are joined once, when the
+event's blank line arrives. Re-joining and rescanning the whole pending event per chunk made
+one 20 MiB event cost seconds to minutes.
 """
 
 from __future__ import annotations
@@ -23,10 +29,13 @@ A plain tuple, not a NamedTuple: it is built once per event on the hot path."""
 class SSEDecoder:
     """Feed it chunks as they arrive; it returns the events completed so far."""
 
-    __slots__ = ("_buffer", "_pending_cr", "_started")
+    __slots__ = ("_ends_lf", "_pending", "_pending_cr", "_started")
 
     def __init__(self) -> None:
-        self._buffer = b""
+        # The unfinished event's bytes (line ends already LF), in arrival order.
+        self._pending: list[bytes] = []
+        # Whether those bytes end with LF: an LF first in the next chunk is then a blank line.
+        self._ends_lf = False
         # A CR that ended the previous chunk: if the next chunk starts with LF, that LF
         # belongs to the same line end.
         self._pending_cr = False
@@ -37,7 +46,7 @@ class SSEDecoder:
     def idle(self) -> bool:
         """Nothing buffered, no pending CR, past the start: a chunk that is one whole event
         means exactly that event."""
-        return self._started and not self._buffer and not self._pending_cr
+        return self._started and not self._pending and not self._pending_cr
 
     def single_event_data(self, chunk: bytes) -> bytes | None:
         """The data of ``chunk`` if it is exactly one plain event (``data:`` alone, or one
@@ -46,7 +55,7 @@ class SSEDecoder:
 
         Runs once per chunk: ``find`` rather than ``in`` (``bytes in bytes`` first tries the
         needle as an integer and swallows that TypeError, several times slower)."""
-        if self._buffer or self._pending_cr or not self._started:
+        if self._pending or self._pending_cr or not self._started:
             return None
         if chunk.startswith(b"data: "):
             start = 6
@@ -69,7 +78,7 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if (
             self._started
-            and not self._buffer
+            and not self._pending
             and not self._pending_cr
             and chunk.endswith(b"\n\n")
             and chunk.find(b"\n\n", 0, len(chunk) - 2) < 0
@@ -88,23 +97,42 @@ class SSEDecoder:
             self._pending_cr = False
             if chunk.startswith(b"\n"):
                 chunk = chunk[1:]
+                if not chunk:
+                    return []
         if chunk.find(b"\r") >= 0:
             if chunk.endswith(b"\r"):
                 self._pending_cr = True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        buffer = self._buffer + chunk if self._buffer else chunk
         if not self._started:
-            if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
-                self._buffer = buffer  # maybe a byte-order mark split across chunks
-                return []
-            self._started = True
-            buffer = buffer.removeprefix(_BOM)
-        if b"\n\n" not in buffer:
-            self._buffer = buffer
+            return self._start(chunk)
+        # Only the new bytes are scanned; a blank line may also span the two chunks.
+        if chunk.find(b"\n\n") < 0 and not (self._ends_lf and chunk.startswith(b"\n")):
+            self._pending.append(chunk)
+            self._ends_lf = chunk.endswith(b"\n")
             return []
+        if self._pending:
+            self._pending.append(chunk)
+            buffer = b"".join(self._pending)
+        else:
+            buffer = chunk
+        return self._split(buffer)
+
+    def _start(self, chunk: bytes) -> list[SSEEvent]:
+        """The first bytes: a byte-order mark, maybe split over chunks, is dropped."""
+        buffer = b"".join((*self._pending, chunk))
+        if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
+            self._pending = [buffer]
+            return []
+        self._started = True
+        return self._split(buffer.removeprefix(_BOM))
+
+    def _split(self, buffer: bytes) -> list[SSEEvent]:
+        """Dispatch the whole events in ``buffer``; keep what follows its last blank line."""
         blocks = buffer.split(b"\n\n")
-        self._buffer = blocks.pop()
-        events = []
+        rest = blocks.pop()
+        self._pending = [rest] if rest else []
+        self._ends_lf = rest.endswith(b"\n")
+        events: list[SSEEvent] = []
         for block in blocks:
             if block:
                 _parse_block(block, events)
@@ -112,7 +140,9 @@ class SSEDecoder:
 
     def close(self) -> list[SSEEvent]:
         """End of stream: dispatch an event left without its final blank line."""
-        block, self._buffer = self._buffer, b""
+        block = b"".join(self._pending)
+        self._pending = []
+        self._ends_lf = False
         self._pending_cr = False
         if not self._started:
             block = block.removeprefix(_BOM)
