@@ -33,6 +33,7 @@ def test_store_and_recordings_are_owner_only_under_umask_000(tmp_path: Path) -> 
                     "--set", f"llmitm_store={store}",
                     "--set", "llmitm_record=record",
                     "--set", f"llmitm_recordings={recordings}",
+                    "--set", "llmitm_allow_record_in_ci=true",  # records on purpose
                 ],
             ) as proxy,
         ):  # fmt: skip
