@@ -25,7 +25,7 @@ from llmitm.wire.errors import (
     responses_error_event,
 )
 from llmitm.wire.paths import ApiName
-from llmitm.wire.sse import DONE_DATA, DONE_FRAME, SSEDecoder, encode_typed
+from llmitm.wire.sse import DONE_DATA, DONE_FRAME, SSEDecoder, SSEEvent, encode_typed
 
 _TERMINAL_TYPES = (b"response.completed", b"response.incomplete", b"response.failed")
 _TERMINAL_NAMES = frozenset(t.decode() for t in _TERMINAL_TYPES)
@@ -127,13 +127,15 @@ class StreamGuard:
             self._last = held = held + b"\n\n"  # a last event that only lacked its blank line
         else:
             held = b""
-        self._watch_all(self._last)
-        self.usage = _last_usage(self._prev + self._last, self.api)
+        # Each held part is decoded once, and never joined: one of them may be a huge event.
+        last = _events(self._last)
+        for name, payload in last:
+            self._watch(name, payload)
+        self.usage = _last_usage(last, self.api) or _last_usage(_events(self._prev), self.api)
         return held if self.finished else held + self.fail(CUT)
 
     def _watch_all(self, data: bytes) -> None:
-        decoder = SSEDecoder()
-        for name, payload in decoder.feed(data) + decoder.close():
+        for name, payload in _events(data):
             self._watch(name, payload)
 
     def fail(self, error: ApiError) -> bytes:
@@ -269,11 +271,15 @@ def _is_terminal_json(data: bytes) -> bool:
     return isinstance(event, dict) and event.get("type") in _TERMINAL_NAMES
 
 
-def _last_usage(data: bytes, api: ApiName) -> dict[str, Any] | None:
-    """The usage of the last event in ``data`` that has one: a chat chunk's ``usage``, or a
-    Responses terminal event's ``response.usage``. Called once per stream, at its end."""
+def _events(data: bytes) -> list[SSEEvent]:
     decoder = SSEDecoder()
-    for _name, payload in reversed(decoder.feed(data) + decoder.close()):
+    return decoder.feed(data) + decoder.close()
+
+
+def _last_usage(events: list[SSEEvent], api: ApiName) -> dict[str, Any] | None:
+    """The usage of the last of ``events`` that has one: a chat chunk's ``usage``, or a
+    Responses terminal event's ``response.usage``. Called once per stream, at its end."""
+    for _name, payload in reversed(events):
         if b'"usage"' not in payload:
             continue
         try:
