@@ -587,7 +587,11 @@ def test_a_failover_flow_records_what_the_answering_endpoint_was_sent(tmp_path: 
             # The id the client saw is the one stored (every candidate carries the same id).
             (response_id,) = set(re.findall(rb'"id":"(resp_[0-9a-f]+)"', live.content))
             with httpx.Client(timeout=30) as client:
-                stored = client.get(f"{proxy.base_url()}/responses/{response_id.decode()}")
+                # Stored responses belong to the credential that created them.
+                stored = client.get(
+                    f"{proxy.base_url()}/responses/{response_id.decode()}",
+                    headers={"authorization": f"Bearer {SECRET}"},
+                )
     assert stored.status_code == 200, stored.text
     assert live.status_code == 200 and live.headers["x-llmitm-endpoint"] == "alive"
     done = llmitm("rec", "export", str(tmp_path / "out"), "--db", str(tmp_path / "rec/llmitm.db"))
