@@ -29,6 +29,7 @@ import itertools
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -156,7 +157,7 @@ class SqliteStore(Store, ResponseReader):
         try:
             # WAL lets readers and other processes work while a batch commits; NORMAL
             # syncs at checkpoints only, which is still crash-safe for a killed process.
-            await writer.execute("PRAGMA journal_mode = WAL")
+            await self._wal(writer)
             await writer.execute("PRAGMA synchronous = NORMAL")
             self.schema_version = await migrate(writer, self._migrations)
             reader = await self._connect()
@@ -166,6 +167,21 @@ class SqliteStore(Store, ResponseReader):
             raise
         self._writer, self._reader = writer, reader
         self._writes.start()
+
+    async def _wal(self, writer: aiosqlite.Connection) -> None:
+        """Switch the file to WAL. The switch takes the file's lock and does not wait on the
+        busy handler: a second process opening a new file while the first migrates it is
+        told "locked" at once, so it retries here, for at most ``busy_timeout``."""
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            try:
+                await writer.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as error:
+                code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+                if code not in _BUSY_CODES or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.02)
 
     async def _open_read_only(self) -> None:
         if self._reader is not None:
