@@ -315,3 +315,34 @@ def _extras(delta: dict[str, Any]) -> dict[str, Any]:
     return {
         key: value for key, value in delta.items() if key not in ("index", "id", "type", "function")
     }
+
+
+def repair_chat_completion(completion: dict[str, Any], context: TranslationContext) -> bool:
+    """The same repairs for a whole ``chat.completion`` body, in place; whether any was made.
+
+    A body cannot repeat a call's id or name (each call is one object), and its calls carry no
+    stream ``index``; what can be missing is a call's ``id`` or ``type`` and a choice's
+    ``finish_reason``."""
+    choices = completion.get("choices")
+    if type(choices) is not list:
+        return False
+    changed = False
+    for choice in choices:
+        if type(choice) is not dict:
+            continue
+        message = choice.get("message")
+        calls = message.get("tool_calls") if type(message) is dict else None
+        calls = calls if type(calls) is list else []
+        for tool_call in calls:
+            if type(tool_call) is not dict:
+                continue
+            if type(tool_call.get("id")) is not str or not tool_call["id"]:
+                tool_call["id"] = context.options.ids("call")
+                changed = True
+            if "type" not in tool_call:
+                tool_call["type"] = "function"
+                changed = True
+        if not choice.get("finish_reason"):
+            choice["finish_reason"] = "tool_calls" if calls else "stop"
+            changed = True
+    return changed
