@@ -13,7 +13,6 @@ from mitmproxy import exceptions, http
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.test import taddons, tflow
 from openai.types.responses import Response
-from oracle import sdk_responses_stream
 
 from llmitm.addons import make_addons
 from llmitm.addons.responses import LlmResponses
@@ -21,6 +20,7 @@ from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.exchange.stream import StreamRewriter
+from tests.helpers.oracle import sdk_responses_stream
 
 KEY_ENV = "LLMITM_TEST_LOCAL_KEY"
 NOW = 1_750_000_000

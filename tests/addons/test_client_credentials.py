@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 from mitmproxy import http
 from mitmproxy.test import taddons
-from test_addons import KEY_ENV, RESPONSES_BODY, Proxy, config_file, post, proxy, sse_response
+
+from tests.addons.test_addons import (
+    KEY_ENV,
+    RESPONSES_BODY,
+    Proxy,
+    config_file,
+    post,
+    proxy,
+    sse_response,
+)
 
 __all__ = ["config_file", "proxy"]  # fixtures shared with test_addons
 

@@ -11,9 +11,9 @@ from mitmproxy import contentviews, http
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.addons.view import View
 from mitmproxy.test import taddons, tflow
-from realfixtures import REAL, real_or_skip
 
 from llmitm.addons.contentview import LlmContentview
+from tests.helpers.realfixtures import REAL, real_or_skip
 
 
 @pytest.fixture(autouse=True)

@@ -34,7 +34,7 @@ from llmitm.routing.config import ConfigError, parse_config
 from llmitm.routing.egress import local_answer, telemetry_kind
 from llmitm.wire.paths import is_llm_call
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY_ENV = "LLMITM_TEST_EGRESS_KEY"
 CONFIG = f"""
 [llmitm]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from oracle import sdk_chat_stream, sdk_responses_stream
 
 from llmitm.cli import main
+from tests.helpers.oracle import sdk_chat_stream, sdk_responses_stream
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "azure-responses-stream.sse"
 
 

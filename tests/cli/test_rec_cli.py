@@ -24,7 +24,7 @@ from llmitm.replay.rekey import request_key
 from llmitm.replay.why import explain, parse_request
 from llmitm.store import blob_codec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
 LLMITM = Path(sys.executable).with_name("llmitm")
 PLANTED = "ghp_" + "R8xk2Lq9Vt4Zm7Nw1Pc6Hy3Js5Bd0Fg8Ke2T"

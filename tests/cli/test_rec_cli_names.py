@@ -16,7 +16,7 @@ from llmitm.replay import folder as folder_format
 from llmitm.replay.scan import scan_text
 from llmitm.replay.scan_fields import interaction_fields, locate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
 PLANTED = "ghp_" + "R8xk2Lq9Vt4Zm7Nw1Pc6Hy3Js5Bd0Fg8Ke2T"
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from realfixtures import real_or_skip
 
 from llmitm.cli import main
 from llmitm.replay.scan import high_entropy_tokens, looks_random, scan_text, shannon_entropy
+from tests.helpers.realfixtures import real_or_skip
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
 
 # Shapes of real credentials that no pattern of the redactor knows (those are the entropy

@@ -16,7 +16,6 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
-from oracle import sdk_chat_raw_chunks, sdk_chat_stream, sdk_responses_stream
 
 from llmitm.exchange.request import client_model, parse_body, prepare_request
 from llmitm.exchange.response import stream_pipeline, translate_body
@@ -28,6 +27,7 @@ from llmitm.translate.errors import TranslationError
 from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.ids import CountingIds, fixed_clock
+from tests.helpers.oracle import sdk_chat_raw_chunks, sdk_chat_stream, sdk_responses_stream
 
 NOW = 1_750_000_000
 

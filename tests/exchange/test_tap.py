@@ -10,12 +10,12 @@ from array import array
 
 from hypothesis import given
 from hypothesis import strategies as st
-from test_exchange import RESPONSES_SSE, context, splits
 
 from llmitm.addons.tap_compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.exchange.tap import Leg, PassTap, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline
+from tests.exchange.test_exchange import RESPONSES_SSE, context, splits
 
 
 class Scripted:

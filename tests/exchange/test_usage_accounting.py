@@ -1,7 +1,7 @@
 """Usage accounting: tokens from bodies and streams of both APIs (translated and passthrough),
 the usage and store addons under taddons, and ``llmitm usage``'s table, JSON and errors.
 
-Upstream answers come from the fake upstream's own renderers (scripts/fake_upstream.py), so
+Upstream answers come from the fake upstream's own renderers (llmitm.testing.fake_upstream), so
 the expected numbers are the fake's, not llmitm's."""
 
 from __future__ import annotations
@@ -28,15 +28,14 @@ from llmitm.exchange.usage import body_tokens, stream_tokens
 from llmitm.routing.config import Endpoint
 from llmitm.routing.plan import plan_for_endpoint
 from llmitm.store import SqliteStore, UsageRecord, default_store_path
+from llmitm.testing import fake_upstream as fu
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.usage_report import UsageError, parse_since
 from llmitm.wire.usage import usage_tokens
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import fake_upstream as fu  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 USAGE = fu.Usage(input=40, output=12, reasoning=5)
 EXPECTED = (40, 20, 12, 5)  # the fake caches half the input

@@ -20,7 +20,7 @@ from openai.types.responses import Response
 from llmitm.translate.context import ReasoningMode, TranslateOptions, TranslationContext
 from llmitm.wire.ids import CountingIds, fixed_clock
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 NOW = 1_800_000_000.0
 MODES: tuple[ReasoningMode, ...] = ("think-tags", "reasoning_content", "reasoning", "drop")
 

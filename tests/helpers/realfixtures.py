@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 
 
 def real_or_skip() -> Path:

@@ -5,8 +5,6 @@ errors answered and not retried, and what the job tells the flow."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,9 +14,7 @@ from llmitm.relay.failover import FailoverJob
 from llmitm.relay.server import RelayServer
 from llmitm.routing.config import parse_config
 from llmitm.routing.engine import Routing
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from fake_upstream import FakeUpstream
+from llmitm.testing.fake_upstream import FakeUpstream
 
 
 def make_routing(urls: dict[str, str], **routing: Any) -> Routing:

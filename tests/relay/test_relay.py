@@ -4,18 +4,14 @@ translator) closes with a terminal error in the client's protocol."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
 import orjson
 
 from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.jobs import RelayReply
 from llmitm.relay.server import RelayServer
+from llmitm.testing.fake_upstream import FakeUpstream
 from llmitm.translate.guard import StreamGuard
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from fake_upstream import FakeUpstream
 
 
 async def _fetch(url: str) -> tuple[int, dict[str, str], bytes]:

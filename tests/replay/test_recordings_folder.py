@@ -23,7 +23,7 @@ from llmitm.replay.keys import match_key
 from llmitm.replay.model import Interaction, Message
 from llmitm.replay.timing import parse_timing, schedule
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "recordings"
+EXAMPLES = Path(__file__).resolve().parents[2] / "recordings"
 FORMAT_1 = Path(__file__).resolve().parent / "data" / "recordings-format-1"
 """The committed examples as an earlier llmitm wrote them (format 1: no blobs, exact times)."""
 SYSTEM = "You are a careful assistant. " * 1200  # ~35 KB: a long system prompt

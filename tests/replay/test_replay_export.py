@@ -11,7 +11,7 @@ from mitmproxy import io
 from llmitm.cli import main
 from llmitm.replay.folder import read_folder
 
-FOLDER = Path(__file__).resolve().parents[1] / "recordings"
+FOLDER = Path(__file__).resolve().parents[2] / "recordings"
 
 
 def test_har_export(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import CompactedResponse, ResponseCompactionItem
-from oracle import client_serving, sdk_responses_stream
 
 from llmitm.responses_api.compaction import (
     COMPACTION,
@@ -38,6 +37,7 @@ from llmitm.translate.request_to_chat import responses_request_to_chat
 from llmitm.wire.ids import CountingIds
 from llmitm.wire.objects import message_item, output_text_part, reasoning_item, response_object
 from llmitm.wire.paths import classify_path
+from tests.helpers.oracle import client_serving, sdk_responses_stream
 
 SEAL = ReasoningSeal(b"c" * 32)
 OPTIONS = TranslateOptions()

@@ -655,7 +655,7 @@ def test_wrong_routing_values(raw: dict[str, Any], key: str, expected: str) -> N
 
 
 def test_the_readme_routing_example_and_the_example_file_load() -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text(encoding="utf-8")
     block = readme.split("## Routing that survives", 1)[1].split("```toml", 1)[1]
     environ = {"AZURE_EAST_KEY": "k1", "AZURE_WEST_KEY": "k2", "OPENAI_API_KEY": "k3"}

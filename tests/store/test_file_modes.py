@@ -16,7 +16,7 @@ from llmitm.file_modes import make_dir, write_file
 from llmitm.replay import folder as folder_format
 from llmitm.store import SqliteStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
 
 

@@ -1,4 +1,4 @@
-"""The fake upstream (scripts/fake_upstream.py) against the real openai SDK, raw sockets and
+"""The fake upstream (llmitm.testing.fake_upstream) against the real openai SDK, raw sockets and
 as a subprocess: every scenario in both APIs, the fault injection and the control routes."""
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import openai
 import orjson
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from llmitm.testing import fake_upstream as fu
 
-import fake_upstream as fu  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 REAL = ROOT.parent / "shared" / "fixtures" / "real"
 USER = [{"role": "user", "content": "Say hi"}]
@@ -681,7 +680,8 @@ def test_subprocess_cli(tmp_path: Path) -> None:
     port_file, log = tmp_path / "port", tmp_path / "requests.jsonl"
     command = [
         sys.executable,
-        str(ROOT / "scripts" / "fake_upstream.py"),
+        "-m",
+        "llmitm.testing.fake_upstream",
         "--port-file",
         str(port_file),
         "--apis",

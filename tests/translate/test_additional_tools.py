@@ -16,11 +16,8 @@ from typing import Any
 
 import orjson
 import pytest
-from codex_parser import sse_json_events
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import sdk_responses_stream
-from test_stream_to_responses import assert_conformant
 
 from llmitm.exchange.request import prepare_request
 from llmitm.exchange.response import stream_pipeline, translate_body
@@ -39,6 +36,9 @@ from llmitm.translate.responses_compat import (
 )
 from llmitm.translate.tools import CHAT_NAME_PATTERN
 from llmitm.wire.ids import CountingIds, fixed_clock
+from tests.helpers.codex_parser import sse_json_events
+from tests.helpers.oracle import sdk_responses_stream
+from tests.translate.test_stream_to_responses import assert_conformant
 
 NOW = 1_700_000_000
 SCRIPT_GRAMMAR = {"type": "grammar", "syntax": "lark", "definition": "start: /[\\s\\S]+/"}

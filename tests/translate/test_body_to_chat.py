@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _fixtures_body import MODES, context, load_real, real_cases, validate_chat
 
 from llmitm.translate.body_to_chat import response_failure, response_to_chat_completion
 from llmitm.wire.objects import (
@@ -17,6 +16,7 @@ from llmitm.wire.objects import (
     refusal_part,
     response_object,
 )
+from tests.helpers._fixtures_body import MODES, context, load_real, real_cases, validate_chat
 
 USAGE = {
     "input_tokens": 120,

@@ -6,15 +6,6 @@ from typing import Any
 
 import orjson
 import pytest
-from _fixtures_body import (
-    MODES,
-    NOW,
-    context,
-    load_real,
-    real_cases,
-    validate_chat,
-    validate_response,
-)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,6 +16,15 @@ from llmitm.translate.body_to_responses import (
 )
 from llmitm.translate.context import ToolOrigin
 from llmitm.translate.think_tags import split_think_tags
+from tests.helpers._fixtures_body import (
+    MODES,
+    NOW,
+    context,
+    load_real,
+    real_cases,
+    validate_chat,
+    validate_response,
+)
 
 USAGE = {
     "prompt_tokens": 339,

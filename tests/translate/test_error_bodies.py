@@ -6,12 +6,12 @@ from typing import Any
 
 import orjson
 import pytest
-from _fixtures_body import load_real, load_real_bytes, real_cases
 from hypothesis import given
 from hypothesis import strategies as st
 from openai.types import ErrorObject
 
 from llmitm.translate.error_bodies import MAX_MESSAGE_CHARS, translate_error_body
+from tests.helpers._fixtures_body import load_real, load_real_bytes, real_cases
 
 APIS = ("chat", "responses")
 

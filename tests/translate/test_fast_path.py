@@ -13,12 +13,12 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from realfixtures import REAL, real_or_skip
 
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.ids import CountingIds, fixed_clock
+from tests.helpers.realfixtures import REAL, real_or_skip
 
 
 def _context(include_usage: bool, model: str | None) -> TranslationContext:

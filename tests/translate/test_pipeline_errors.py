@@ -16,15 +16,15 @@ from typing import Any
 
 import openai
 import pytest
-from codex_parser import iter_sse
-from oracle import sdk_chat_stream, sdk_responses_stream
 
 from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import CountingIds, fixed_clock
+from tests.helpers.codex_parser import iter_sse
+from tests.helpers.oracle import sdk_chat_stream, sdk_responses_stream
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 DIRECTIONS = ("responses-to-chat", "normalise-responses")
 TERMINALS = ("response.completed", "response.incomplete", "response.failed")
 

@@ -18,17 +18,17 @@ from typing import Any
 
 import openai
 import pytest
-from codex_parser import iter_sse, sse_json_events
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from oracle import sdk_chat_stream, sdk_responses_stream
-from test_stream_to_responses import assert_conformant
 
 from llmitm.translate.context import ToolOrigin, TranslateOptions, TranslationContext
 from llmitm.translate.pipeline import Direction, StreamPipeline
 from llmitm.wire.ids import CountingIds, fixed_clock
+from tests.helpers.codex_parser import iter_sse, sse_json_events
+from tests.helpers.oracle import sdk_chat_stream, sdk_responses_stream
+from tests.translate.test_stream_to_responses import assert_conformant
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 NOW = 1_700_000_000
 
 FAST = settings(

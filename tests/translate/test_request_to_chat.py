@@ -6,14 +6,14 @@ from typing import Any
 
 import orjson
 import pytest
-from realfixtures import load_json, request_fixtures
-from request_validation import CHAT_NAME, assert_valid_chat_request
 
 from llmitm.translate.context import ToolOrigin, TranslateOptions, TranslationContext
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.request_to_chat import responses_request_to_chat
 from llmitm.translate.tools import chat_function_name, restore_call
 from llmitm.wire.objects import ECHOED_REQUEST_FIELDS
+from tests.helpers.realfixtures import load_json, request_fixtures
+from tests.helpers.request_validation import CHAT_NAME, assert_valid_chat_request
 
 OPTIONS = TranslateOptions()
 CODEX = "client-codex-0.171.0-exec-turn1.request.json"

@@ -13,13 +13,16 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from realfixtures import load_json, request_fixtures
-from request_validation import assert_valid_chat_request, assert_valid_responses_request
 
 from llmitm.translate.context import TranslateOptions
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.request_to_chat import responses_request_to_chat
 from llmitm.translate.request_to_responses import chat_request_to_responses
+from tests.helpers.realfixtures import load_json, request_fixtures
+from tests.helpers.request_validation import (
+    assert_valid_chat_request,
+    assert_valid_responses_request,
+)
 
 OPTIONS = TranslateOptions()
 

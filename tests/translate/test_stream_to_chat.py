@@ -19,15 +19,15 @@ from typing import Any
 import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
-from oracle import sdk_chat_raw_chunks, sdk_chat_stream
 
 from llmitm.translate.context import REASONING_MODES, TranslateOptions, TranslationContext
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
 from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import CountingIds, fixed_clock
+from tests.helpers.oracle import sdk_chat_raw_chunks, sdk_chat_stream
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 NOW = 1_700_000_000
 THINK_OPEN, THINK_CLOSE = "<think>\n", "\n</think>\n\n"
 REASONING_FIELDS = ("reasoning_content", "reasoning")

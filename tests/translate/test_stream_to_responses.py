@@ -15,7 +15,14 @@ from typing import Any
 
 import openai
 import pytest
-from codex_parser import (
+
+from llmitm.translate.context import ToolOrigin, TranslateOptions, TranslationContext
+from llmitm.translate.pipeline import StreamPipeline
+from llmitm.translate.stream_to_chat import ResponsesToChatStream
+from llmitm.translate.stream_to_responses import ChatToResponsesStream
+from llmitm.wire.errors import ApiError
+from llmitm.wire.ids import CountingIds, fixed_clock
+from tests.helpers.codex_parser import (
     CodexStreamError,
     Completed,
     Created,
@@ -30,16 +37,9 @@ from codex_parser import (
     parse_codex_stream,
     sse_json_events,
 )
-from oracle import accumulate_responses, sdk_responses_stream
+from tests.helpers.oracle import accumulate_responses, sdk_responses_stream
 
-from llmitm.translate.context import ToolOrigin, TranslateOptions, TranslationContext
-from llmitm.translate.pipeline import StreamPipeline
-from llmitm.translate.stream_to_chat import ResponsesToChatStream
-from llmitm.translate.stream_to_responses import ChatToResponsesStream
-from llmitm.wire.errors import ApiError
-from llmitm.wire.ids import CountingIds, fixed_clock
-
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 NOW = 1_700_000_000
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from _fixtures_body import load_real
 from hypothesis import given
 from hypothesis import strategies as st
 
 from llmitm.translate.think_tags import split_think_tags
+from tests.helpers._fixtures_body import load_real
 
 
 @pytest.mark.parametrize(

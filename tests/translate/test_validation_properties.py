@@ -25,7 +25,7 @@ from llmitm.translate.responses_compat import responses_request_for_compatible
 from llmitm.translate.validation import validate_request
 from llmitm.wire.depth import MAX_DEPTH
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 CODEX = REAL / "client-codex-0.171.0-exec-turn1.request.json"
 OPTIONS = TranslateOptions()
 EXAMPLES = settings(

@@ -17,7 +17,7 @@ from llmitm.wire.sse import (
     encode_typed,
 )
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 
 
 def decode_all(*chunks: bytes) -> list[tuple[str | None, bytes]]:

@@ -46,8 +46,8 @@ faults stand for endpoints that throttle, fail or stall.
 
 Run it as a process (writes the bound port to ``--port-file``, stops on SIGTERM/SIGINT):
 
-    python scripts/fake_upstream.py [--host 127.0.0.1] [--port 0] [--port-file FILE]
-                                    [--apis chat,responses] [--log FILE] [--fault OPTIONS]
+    python -m llmitm.testing.fake_upstream [--host 127.0.0.1] [--port 0] [--port-file FILE]
+                                         [--apis chat,responses] [--log FILE] [--fault OPTIONS]
 
 or in-process: ``async with FakeUpstream(apis={"chat"}) as fake: fake.base_url``; or from
 synchronous code: ``with serve_in_thread() as fake: ...``.
