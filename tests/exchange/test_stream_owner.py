@@ -6,7 +6,6 @@ from __future__ import annotations
 import orjson
 from mitmproxy import http
 from mitmproxy.test import tflow, tutils
-from test_exchange import CHAT_SSE, context
 
 from llmitm.addons.streams import flow_stream, stream_outcome
 from llmitm.exchange.stream import StreamRewriter
@@ -14,6 +13,7 @@ from llmitm.exchange.tap import StreamTap
 from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.sse import SSEDecoder
+from tests.exchange.test_exchange import CHAT_SSE, context
 
 
 def drive(rewriter: StreamRewriter, body: bytes, size: int = 7) -> bytes:
