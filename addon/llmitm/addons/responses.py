@@ -11,8 +11,8 @@ from typing import Any
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 
-from llmitm.addons import cut_streams
-from llmitm.addons.coalesce import coalesce_client_writes
+from llmitm.addons.patches import cut_streams
+from llmitm.addons.patches.coalesce import coalesce_client_writes
 from llmitm.addons.state import FlowState, Routed, flow_state
 from llmitm.exchange.response import stream_pipeline, translate_body
 from llmitm.exchange.stream import StreamRewriter, decoder_for

@@ -5,7 +5,7 @@ next bytes as long as the connection stays open (``tcp_timeout``, 10 minutes, th
 close). For each such stream this addon runs one watchdog task: when the stream callable has
 seen no chunk for the route's ``stream_idle_timeout``, it notes the stall on the flow and
 closes the upstream side of the connection. mitmproxy then meets a body cut short, and
-:mod:`llmitm.addons.cut_streams` ends the client's stream with a terminal error in its
+:mod:`llmitm.addons.patches.cut_streams` ends the client's stream with a terminal error in its
 protocol; the router counts the cut against the endpoint's health.
 
 The hot path pays one assignment per chunk (the rewriter's ``last`` timestamp); the
@@ -13,7 +13,7 @@ watchdog sleeps until the earliest moment a stall could be due and reads that ti
 Relayed streams are bounded inside the relay (``relay_body(idle=...)``) and are not watched.
 
 Closing one server connection goes through mitmproxy's connection handler, found via the
-``proxyserver`` addon's registry (as :mod:`llmitm.addons.coalesce` does); when the registry
+``proxyserver`` addon's registry (as :mod:`llmitm.addons.patches.coalesce` does); when the registry
 is not as expected the flow is killed instead, which still frees everything it holds.
 """
 

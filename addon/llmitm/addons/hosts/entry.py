@@ -1,4 +1,4 @@
-"""Run mitmdump with llmitm's addons in this process: ``python -m llmitm.addons.entry ARGS``.
+"""Run mitmdump with llmitm's addons in this process: ``python -m llmitm.addons.hosts.entry ARGS``.
 
 ``llmitm run`` calls :func:`run_mitmdump` directly, or starts this module as a child process
 when it wraps a command; either way mitmproxy is only imported here, in the shell layer.
