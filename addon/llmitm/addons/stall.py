@@ -12,9 +12,9 @@ The hot path pays one assignment per chunk (the rewriter's ``last`` timestamp); 
 watchdog sleeps until the earliest moment a stall could be due and reads that timestamp.
 Relayed streams are bounded inside the relay (``relay_body(idle=...)``) and are not watched.
 
-Closing one server connection goes through mitmproxy's connection handler, found via the
-``proxyserver`` addon's registry (as :mod:`llmitm.addons.patches.coalesce` does); when the registry
-is not as expected the flow is killed instead, which still frees everything it holds.
+Closing one server connection goes through mitmproxy's connection handler
+(:mod:`llmitm.addons.patches.connections`); when the registry is not as expected the flow is
+killed instead, which still frees everything it holds.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import asyncio
 import logging
 import math
 from time import monotonic
-from typing import Any
 
-from mitmproxy import ctx, http
+from mitmproxy import http
 
+from llmitm.addons.patches import connections
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.exchange.stream import StreamRewriter
@@ -100,11 +100,7 @@ class LlmStallWatch:
 
 def close_server_side(flow: http.HTTPFlow) -> None:
     """Close the flow's upstream connection, so mitmproxy sees the body end early."""
-    try:
-        proxyserver: Any = ctx.master.addons.get("proxyserver")
-        handler = proxyserver.connections[flow.client_conn.id]
-        handler.close_connection(flow.server_conn)
-    except (AttributeError, KeyError, AssertionError):
+    if not connections.close_server_side(flow):
         logger.debug("llmitm: cannot close the upstream of %s; killing it", flow.id)
         if flow.killable:
             flow.kill()
