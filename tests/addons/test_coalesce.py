@@ -8,8 +8,8 @@ from typing import Any
 
 from mitmproxy.test import taddons, tflow
 
-from llmitm.addons import coalesce
-from llmitm.addons.coalesce import MAX_PENDING, UNBATCHED_WRITES, coalesce_client_writes
+from llmitm.addons.patches import coalesce
+from llmitm.addons.patches.coalesce import MAX_PENDING, UNBATCHED_WRITES, coalesce_client_writes
 
 
 class _Transport(asyncio.Transport):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mitmproxy.http import Headers
 
-from llmitm.addons.responses import IndexedHeaders
+from llmitm.addons.patches.headers import IndexedHeaders
 
 FIELDS = (
     (b"Content-Type", b"text/event-stream"),

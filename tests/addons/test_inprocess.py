@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mitmproxy import master
 
-from llmitm.addons.inprocess import InProcessError, InProcessProxy, active_master
+from llmitm.addons.hosts.inprocess import InProcessError, InProcessProxy, active_master
 
 
 def settings(tmp_path: Path, **extra: object) -> dict[str, object]:
@@ -64,7 +64,7 @@ def test_starts_listens_and_stops(tmp_path: Path) -> None:
 def test_ledger_notes_scope_outcome_and_message() -> None:
     from mitmproxy.test import tflow
 
-    from llmitm.addons.inprocess import Exchange, ReplayLedger
+    from llmitm.addons.hosts.inprocess import Exchange, ReplayLedger
 
     noted: list[tuple[str, Exchange]] = []
     ledger = ReplayLedger(lambda scope, exchange: noted.append((scope, exchange)))

@@ -123,7 +123,8 @@ async def test_an_aborted_flow_frees_its_slot_once_the_upstream_connection_close
 
 
 async def test_the_facts_are_in_the_headers_and_the_metadata(router: LlmRouter) -> None:
-    from llmitm.addons.responses import FACTS_KEY, IndexedHeaders, LlmResponses
+    from llmitm.addons.patches.headers import IndexedHeaders
+    from llmitm.addons.responses import FACTS_KEY, LlmResponses
 
     f = flow()
     body = orjson.loads(f.request.content or b"")

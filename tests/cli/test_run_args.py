@@ -126,7 +126,7 @@ def option_value(argv: list[str], flag: str) -> list[str]:
 
 def test_defaults_without_a_command() -> None:
     argv = mitmdump_argv(RunArgs())
-    assert "-s" not in argv  # the master holds llmitm's addons (addons.entry)
+    assert "-s" not in argv  # the master holds llmitm's addons (addons.hosts.entry)
     assert "connection_strategy=lazy" in option_value(argv, "--set")
     assert option_value(argv, "--listen-host") == ["127.0.0.1"]  # never exposed by default
     assert "--listen-port" not in argv  # mitmdump's own 8080
@@ -134,7 +134,7 @@ def test_defaults_without_a_command() -> None:
 
 
 def test_the_script_loads_llmitms_addons() -> None:
-    text = (Path(llmitm.__file__).parent / "addons" / "mitmproxy_script.py").read_text()
+    text = (Path(llmitm.__file__).parent / "addons" / "hosts" / "mitmproxy_script.py").read_text()
     assert "from llmitm.addons import make_addons" in text
     assert "addons = make_addons()" in text
 

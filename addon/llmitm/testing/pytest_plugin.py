@@ -16,7 +16,7 @@ Options:
                          there otherwise: a CI job should replay, not re-record)
 
 The proxy runs **in the test process**: a mitmproxy master with llmitm's addons on its own
-event loop in a daemon thread named ``llmitm`` (:mod:`llmitm.addons.inprocess`), started on
+event loop in a daemon thread named ``llmitm`` (:mod:`llmitm.addons.hosts.inprocess`), started on
 first use and stopped — writing the folder in recording modes — at the end of the session.
 mitmproxy keeps its master in the process-global ``mitmproxy.ctx``: a test that runs its own
 mitmproxy master while llmitm's runs would clash with it, so the plugin refuses to start
@@ -45,7 +45,7 @@ from llmitm.replay.pool import scope_path
 from llmitm.routing.config import ConfigError, load_config
 
 if TYPE_CHECKING:
-    from llmitm.addons.inprocess import Exchange, InProcessProxy
+    from llmitm.addons.hosts.inprocess import Exchange, InProcessProxy
 
 LOG_EXCERPT_LINES = 60
 MODES = ("replay", "once", "replay-or-record", "rewrite", "record", "off")
@@ -118,7 +118,7 @@ _SCOPE_KEY = pytest.StashKey[LlmitmScope]()
 
 @pytest.fixture(scope="session")
 def llmitm_proxy(pytestconfig: pytest.Config) -> Iterator[LlmitmProxy]:
-    from llmitm.addons.inprocess import InProcessError, InProcessProxy
+    from llmitm.addons.hosts.inprocess import InProcessError, InProcessProxy
 
     option = pytestconfig.getoption
     folder = Path(option("--llmitm-recordings") or pytestconfig.rootpath / "recordings")
@@ -196,7 +196,7 @@ def llmitm(
 def _reclaim_ctx(proxy: LlmitmProxy) -> None:
     """A test that made its own mitmproxy master (``taddons.context()`` does) left it in
     ``mitmproxy.ctx``, which llmitm's addons read: point it back at the session's master."""
-    from llmitm.addons.inprocess import reclaim_ctx
+    from llmitm.addons.hosts.inprocess import reclaim_ctx
 
     if proxy.server.master is not None:
         reclaim_ctx(proxy.server.master)

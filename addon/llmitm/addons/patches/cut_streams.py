@@ -18,10 +18,13 @@ answered bytes that are not HTTP, or cut a plain body short), mitmproxy answers 
 has run as usual (the router counts the failure, the recorder keeps the flow); the answer is
 an ordinary response, so the client's keep-alive connection serves its next request.
 
-It replaces a private mitmproxy method, so it is applied only once, only changes API calls
-(and, mid-body, flows whose stream llmitm rewrites), and is pinned by ``mitmproxy < 13`` and
-by the end-to-end tests of cut and refused upstreams, which fail if an upgrade changes the
-method it wraps.
+It replaces a method of mitmproxy's HTTP layer and builds events from its private
+``proxy.layers.http._events`` module, so both are imported guarded: :func:`install` applies
+the patch once per process, only changes API calls (and, mid-body, flows whose stream llmitm
+rewrites), and when a name it needs is gone logs once and leaves mitmproxy's own behaviour in
+place (a cut stream closes the client's connection; a failure before the head gets
+mitmproxy's HTML 502 page). It is pinned by ``mitmproxy < 13`` and by the end-to-end tests of
+cut and refused upstreams, which fail if an upgrade changes the method it wraps.
 """
 
 from __future__ import annotations
@@ -34,23 +37,34 @@ from typing import Any
 from mitmproxy import flow as mitmflow
 from mitmproxy import http
 from mitmproxy.connection import ConnectionState
-from mitmproxy.proxy.layers.http import DropStream, HttpErrorHook, HttpStream, SendHttp
-from mitmproxy.proxy.layers.http._events import (
-    ErrorCode,
-    ResponseData,
-    ResponseEndOfMessage,
-    ResponseHeaders,
-    ResponseProtocolError,
-)
 
+from llmitm.addons.patches.fallback import degrade
 from llmitm.addons.state import flow_state
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.wire.gateway_errors import gateway_error, gateway_error_body
 from llmitm.wire.paths import is_llm_call
 
+try:
+    from mitmproxy.proxy.layers.http import DropStream, HttpErrorHook, HttpStream, SendHttp
+    from mitmproxy.proxy.layers.http._events import (
+        ErrorCode,
+        ResponseData,
+        ResponseEndOfMessage,
+        ResponseHeaders,
+        ResponseProtocolError,
+    )
+
+    _original = HttpStream.handle_protocol_error
+    # The states and helpers the replacement calls, checked here rather than at a cut.
+    for _name in ("state_stream_response_body", "state_done", "state_errored", "check_killed"):
+        getattr(HttpStream, _name)
+    MISSING: str | None = None
+except (ImportError, AttributeError) as exc:  # renamed or moved in this mitmproxy
+    MISSING = str(exc)
+
 logger = logging.getLogger(__name__)
 
-_original = HttpStream.handle_protocol_error
+PATCH = "cut upstream streams"
 
 
 def _handle_protocol_error(self: Any, event: Any) -> Generator[Any, Any, None]:
@@ -121,7 +135,17 @@ def _answer_gateway_error(stream: Any, event: ResponseProtocolError) -> Generato
     yield SendHttp(ResponseEndOfMessage(stream.stream_id), client)
 
 
-def install() -> None:
-    """Apply once per process (mitmproxy may load the addons more than once)."""
+def install() -> bool:
+    """Apply once per process (mitmproxy may load the addons more than once); ``False``, with
+    one warning per process, when this mitmproxy lacks what the patch needs."""
+    if MISSING is not None:
+        degrade(
+            PATCH,
+            f"the HTTP layer internals it wraps ({MISSING})",
+            "a stream cut mid-body closes the client's connection and an upstream failure "
+            "before the head gets mitmproxy's own 502 page",
+        )
+        return False
     if HttpStream.handle_protocol_error is not _handle_protocol_error:
         HttpStream.handle_protocol_error = _handle_protocol_error  # type: ignore[method-assign]
+    return True

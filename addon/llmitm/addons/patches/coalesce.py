@@ -19,17 +19,19 @@ Bytes and their order on the wire are unchanged, only fewer ``send()`` calls car
 closing and half-closing flush first.
 
 It wraps the ``write`` of mitmproxy's asyncio ``StreamWriter`` for the client connection (found
-through the ``proxyserver`` addon's connection registry), so it is pinned by ``mitmproxy <
-13``; if the registry is not as expected it does nothing and the stream is sent unbatched.
+through mitmproxy's connection registry, :mod:`.connections`), so it is pinned by ``mitmproxy <
+13``; if the registry is not as expected (its start-up check logs that once) it does nothing and
+the stream is sent unbatched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
-from mitmproxy import ctx, http
+from mitmproxy import http
+
+from llmitm.addons.patches.connections import client_writer
 
 logger = logging.getLogger(__name__)
 
@@ -102,11 +104,8 @@ class _Batcher:
 def coalesce_client_writes(flow: http.HTTPFlow) -> bool:
     """Batch the client connection's writes from now on (once per connection); ``False`` if
     the connection is not an asyncio socket mitmproxy writes to directly (left as it is)."""
-    try:
-        proxyserver: Any = ctx.master.addons.get("proxyserver")
-        handler = proxyserver.connections.get(flow.client_conn.id)
-        writer = handler.transports[handler.client].writer if handler is not None else None
-    except (AttributeError, KeyError):
+    writer = client_writer(flow)
+    if writer is None:
         logger.debug("llmitm: no client writer to batch for %s", flow.request.pretty_url)
         return False
     if type(writer) is not asyncio.StreamWriter:

@@ -23,10 +23,11 @@ from typing import Any
 
 import orjson
 from mitmproxy import ctx, http, master, options
-from mitmproxy.addons import default_addons, script
+from mitmproxy.addons import default_addons
 from mitmproxy.addons.errorcheck import ErrorCheck
 
 from llmitm.addons import make_addons
+from llmitm.addons.patches.master import uninstall_log_handlers, with_llmitm
 from llmitm.replay.pool import SCOPE_HEADERS, split_scope_path
 
 THREAD_NAME = "llmitm"
@@ -209,7 +210,7 @@ class InProcessProxy:
         # post every later record of this process to a closed loop.
         current = self.master
         if current is not None:
-            current._legacy_log_events.uninstall()
+            uninstall_log_handlers(current)
             errorcheck = current.addons.get("errorcheck")
             if errorcheck is not None:
                 self._errors += [errorcheck.logger.format(r) for r in errorcheck.logger.has_errored]
@@ -223,9 +224,7 @@ class InProcessProxy:
         # llmitm's addons where mitmdump's script loader would put them (as llmitm run's
         # master has them, see entry.py), the ledger just before them (it reads the scope
         # before the recorder strips it from the path); _Ready last.
-        chain = default_addons()
-        after = next(i for i, a in enumerate(chain) if isinstance(a, script.ScriptLoader)) + 1
-        chain[after:after] = [ReplayLedger(self.on_exchange), *make_addons()]
+        chain = with_llmitm(default_addons(), [ReplayLedger(self.on_exchange), *make_addons()])
         current.addons.add(*chain, ErrorCheck(), _Ready(self))
         try:
             opts.update(**self.settings)

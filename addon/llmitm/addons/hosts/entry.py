@@ -1,4 +1,4 @@
-"""Run mitmdump with llmitm's addons in this process: ``python -m llmitm.addons.entry ARGS``.
+"""Run mitmdump with llmitm's addons in this process: ``python -m llmitm.addons.hosts.entry ARGS``.
 
 ``llmitm run`` calls :func:`run_mitmdump` directly, or starts this module as a child process
 when it wraps a command; either way mitmproxy is only imported here, in the shell layer.
@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from mitmproxy import addons, master, options
-from mitmproxy.addons import dumper, errorcheck, keepserving, readfile, script
+from mitmproxy.addons import dumper, errorcheck, keepserving, readfile
 from mitmproxy.tools import cmdline, dump
 from mitmproxy.tools.main import run
 
 from llmitm.addons import make_addons
+from llmitm.addons.patches.master import with_llmitm
 
 
 class LlmitmDump(dump.DumpMaster):
@@ -35,11 +36,10 @@ class LlmitmDump(dump.DumpMaster):
         with_termlog: bool = True,
         with_dumper: bool = True,
     ) -> None:
+        # Not DumpMaster.__init__, which adds the default chain without llmitm: its base
+        # builds the master, and the lines below are DumpMaster's own with llmitm placed.
         master.Master.__init__(self, opts, event_loop=loop, with_termlog=with_termlog)
-        chain = addons.default_addons()
-        after = next(i for i, a in enumerate(chain) if isinstance(a, script.ScriptLoader)) + 1
-        chain[after:after] = make_addons()
-        self.addons.add(*chain)
+        self.addons.add(*with_llmitm(addons.default_addons(), make_addons()))
         if with_dumper:
             self.addons.add(dumper.Dumper())
         self.addons.add(
