@@ -176,7 +176,7 @@ def test_non_conformant_responses_endpoint_gets_its_stream_normalised() -> None:
     assert not plan.translates
     assert plan.stream_direction == "normalise-responses"
     # A chat client of the same third-party endpoint gets its stream normalised too (by
-    # default, see test_chat_normalise_wiring.py).
+    # default, see tests/exchange/test_chat_normalise_wiring.py).
     assert plan_for_endpoint(ep, "chat", "m").stream_direction == "normalise-chat"
 
 

@@ -15,13 +15,13 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import sdk_responses_stream
-from test_stream_to_responses import assert_conformant
 
 from llmitm.translate.body_to_responses import chat_completion_to_response
 from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.ids import CountingIds, fixed_clock
+from tests.helpers.oracle import sdk_responses_stream
+from tests.translate.test_stream_to_responses import assert_conformant
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 DONE = b"data: [DONE]\n\n"

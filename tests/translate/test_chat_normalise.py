@@ -19,14 +19,14 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import sdk_chat_raw_chunks, sdk_chat_stream
 
 from llmitm.translate.chat_normalise import ChatNormaliser
 from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.ids import CountingIds, fixed_clock
+from tests.helpers.oracle import sdk_chat_raw_chunks, sdk_chat_stream
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 DONE = b"data: [DONE]\n\n"
 
