@@ -242,6 +242,8 @@ def test_real_chat_streams_without_quirks_come_out_byte_identical(name: str) -> 
 def test_a_conformant_chunk_is_not_parsed_on_the_fast_path() -> None:
     normaliser = ChatNormaliser(context())
     text = chunk({"content": "hello"})
+    assert normaliser.fast_chunk(text) is None  # the first chunk is parsed: it names the stream
+    assert normaliser.feed(orjson.loads(text.removeprefix(b"data: "))) == [text]
     assert normaliser.fast_chunk(text) is text  # the very object: no copy, no parse
     for marked in (
         chunk({}, "stop"),

@@ -38,10 +38,24 @@ Frame = bytes
 
 _dumps = orjson.dumps
 
-_MARKERS = (b'"tool_calls":[', b'"error":', b'"usage":{', b'"finish_reason":"', b'": ')
-"""Bytes that only a chunk with something to look at can hold (JSON strings escape their
-quotes, so text cannot forge them). The last one is JSON written with spaces after colons, in
-which the others would be spelled differently: such chunks take the parsed path."""
+
+def _plain(data: bytes, start: int) -> bool:
+    """Whether the chunk JSON in ``data`` (from ``start``) holds none of the few markers of
+    something to look at: tool calls, an error, usage, a finish reason. JSON strings escape
+    their quotes, so no text can forge one. The markers are spelled compactly; a writer that
+    puts a space after its colons (checked at the first key) takes the parsed path.
+
+    Runs once per chunk: a chain of ``find`` calls, each one C scan."""
+    colon = data.find(b'":', start)
+    return (
+        0 <= colon < len(data) - 2
+        and data[colon + 2] != 0x20
+        and data.find(b'"finish_reason":"') < 0
+        and data.find(b'"tool_calls":[') < 0
+        and data.find(b'"usage":{') < 0
+        and data.find(b'"error":') < 0
+    )
+
 
 CUT = ApiError(
     message="The upstream chat stream ended before its finish reason and [DONE].",
@@ -106,16 +120,24 @@ class ChatNormaliser:
         hot path: a text or reasoning delta), else ``None`` to have it parsed."""
         if (
             self.finished
+            or self._head is None  # the first chunk is parsed: it names the stream
             or not chunk.startswith(b"data: {")
             or chunk.find(b"\n") != len(chunk) - 2
             or chunk[-1] != 0x0A
             or chunk.find(b"\r") >= 0
         ):
             return None
-        for marker in _MARKERS:
-            if chunk.find(marker) >= 0:
-                return None
-        return chunk
+        return chunk if _plain(chunk, 7) else None
+
+    def plain(self, data: bytes) -> bool:
+        """Whether one event's ``data`` is a chunk with nothing to look at (the same test as
+        :meth:`fast_chunk`'s, for events that arrived several to a read)."""
+        return (
+            not self.finished
+            and self._head is not None
+            and data.startswith(b"{")
+            and _plain(data, 1)
+        )
 
     def fast_frame(self, event: dict[str, Any], chunk: bytes, data: bytes) -> bytes:
         """A parsed chunk that arrived as one whole event: its own bytes when it needs no

@@ -153,6 +153,10 @@ class StreamPipeline:
                 elif chat_norm is not None:
                     frames += chat_norm.done()
                 continue
+            if chat_norm is not None and chat_norm.plain(data):
+                # Several events in one read: each conformant one still goes out unparsed.
+                frames.append(b"data: " + data + b"\n\n")
+                continue
             try:
                 obj = _loads(data)
             except _JSONDecodeError:
