@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -43,16 +43,24 @@ from llmitm.addons.state import (
     flow_mint,
     flow_state,
 )
-from llmitm.exchange.request import PreparedRequest, client_model, parse_body, prepare_request
+from llmitm.exchange.request import (
+    PreparedRequest,
+    client_model,
+    parse_body,
+    prepare_candidates,
+    prepare_request,
+    relayable_headers,
+    rewrite_headers,
+)
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import HOP_BY_HOP, UpstreamRequest
 from llmitm.relay.failover import FailoverJob
-from llmitm.relay.server import MAX_HEAD_BYTES
+from llmitm.relay.server import MAX_HEAD_BYTES, RelayServer
 from llmitm.routing.access import route_refusal, without_client_key
-from llmitm.routing.affinity import fingerprint
+from llmitm.routing.affinity import conversation_key, owner_required, remembers_turn
 from llmitm.routing.config import Config, Route
 from llmitm.routing.engine import Routing
-from llmitm.routing.outcomes import Outcome, outcome_for_status
+from llmitm.routing.outcomes import direct_outcome, transport_outcome
 from llmitm.routing.plan import Plan, match_route, plan_for_endpoint
 from llmitm.routing.wait import wait_for_slot
 from llmitm.translate.errors import TranslationError
@@ -148,38 +156,33 @@ class LlmRouter:
         content = flow.request.get_content(strict=False) or b""
         body = parse_body(content)
         model = client_model(body, deployment)
-        config = self.settings.config
-        route = match_route(config, model, flow.request.pretty_host)
+        route = match_route(self.settings.config, model, flow.request.pretty_host)
         if route is None:
             return None
         validate_request(body, api)  # before anything below reads the body
-        client_key = client_key_of(flow, self.settings)
-        refused = route_refusal(client_key, route.name)
+        refused = route_refusal(client_key_of(flow, self.settings), route.name)
         if refused is not None:
             answer_error(flow, refused)
             return None
-        routing = self.routing
-        sent_model = route.model or model
-        routed = Routed(route=route, model=sent_model)
+        routed = Routed(route=route, model=route.model or model)
         previous = body.get("previous_response_id")
         if isinstance(previous, str) and previous:
             routed.previous_response_id = previous
             create = flow.metadata.get(RESPONSES_CREATE_KEY)
             routed.previous_owner = getattr(create, "previous_owner", None)
+
+        def prepare(name: str) -> tuple[Plan, PreparedRequest]:
+            return self._prepare(flow, name, api, content, body, model, route)
+
         relay = self.relay.listening() if self.relay is not None else None
-        if routing.relayed(route) and relay is not None:
+        if self.routing.relayed(route) and relay is not None:
             if route.affinity:
-                conversation = fingerprint(body)
-                if conversation is not None:
-                    # One conversation per route and model: the same opening sent to another
-                    # model is another conversation (and another prompt cache).
-                    routed.fingerprint = f"{route.name}\x00{sent_model}\x00{conversation}"
-            self._relayed(flow, api, content, body, model, routed, relay, started)
+                routed.fingerprint = conversation_key(route.name, routed.model, body)
+            self._relayed(flow, api, prepare, routed, relay, started)
             return None
-        endpoint = config.endpoints[route.endpoints[0]]
-        plan, prepared = self._prepare(flow, endpoint.name, api, content, body, model, route)
-        state = self._rewrite(flow, plan, prepared, routed)
-        lease = routing.limiter.try_acquire(endpoint.name, sent_model)
+        order = self.routing.choose(route, routed.model, time.monotonic(), single_attempt=True)
+        state = self._rewrite(flow, *prepare(order.endpoints[0]), routed)
+        lease = self.routing.limiter.try_acquire(state.plan.endpoint.name, routed.model)
         if lease is not None:
             routed.lease = lease
             routed.overhead = time.perf_counter() - started
@@ -213,16 +216,9 @@ class LlmRouter:
     def _rewrite(
         self, flow: http.HTTPFlow, plan: Plan, prepared: PreparedRequest, routed: Routed
     ) -> FlowState:
-        request = flow.request
-        request.url = plan.url
-        for header in plan.remove_headers:
-            request.headers.pop(header, None)
-        for header, value in plan.set_headers.items():
-            request.headers[header] = value
-        request.headers.pop("content-encoding", None)
-        # The stream callable parses SSE: it must see plain bytes, not gzip.
-        request.headers["accept-encoding"] = "identity"
-        request.content = prepared.content
+        flow.request.url = plan.url
+        rewrite_headers(flow.request.headers, plan, new_body=True)
+        flow.request.content = prepared.content
         routed.endpoint = plan.endpoint.name
         state = FlowState(
             plan, prepared.context, prepared.stream, strip_usage=prepared.strip_usage, routed=routed
@@ -266,79 +262,52 @@ class LlmRouter:
         self,
         flow: http.HTTPFlow,
         api: str,
-        content: bytes,
-        body: dict[str, Any],
-        model: str,
+        prepare: Callable[[str], tuple[Plan, PreparedRequest]],
         routed: Routed,
-        relay: Any,
+        relay: RelayServer,
         started: float,
     ) -> None:
         """Prepare every candidate and hand the flow to the relay's failover job."""
-        route = routed.route
-        requests: dict[str, UpstreamRequest] = {}
-        first_error: TranslationError | None = None
-        first: tuple[Plan, PreparedRequest] | None = None
-        client_headers = [
-            (k, v)
-            for k, v in flow.request.headers.items(multi=True)
-            if k.lower() not in HOP_BY_HOP
-            and k.lower() not in {"accept-encoding", "content-encoding"}
-        ]
-        if _head_size(client_headers) > MAX_HEAD_BYTES - _RELAY_HEAD_SLACK:
-            raise TranslationError(
-                f"The request's headers exceed the {MAX_HEAD_BYTES // 1024} KiB llmitm relays "
-                "to a failover route; send fewer or smaller headers.",
-                code="request_header_fields_too_large",
-                status=431,
-            )
+        headers = relayable_headers(
+            flow.request.headers.items(multi=True),
+            hop_by_hop=HOP_BY_HOP,
+            head_limit=MAX_HEAD_BYTES,
+            slack=_RELAY_HEAD_SLACK,
+        )
         client_key = client_key_of(flow, self.settings)
         if client_key is not None:  # the proxy's own key goes to no endpoint
-            client_headers = without_client_key(client_headers, client_key)
-        for name in route.endpoints:
-            try:
-                plan, prepared = self._prepare(flow, name, api, content, body, model, route)
-            except TranslationError as exc:
-                first_error = first_error or exc
-                continue
-            first = first or (plan, prepared)
-            routed.candidates[name] = (plan, prepared.context, prepared.strip_usage)
-            remove = {name.lower() for name in (*plan.remove_headers, *plan.set_headers)}
-            headers = [(k, v) for k, v in client_headers if k.lower() not in remove]
-            headers += list(plan.set_headers.items())
-            headers.append(("accept-encoding", "identity"))
-            requests[name] = UpstreamRequest("POST", plan.url, headers, prepared.content)
-        if first is None:
-            assert first_error is not None
-            raise first_error
-        plan, prepared = first
-        routing = self.routing
-        owner = routing.owner(
+            headers = without_client_key(headers, client_key)
+        candidates = prepare_candidates(routed.route.endpoints, prepare, headers)
+        requests = {
+            name: UpstreamRequest("POST", c.plan.url, c.headers, c.prepared.content)
+            for name, c in candidates.items()
+        }
+        for name, c in candidates.items():
+            routed.candidates[name] = (c.plan, c.prepared.context, c.prepared.strip_usage)
+        first = next(iter(candidates.values()))
+        owner = self.routing.owner(
             routed.previous_response_id, time.monotonic(), remembered=routed.previous_owner
         )
-        owner_required = (
-            owner is not None
-            and owner in routed.candidates
-            and api == "responses"
-            and routed.candidates[owner][0].upstream_api == "responses"
-        )
+        upstream_apis = {name: c.plan.upstream_api for name, c in candidates.items()}
         job = FailoverJob(
-            routing=routing,
-            route=route,
+            routing=self.routing,
+            route=routed.route,
             model=routed.model,
             prepare=requests.get,
             connect_timeout=self.settings.config.routing.connect_timeout,
             tls_context=relay.tls_context,
             previous_response_id=routed.previous_response_id,
             fingerprint=routed.fingerprint,
-            owner_required=owner_required,
-            stream=prepared.stream,
+            owner_required=owner_required(owner, api, upstream_apis),
+            stream=first.prepared.stream,
         )
         routed.job = job
         routed.relayed = True
-        state = FlowState(
-            plan, prepared.context, prepared.stream, strip_usage=prepared.strip_usage, routed=routed
-        )
-        flow.metadata[METADATA_KEY] = state
+        prepared = first.prepared
+        flow.metadata[METADATA_KEY] = FlowState(
+            first.plan, prepared.context, prepared.stream, strip_usage=prepared.strip_usage,
+            routed=routed,
+        )  # fmt: skip
         flow.request.headers["accept-encoding"] = "identity"
         self.relay.point(flow, relay.register(job))  # type: ignore[union-attr]
         routed.overhead = time.perf_counter() - started
@@ -360,16 +329,13 @@ class LlmRouter:
         now = time.monotonic()
         if not routed.relayed:
             # The direct path: report what the endpoint did (the relay's job reports its own).
-            if state.upstream_cut is not None:
-                outcome = Outcome("cut", after_first_byte=True, message=state.upstream_cut)
-            else:
-                outcome = outcome_for_status(
-                    response.status_code, response.headers, wall_now=time.time()
-                )
+            outcome = direct_outcome(
+                response.status_code, response.headers, cut=state.upstream_cut, wall_now=time.time()
+            )
             routing.record(endpoint, outcome, now, routed.model)
         if response.status_code >= 400 or state.upstream_cut is not None:
             return
-        if routed.route.affinity and (routed.fingerprint or state.plan.upstream_api == "responses"):
+        if remembers_turn(routed.route.affinity, routed.fingerprint, state.plan.upstream_api):
             routing.served(
                 endpoint, now, response_id=_response_id(flow, state), fingerprint=routed.fingerprint
             )
@@ -390,15 +356,11 @@ class LlmRouter:
             routed.release()
         routed.forget()
         if not routed.relayed and routed.endpoint is not None and flow.error is not None:
-            message = flow.error.msg
-            if "client" not in message.lower() and (flow.response is None or not state.streamed):
-                # mitmproxy could not reach the endpoint, lost it before the head, or before
-                # the end of a plain body (the client got llmitm's 502 for all three).
-                kind = "connect_error" if flow.response is None else "server_error"
-                self.routing.record(
-                    routed.endpoint, Outcome(kind, message=message),
-                    time.monotonic(), routed.model,
-                )  # fmt: skip
+            outcome = transport_outcome(
+                flow.error.msg, got_head=flow.response is not None, streamed=state.streamed
+            )
+            if outcome is not None:
+                self.routing.record(routed.endpoint, outcome, time.monotonic(), routed.model)
 
     def server_disconnected(self, data: ServerConnectionHookData) -> None:
         for routed in self._on_disconnect.pop(data.server.id, ()):
@@ -420,11 +382,6 @@ class LlmRouter:
             orjson.dumps(snapshot, option=orjson.OPT_INDENT_2),
             {"content-type": "application/json", "cache-control": "no-store"},
         )
-
-
-def _head_size(headers: list[tuple[str, str]]) -> int:
-    """The bytes ``headers`` take in an HTTP/1.1 head ("name: value\\r\\n" each)."""
-    return sum(len(name) + len(value) + 4 for name, value in headers)
 
 
 def _response_id(flow: http.HTTPFlow, state: FlowState) -> str | None:
