@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from mitmproxy import http
 
 from llmitm.addons.responses_state import ResponsesState, flow_ids
 from llmitm.addons.state import RESPONSES_CREATE_KEY, flow_mint, flow_state
+from llmitm.addons.streams import flow_stream, stream_outcome
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.responses_api.create import CreateCall
 from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
@@ -78,7 +80,10 @@ class LlmResponsesStateWriter:
         if create.response_id is not None and create.store and not create.background:
             # A translated create streamed as is: a replayed hit paced through the relay. No
             # translator holds its final Response, so keep its bytes to store it at the end.
-            response.stream = _KeepStream()  # type: ignore[assignment]
+            stream = flow_stream(flow)
+            if stream is not None:
+                _KEPT[flow] = kept = []
+                stream.watch(kept.append)
 
     def response(self, flow: http.HTTPFlow) -> None:
         create = flow.metadata.get(RESPONSES_CREATE_KEY)
@@ -93,6 +98,7 @@ class LlmResponsesStateWriter:
                 self._store(flow, create)
         except Exception:  # storing must never cost the client its answer
             logger.exception("llmitm: failed to store the response of %s", flow.request.url)
+        _KEPT.pop(flow, None)
 
     def _store(self, flow: http.HTTPFlow, create: CreateCall) -> None:
         final = final_response(flow)
@@ -117,12 +123,9 @@ class LlmResponsesStateWriter:
         if flow.request.method != "POST" or response.status_code >= 400:
             return
         response_id: str | None = None
-        stream = response.stream
-        if isinstance(stream, StreamRewriter):
-            response_id = getattr(stream.pipeline, "response_id", None)
-            if response_id is None:
-                translator = getattr(stream.pipeline, "translator", None)
-                response_id = getattr(translator, "response_id", None)
+        outcome = stream_outcome(flow)
+        if outcome is not None:
+            response_id = outcome.response_id
         else:
             body = _json(response.get_content(strict=False))
             response_id = body.get("id") if isinstance(body, dict) else None
@@ -137,6 +140,10 @@ class LlmResponsesStateWriter:
         self.state.submit(ResponseOwned(owner))
 
 
+_KEPT: weakref.WeakKeyDictionary[http.HTTPFlow, list[bytes]] = weakref.WeakKeyDictionary()
+"""The chunks of a stream relayed as it is whose final Response is to be stored."""
+
+
 def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
     """The Response object the client got: the stream translator's terminal one, or the
     translated body."""
@@ -144,14 +151,13 @@ def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
     if response is None:
         return None
     stream = response.stream
-    if isinstance(stream, StreamRewriter):
-        translator = getattr(stream.pipeline, "translator", None)
-        final = getattr(translator, "final_response", None)
-        return final if isinstance(final, dict) else None
+    kept = _KEPT.pop(flow, None)
+    if isinstance(stream, StreamRewriter) and not stream.relays_as_is:
+        return stream.outcome().final_response
     if response.status_code >= 400:
         return None
-    if isinstance(stream, _KeepStream):
-        return _terminal_response(b"".join(stream.pieces))
+    if kept is not None:
+        return _terminal_response(b"".join(kept))
     content = response.get_content(strict=False)
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         # A whole stream an addon made (a replayed hit): stored like a live one, so a later
@@ -159,19 +165,6 @@ def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
         return _terminal_response(content)
     body = _json(content)
     return body if isinstance(body, dict) and body.get("object") == "response" else None
-
-
-class _KeepStream:
-    """A stream callable that passes each piece on and keeps it."""
-
-    __slots__ = ("pieces",)
-
-    def __init__(self) -> None:
-        self.pieces: list[bytes] = []
-
-    def __call__(self, data: bytes) -> bytes:
-        self.pieces.append(data)
-        return data
 
 
 def _terminal_response(content: bytes | None) -> dict[str, Any] | None:

@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 
 import orjson
 
+from llmitm.exchange.response import StreamOutcome
 from llmitm.store.api import UsageRecord
-from llmitm.translate.guard import StreamGuard
-from llmitm.translate.pipeline import StreamPipeline
+from llmitm.translate.protocol import StreamFacts
 from llmitm.wire.usage import usage_tokens
 
 Tokens = tuple[int, int, int, int]
@@ -33,9 +33,9 @@ def body_tokens(content: bytes | None) -> Tokens | None:
     return usage_tokens(body.get("usage")) if isinstance(body, dict) else None
 
 
-def stream_tokens(pipeline: StreamPipeline | StreamGuard) -> Tokens | None:
+def stream_tokens(stream: StreamFacts | StreamOutcome) -> Tokens | None:
     """Usage of a stream that has ended; ``None`` when the upstream sent none."""
-    return usage_tokens(pipeline.usage)
+    return usage_tokens(stream.usage)
 
 
 def usage_record(
