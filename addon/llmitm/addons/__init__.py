@@ -19,6 +19,7 @@ from llmitm.addons.responses_writer import LlmResponsesStateWriter
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.stall import LlmStallWatch
+from llmitm.addons.status import LlmStatus
 from llmitm.addons.store import LlmStore
 from llmitm.addons.usage import LlmUsage
 from llmitm.addons.websocket import LlmWebSocket
@@ -37,6 +38,7 @@ def make_addons() -> list[object]:
     # LlmEgress answers what is not an LLM call before anything records or replays it;
     # LlmEgressGuard, after the router, what LLM call nothing in llmitm took.
     egress = LlmEgress(settings, relay)
+    router = LlmRouter(settings, relay)
     # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
     # a non-streamed body before LlmResponses translates it; LlmResponsesStateWriter stores the
@@ -58,7 +60,8 @@ def make_addons() -> list[object]:
         store,
         relay,
         LlmRecordingsLoad(recorder),  # replay pools, once the store is open
-        LlmRouter(settings, relay),
+        LlmStatus(router, relay),  # the status route, on llmitm's own address
+        router,
         LlmAccessStrip(settings),  # a client key never goes upstream
         LlmEgressGuard(egress),
         LlmUsage(store),

@@ -17,6 +17,10 @@ Everything else — other paths, other hosts, requests no route matches — pass
 
 In ``response``/``error`` the outcome is reported back to routing: the direct path's
 health, and affinity (the endpoint that produced a response id, or served a conversation).
+
+The decisions are the core's: which endpoint (``Routing.choose``), what each candidate is
+sent (``exchange.request``), what an ending was (``routing.outcomes``) and what affinity
+keys on (``routing.affinity``); this addon reads the flow and applies them.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import orjson
 from mitmproxy import http
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
-from llmitm.addons.access import addressed_to_llmitm, client_key_of
+from llmitm.addons.access import client_key_of
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import (
@@ -49,7 +53,7 @@ from llmitm.exchange.request import (
     client_model,
     parse_body,
     prepare_candidates,
-    prepare_request,
+    prepare_for_endpoint,
     relayable_headers,
     rewrite_headers,
 )
@@ -61,8 +65,8 @@ from llmitm.routing.affinity import conversation_key, owner_required, remembers_
 from llmitm.routing.config import Config, Route
 from llmitm.routing.engine import Routing
 from llmitm.routing.outcomes import direct_outcome, transport_outcome
-from llmitm.routing.plan import Plan, match_route, plan_for_endpoint
-from llmitm.routing.wait import wait_for_slot
+from llmitm.routing.plan import Plan, match_route
+from llmitm.routing.wait import over_cap_error, wait_for_slot
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError, openai_error_body
@@ -70,11 +74,18 @@ from llmitm.wire.paths import classify_path
 
 logger = logging.getLogger(__name__)
 
-STATUS_PATH = "/_llmitm/status"
 _RELEASE_SAFETY_S = 5.0
+"""A slot left for ``server_disconnected`` is freed after this long whatever happens."""
 _RELAY_HEAD_SLACK = 8192
 """Room in the relay's head limit for the request line and the headers llmitm adds."""
-"""A slot left for ``server_disconnected`` is freed after this long whatever happens."""
+
+
+_PREPARE_FAILED = ApiError(
+    message="llmitm failed to prepare this request; see the proxy's log.",
+    type="server_error",
+    code="llmitm_error",
+    status=500,
+)
 
 
 def answer_error(
@@ -114,13 +125,6 @@ class LlmRouter:
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         if flow.response or flow.error or not flow.live:
             return None
-        if (
-            flow.request.method == "GET"
-            and flow.request.path == STATUS_PATH
-            and addressed_to_llmitm(flow)
-        ):
-            self._status(flow)
-            return None
         if flow.request.method != "POST":
             return None
         classified = classify_path(flow.request.path)
@@ -139,15 +143,7 @@ class LlmRouter:
             state = flow_state(flow)
             if isinstance(state, FlowState) and state.routed is not None:
                 state.routed.release()
-            answer_error(
-                flow,
-                ApiError(
-                    message="llmitm failed to prepare this request; see the proxy's log.",
-                    type="server_error",
-                    code="llmitm_error",
-                    status=500,
-                ),
-            )
+            answer_error(flow, _PREPARE_FAILED)
         return None
 
     def _route(
@@ -200,15 +196,11 @@ class LlmRouter:
         route: Route,
     ) -> tuple[Plan, PreparedRequest]:
         endpoint = self.settings.config.endpoints[name]
-        plan = plan_for_endpoint(endpoint, api, route.model or model)  # type: ignore[arg-type]
-        plan = replace(plan, route=route.name)
         options = self.settings.translate_options(endpoint)
         mint = flow_mint(flow)
         if mint is not None:  # recorded or replayed: ids and times come from the flow's mint
             options = replace(options, ids=mint.id, clock=mint.now)
-        prepared = prepare_request(
-            content, body, model, plan, options, ask_usage=endpoint.stream_usage
-        )
+        plan, prepared = prepare_for_endpoint(endpoint, api, route, content, body, model, options)
         for warning in prepared.warnings:
             logger.warning("llmitm: %s → %s: %s", model, endpoint.name, warning)
         return plan, prepared
@@ -234,16 +226,10 @@ class LlmRouter:
         limiter = self.routing.limiter
         lease = await wait_for_slot(limiter, [(state.plan.endpoint.name, routed.model)])
         if lease is None:
-            retry_after = max(1, round(limiter.wait.retry_after))
+            error, retry_after = over_cap_error(state.plan.endpoint.name, limiter.wait.retry_after)
             answer_error(
                 flow,
-                ApiError(
-                    message=f"The endpoint {state.plan.endpoint.name} is at its concurrency "
-                    f"limit; retry in {retry_after} s.",
-                    type="rate_limit_error",
-                    code="concurrency_limit",
-                    status=429,
-                ),
+                error,
                 {
                     "retry-after": str(retry_after),
                     "x-llmitm-endpoint": "llmitm",
@@ -365,23 +351,6 @@ class LlmRouter:
     def server_disconnected(self, data: ServerConnectionHookData) -> None:
         for routed in self._on_disconnect.pop(data.server.id, ()):
             routed.release()
-
-    # --- the status route -----------------------------------------------------------------
-
-    def _status(self, flow: http.HTTPFlow) -> None:
-        """``GET /_llmitm/status``: in-flight counters, waiters and cooldowns per endpoint."""
-        snapshot = self.routing.snapshot(time.monotonic())
-        relay = self.relay.listening() if self.relay is not None else None
-        if relay is not None:
-            # Relay registrations and connections: 0 again once every flow has ended.
-            snapshot["relay"] = relay.stats()
-        # The event loop's tasks: back to the idle count once every flow has ended.
-        snapshot["process"] = {"asyncio_tasks": len(asyncio.all_tasks())}
-        flow.response = http.Response.make(
-            200,
-            orjson.dumps(snapshot, option=orjson.OPT_INDENT_2),
-            {"content-type": "application/json", "cache-control": "no-store"},
-        )
 
 
 def _response_id(flow: http.HTTPFlow, state: FlowState) -> str | None:

@@ -14,17 +14,19 @@ route is sent.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, MutableMapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import orjson
 
-from llmitm.routing.plan import Plan
+from llmitm.routing.config import Endpoint, Route
+from llmitm.routing.plan import Plan, plan_for_endpoint
 from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.request_to_chat import responses_request_to_chat
 from llmitm.translate.request_to_responses import chat_request_to_responses
 from llmitm.translate.responses_compat import needs_rewrite, responses_request_for_compatible
+from llmitm.wire.paths import ApiName
 
 
 @dataclass(slots=True)
@@ -114,6 +116,23 @@ def prepare_request(
     mapped.body["model"] = plan.upstream_model
     mapped.context.model = model  # translated output names the model the client asked for
     return PreparedRequest(orjson.dumps(mapped.body), mapped.context, stream, mapped.warnings)
+
+
+def prepare_for_endpoint(
+    endpoint: Endpoint,
+    api: str,
+    route: Route,
+    content: bytes,
+    body: dict[str, Any],
+    model: str,
+    options: TranslateOptions,
+) -> tuple[Plan, PreparedRequest]:
+    """The plan and the request for sending a call of ``api`` on ``route`` to ``endpoint``
+    (the route's alias, if any, is the model sent)."""
+    plan = plan_for_endpoint(endpoint, cast(ApiName, api), route.model or model)
+    plan = replace(plan, route=route.name)
+    prepared = prepare_request(content, body, model, plan, options, ask_usage=endpoint.stream_usage)
+    return plan, prepared
 
 
 def _asks_usage(body: dict[str, Any]) -> bool:
