@@ -8,9 +8,9 @@ In ``request``: classify the path, read the body, pick the route, then one of tw
   the endpoint is at its cap, a 429 with ``Retry-After`` when the wait times out — and
   released in ``response`` or ``error``, whichever ends the flow.
 - **relayed**: a route with several endpoints, or retries. Every candidate's request is
-  prepared here (so a request no endpoint can take gets its 400 at once) and the flow is
-  re-pointed at llmitm's relay, whose failover job tries the endpoints in turn
-  (``relay.failover``); ``LlmResponses`` learns from the job which one answered.
+  prepared here (so a request no endpoint can take gets its 400 at once; ``addons.relayed``)
+  and the flow is re-pointed at llmitm's relay, whose failover job tries the endpoints in
+  turn (``relay.failover``); ``LlmResponses`` learns from the job which one answered.
 
 Requests llmitm cannot forward faithfully are answered here with a 400 in OpenAI's shape.
 Everything else — other paths, other hosts, requests no route matches — passes untouched.
@@ -38,6 +38,7 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.access import client_key_of
 from llmitm.addons.relay import LlmRelay
+from llmitm.addons.relayed import hand_over, relayed_headers
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import (
     METADATA_KEY,
@@ -52,16 +53,12 @@ from llmitm.exchange.request import (
     PreparedRequest,
     client_model,
     parse_body,
-    prepare_candidates,
     prepare_for_endpoint,
-    relayable_headers,
     rewrite_headers,
 )
-from llmitm.relay.client import HOP_BY_HOP, UpstreamRequest
-from llmitm.relay.failover import FailoverJob
-from llmitm.relay.server import MAX_HEAD_BYTES, RelayServer
-from llmitm.routing.access import route_refusal, without_client_key
-from llmitm.routing.affinity import conversation_key, owner_required, remembers_turn
+from llmitm.relay.server import RelayServer
+from llmitm.routing.access import route_refusal
+from llmitm.routing.affinity import conversation_key, remembers_turn
 from llmitm.routing.config import Config, Route
 from llmitm.routing.engine import Routing
 from llmitm.routing.outcomes import direct_outcome, transport_outcome
@@ -76,8 +73,6 @@ logger = logging.getLogger(__name__)
 
 _RELEASE_SAFETY_S = 5.0
 """A slot left for ``server_disconnected`` is freed after this long whatever happens."""
-_RELAY_HEAD_SLACK = 8192
-"""Room in the relay's head limit for the request line and the headers llmitm adds."""
 
 
 _PREPARE_FAILED = ApiError(
@@ -254,48 +249,14 @@ class LlmRouter:
         started: float,
     ) -> None:
         """Prepare every candidate and hand the flow to the relay's failover job."""
-        headers = relayable_headers(
-            flow.request.headers.items(multi=True),
-            hop_by_hop=HOP_BY_HOP,
-            head_limit=MAX_HEAD_BYTES,
-            slack=_RELAY_HEAD_SLACK,
-        )
-        client_key = client_key_of(flow, self.settings)
-        if client_key is not None:  # the proxy's own key goes to no endpoint
-            headers = without_client_key(headers, client_key)
-        candidates = prepare_candidates(routed.route.endpoints, prepare, headers)
-        requests = {
-            name: UpstreamRequest("POST", c.plan.url, c.headers, c.prepared.content)
-            for name, c in candidates.items()
-        }
-        for name, c in candidates.items():
-            routed.candidates[name] = (c.plan, c.prepared.context, c.prepared.strip_usage)
-        first = next(iter(candidates.values()))
-        owner = self.routing.owner(
-            routed.previous_response_id, time.monotonic(), remembered=routed.previous_owner
-        )
-        upstream_apis = {name: c.plan.upstream_api for name, c in candidates.items()}
-        job = FailoverJob(
-            routing=self.routing,
-            route=routed.route,
-            model=routed.model,
-            prepare=requests.get,
-            connect_timeout=self.settings.config.routing.connect_timeout,
-            tls_context=relay.tls_context,
-            previous_response_id=routed.previous_response_id,
-            fingerprint=routed.fingerprint,
-            owner_required=owner_required(owner, api, upstream_apis),
-            stream=first.prepared.stream,
-        )
-        routed.job = job
-        routed.relayed = True
-        prepared = first.prepared
-        flow.metadata[METADATA_KEY] = FlowState(
-            first.plan, prepared.context, prepared.stream, strip_usage=prepared.strip_usage,
-            routed=routed,
-        )  # fmt: skip
+        assert self.relay is not None  # ``relay`` is what it listens with
+        client = flow.request.headers.items(multi=True)
+        headers = relayed_headers(client, client_key_of(flow, self.settings))
+        config = self.settings.config
+        job, state = hand_over(routed, api, prepare, headers, self.routing, config, relay)
+        flow.metadata[METADATA_KEY] = state
         flow.request.headers["accept-encoding"] = "identity"
-        self.relay.point(flow, relay.register(job))  # type: ignore[union-attr]
+        self.relay.point(flow, relay.register(job))
         routed.overhead = time.perf_counter() - started
 
     # --- outcomes -------------------------------------------------------------------------
