@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mitmproxy.proxy.mode_specs import ProxyMode
 
-from llmitm.command_env import (
+from llmitm.cli.command_env import (
     CA_VARIABLES,
     CA_VARIABLES_IF_SET,
     bundle_sources,

@@ -14,8 +14,8 @@ from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.test import taddons
 
 import llmitm
-from llmitm.command_env import CA_VARIABLES
-from llmitm.run import (
+from llmitm.cli.command_env import CA_VARIABLES
+from llmitm.cli.run import (
     RunArgs,
     RunUsageError,
     command_environment,

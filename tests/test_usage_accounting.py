@@ -23,6 +23,7 @@ from llmitm.addons import make_addons
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.addons.store import LlmStore
 from llmitm.addons.usage import LlmUsage
+from llmitm.cli.usage import UsageError, parse_since
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.exchange.usage import body_tokens, stream_tokens
 from llmitm.routing.config import Endpoint
@@ -31,7 +32,6 @@ from llmitm.store import SqliteStore, UsageRecord, default_store_path
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
-from llmitm.usage_report import UsageError, parse_since
 from llmitm.wire.usage import usage_tokens
 
 ROOT = Path(__file__).resolve().parents[1]

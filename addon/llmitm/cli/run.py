@@ -35,7 +35,7 @@ from pathlib import Path
 
 import orjson
 
-from llmitm.command_env import command_environment, mode_kind, mode_problem, write_ca_bundles
+from llmitm.cli.command_env import command_environment, mode_kind, mode_problem, write_ca_bundles
 from llmitm.routing.config import ConfigError, load_config
 from llmitm.transparent.command import TransparentRun, command_problem
 from llmitm.transparent.namespace import NamespaceError

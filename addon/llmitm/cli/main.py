@@ -3,7 +3,7 @@
 llmitm translate --to {chat,responses} [--reasoning MODE] [FILE|-]
 llmitm usage [--db PATH] [--since YYYY-MM-DD|7d|24h] [--by endpoint|model|day|route] [--json]
 llmitm rec ls | show ID | diff A B | diff --last-miss | export | import | verify | check-secrets
-           | prune    (see llmitm.rec_cli)
+           | prune    (see llmitm.cli.rec)
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     usage.add_argument("--by", default="endpoint", help="endpoint (default), model, day, route")
     usage.add_argument("--json", action="store_true", help="JSON for machines")
 
-    from llmitm.rec_cli import add_parser as add_rec_parser
+    from llmitm.cli.rec import add_parser as add_rec_parser
 
     add_rec_parser(commands)
     return parser
@@ -130,18 +130,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:
         # run's options are mitmdump's, which argparse must not interpret.
-        from llmitm.run import run
+        from llmitm.cli.run import run
 
         return run(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "translate":
         return _translate(args)
     if args.command == "usage":
-        from llmitm.usage_report import usage_command
+        from llmitm.cli.usage import usage_command
 
         return usage_command(args.db, args.since, args.by, args.json)
     if args.command == "rec":
-        from llmitm.rec_cli import rec_command
+        from llmitm.cli.rec import rec_command
 
         return rec_command(args)
     raise AssertionError(f"unhandled command {args.command}")  # argparse requires a command

@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
+from llmitm.cli.usage import UsageError, parse_since
 from llmitm.file_modes import write_file
 from llmitm.replay import folder as folder_format
 from llmitm.replay.har import to_har
@@ -62,7 +63,6 @@ from llmitm.store.recordings import (
 )
 from llmitm.store.sqlite import SqliteApplier
 from llmitm.store.sqlite_recordings import apply_rekey
-from llmitm.usage_report import UsageError, parse_since
 from llmitm.view.timeline import events_from_chunks
 from llmitm.view.timeline import timeline as draw_timeline
 from llmitm.wire.sse import SSEDecoder, SSEEvent
