@@ -71,7 +71,7 @@ def run(argv: Sequence[str]) -> int:
         print(f"llmitm run: {problem}", file=sys.stderr)
         return 2
     if not args.command:
-        from llmitm.addons.entry import run_mitmdump
+        from llmitm.addons.hosts.entry import run_mitmdump
 
         if not args.junit:
             return run_mitmdump(mitmdump_argv(args, report=args.report))
@@ -96,7 +96,7 @@ def _run_command(args: RunArgs) -> int:
             [
                 sys.executable,
                 "-m",
-                "llmitm.addons.entry",
+                "llmitm.addons.hosts.entry",
                 *mitmdump_argv(args, str(listenfile), report),
                 *(namespace.proxy_args() if namespace else ()),
             ],

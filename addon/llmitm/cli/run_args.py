@@ -98,7 +98,7 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
 def mitmdump_argv(
     args: RunArgs, listenfile: str | None = None, report: str | None = None
 ) -> list[str]:
-    """mitmdump's arguments (its master already holds llmitm's addons: ``addons.entry``):
+    """mitmdump's arguments (its master already holds llmitm's addons: ``addons.hosts.entry``):
     safe defaults, then the user's options (which win: mitmdump takes the last value of an
     option)."""
     argv = ["--set", "connection_strategy=lazy"]
