@@ -444,7 +444,7 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
         console.print(f"wrote {len(interactions)} HAR entr(ies) to {target}")
         return 0
     if args.flows:
-        from llmitm.addons.flowfile import write_flows  # the one export that needs mitmproxy
+        from llmitm.addons.hosts.flowfile import write_flows  # the one export that needs mitmproxy
 
         count = write_flows(target, interactions, private=private)
         console.print(f"wrote {count} flow(s) to {target}")

@@ -129,7 +129,7 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
 def mitmdump_argv(
     args: RunArgs, listenfile: str | None = None, report: str | None = None
 ) -> list[str]:
-    """mitmdump's arguments (its master already holds llmitm's addons: ``addons.entry``):
+    """mitmdump's arguments (its master already holds llmitm's addons: ``addons.hosts.entry``):
     safe defaults, then the user's options (which win: mitmdump takes the last value of an
     option)."""
     argv = ["--set", "connection_strategy=lazy"]
@@ -204,7 +204,7 @@ def run(argv: Sequence[str]) -> int:
         print(f"llmitm run: {problem}", file=sys.stderr)
         return 2
     if not args.command:
-        from llmitm.addons.entry import run_mitmdump
+        from llmitm.addons.hosts.entry import run_mitmdump
 
         if not args.junit:
             return run_mitmdump(mitmdump_argv(args, report=args.report))
@@ -229,7 +229,7 @@ def _run_command(args: RunArgs) -> int:
             [
                 sys.executable,
                 "-m",
-                "llmitm.addons.entry",
+                "llmitm.addons.hosts.entry",
                 *mitmdump_argv(args, str(listenfile), report),
                 *(namespace.proxy_args() if namespace else ()),
             ],
