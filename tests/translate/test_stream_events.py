@@ -19,11 +19,14 @@ The openai SDK's stream helpers judge every produced stream.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import typing
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from openai.types.responses import ResponseStreamEvent
 from oracle import sdk_chat_stream, sdk_responses_stream
 
@@ -612,3 +615,67 @@ def test_an_open_message_keeps_its_annotations() -> None:
     _, final = sdk_responses_stream(encode_responses(out))
     assert final.output[0].content[0].annotations[0].url == annotation["url"]
     assert final.output_text == "see"
+
+
+# -- properties ------------------------------------------------------------------------------
+
+PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def split(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({cut % (len(text) + 1) for cut in cuts} | {0, len(text)})
+    return [text[a:b] for a, b in itertools.pairwise(points) if b > a]
+
+
+@PROPERTY
+@given(
+    event_type=st.sampled_from(sorted(DONE_ONLY)),
+    text=st.text(min_size=1, max_size=40),
+    cuts=st.lists(st.integers(0), max_size=5),
+    streamed=st.booleans(),
+)
+def test_text_arrives_exactly_once_however_it_is_split(
+    event_type: str, text: str, cuts: list[int], streamed: bool
+) -> None:
+    """Deltas in any split, or none at all: the chat client gets the done event's text once."""
+    _, chat_field, _ = DONE_ONLY[event_type]
+    events = done_only_stream(event_type, text, False)
+    if streamed:
+        delta = events[2]["type"].removesuffix(".done") + ".delta"
+        ids = {key: events[2][key] for key in events[2] if key.endswith(("_id", "_index"))}
+        pieces = [
+            {"type": delta, **ids, "delta": piece, "logprobs": []} for piece in split(text, cuts)
+        ]
+        events[2:2] = pieces
+    frames = to_chat(events, "reasoning_content")
+    assert joined(frames, chat_field) == text
+    final, _ = sdk_chat_stream(encode_chat(frames))
+    assert getattr(final.choices[0].message, chat_field) == text
+
+
+@PROPERTY
+@given(text=st.text(max_size=40), cuts=st.lists(st.integers(0), max_size=5))
+def test_custom_input_in_any_split_is_one_json_argument(text: str, cuts: list[int]) -> None:
+    """The escaped fragments of a custom tool's input always add up to ``{"input": text}``."""
+    frames = to_chat(call_stream("custom_tool_call", split(text, cuts), {"input": text}))
+    final, _ = sdk_chat_stream(encode_chat(frames))
+    (call,) = final.choices[0].message.tool_calls
+    assert json.loads(call.function.arguments) == {"input": text}
+
+
+@PROPERTY
+@given(
+    stem=st.sampled_from(["response.custom_tool_call_input", "response.mcp_call_arguments"]),
+    text=st.text(min_size=1, max_size=40),
+    cuts=st.lists(st.integers(0), max_size=5),
+)
+def test_an_open_call_closes_with_its_whole_input(stem: str, text: str, cuts: list[int]) -> None:
+    prefix = stem.removesuffix("_input").removesuffix("_arguments")
+    field = "input" if stem.endswith("_input") else "arguments"
+    ids = {"item_id": ITEM_ID, "output_index": 0}
+    inner = [{"type": f"{stem}.delta", **ids, "delta": piece} for piece in split(text, cuts)]
+    out = normalise(open_then_next(prefix, inner))
+    (done,) = [e for e in out if e["type"] == f"{stem}.done"]
+    assert done[field] == text
+    _, final = sdk_responses_stream(encode_responses(out))
+    assert getattr(final.output[0], field) == text
