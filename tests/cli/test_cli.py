@@ -174,3 +174,21 @@ def test_rec_show_timeline_draws_the_committed_recordings_stream() -> None:
     text = shown.stdout.decode()
     assert "TTFT" in text and "first token" in text and "content" in text
     assert "response.output_text.delta" in text or "chat.completion.chunk" in text
+
+
+def test_python_m_llmitm_cli_is_the_same_command_line() -> None:
+    """``python -m llmitm.cli`` keeps working now that the command line is a package."""
+    import llmitm
+
+    via_module = subprocess.run(
+        [sys.executable, "-m", "llmitm.cli", "--version"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert via_module.returncode == 0, via_module.stderr
+    assert (
+        via_module.stdout
+        == run_cli("--version").stdout
+        == f"llmitm {llmitm.__version__}\n".encode()
+    )

@@ -14,15 +14,9 @@ from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.test import taddons
 
 import llmitm
-from llmitm.command_env import CA_VARIABLES
-from llmitm.run import (
-    RunArgs,
-    RunUsageError,
-    command_environment,
-    mitmdump_argv,
-    parse_run_args,
-    replay_verdict,
-)
+from llmitm.cli.command_env import CA_VARIABLES, command_environment
+from llmitm.cli.run_args import RunArgs, RunUsageError, mitmdump_argv, parse_run_args
+from llmitm.cli.run_report import replay_verdict
 
 CA = "/home/u/.mitmproxy/mitmproxy-ca-cert.pem"
 MISS = {

@@ -23,6 +23,7 @@ from llmitm.addons import make_addons
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.addons.store import LlmStore
 from llmitm.addons.usage import LlmUsage
+from llmitm.cli.usage import UsageError, parse_since
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.exchange.usage import body_tokens, stream_tokens
 from llmitm.routing.config import Endpoint
@@ -32,7 +33,6 @@ from llmitm.testing import fake_upstream as fu
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
-from llmitm.usage_report import UsageError, parse_since
 from llmitm.wire.usage import usage_tokens
 
 ROOT = Path(__file__).resolve().parents[2]

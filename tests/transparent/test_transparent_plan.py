@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmitm.run import RunUsageError, parse_run_args
+from llmitm.cli.run_args import RunUsageError, parse_run_args
 from llmitm.transparent import plan as planning
 from llmitm.transparent.command import local_mode_problem
 from llmitm.transparent.plan import LINK_BLOCK, PlanError, new_plan

@@ -98,6 +98,19 @@ def print_table(db: Path, since: datetime | None, by: str, rows: list[UsageRow])
     console.print(table)
 
 
+def add_parser(commands: Any) -> None:
+    usage = commands.add_parser(
+        "usage",
+        help="token usage recorded by the proxy, summed per endpoint, model, day or route",
+        description="Sum the token usage the proxy recorded (read-only; safe while it runs).",
+    )
+    usage.add_argument("--db", help="the store's file (default: $XDG_DATA_HOME/llmitm/llmitm.db)")
+    usage.add_argument("--since", help="YYYY-MM-DD (UTC), or a span such as 7d, 24h, 30m")
+    # Checked by the command, not argparse: a mistake is one line, exit 2.
+    usage.add_argument("--by", default="endpoint", help="endpoint (default), model, day, route")
+    usage.add_argument("--json", action="store_true", help="JSON for machines")
+
+
 def usage_command(db: str | None, since: str | None, by: str, json: bool) -> int:
     try:
         if by not in GROUP_BY:
