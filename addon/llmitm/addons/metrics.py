@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -68,6 +69,8 @@ class LlmMetrics:
         self.router = router
         self.recorder = recorder
         self.metrics = Metrics(self._state)
+        self.sinks: list[Callable[[http.HTTPFlow, CallFacts], None]] = []
+        """Others that want each call's facts (traces)."""
 
     def _state(self) -> ProxyState:
         report = self.recorder.report
@@ -97,6 +100,11 @@ class LlmMetrics:
             logger.exception("llmitm: failed to measure %s", flow.request.pretty_url)
             return
         self.metrics.observe(facts)
+        for sink in self.sinks:
+            try:
+                sink(flow, facts)
+            except Exception:
+                logger.exception("llmitm: failed to report %s", flow.request.pretty_url)
 
 
 class LlmMetricsEndpoint:
@@ -123,6 +131,9 @@ class LlmMetricsEndpoint:
 
 
 def _is_call(flow: http.HTTPFlow) -> bool:
+    """A create call: routed (a relayed one's request now names the relay), or by its path."""
+    if flow_state(flow) is not None:
+        return True
     return flow.request.method == "POST" and classify_path(flow.request.path) is not None
 
 
@@ -130,8 +141,6 @@ def call_facts(flow: http.HTTPFlow, first: _FirstChunk | None) -> CallFacts:
     """What the finished create call ``flow`` was."""
     request, response = flow.request, flow.response
     state = flow_state(flow)
-    classified = classify_path(request.path)
-    assert classified is not None
     started = request.timestamp_start
     ended = (response.timestamp_end if response is not None else None) or time.time()
     facts = flow.metadata.get(FACTS_KEY) or {}
@@ -144,6 +153,8 @@ def call_facts(flow: http.HTTPFlow, first: _FirstChunk | None) -> CallFacts:
         endpoint = (state.routed.endpoint if state.routed else plan.endpoint.name) or "llmitm"
         response_model = response_model or plan.upstream_model
     else:
+        classified = classify_path(request.path)
+        assert classified is not None  # _is_call
         api, provider, route = classified.api, "", ""
         request_model = _request_model(request) or classified.deployment or ""
         # Unrouted: forwarded as it was, or answered by llmitm without an upstream.
