@@ -21,6 +21,7 @@ from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.stall import LlmStallWatch
 from llmitm.addons.store import LlmStore
+from llmitm.addons.traces import LlmTraces
 from llmitm.addons.usage import LlmUsage
 from llmitm.addons.websocket import LlmWebSocket
 
@@ -79,6 +80,7 @@ def make_addons() -> list[object]:
         LlmRecordTap(recorder),  # before the console, which wraps what it finds
         LlmConsole(),  # after LlmResponses: it taps the stream callable installed there
         metrics,
+        LlmTraces(metrics),  # spans from the facts metrics took (the otel extra, optional)
         LlmContentview(),
         ListenFile(),
     ]
