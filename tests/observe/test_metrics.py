@@ -18,8 +18,9 @@ from llmitm.observe.metrics import (
 )
 
 
-def scrape(metrics: Metrics) -> dict[str, Any]:
-    return {f.name: f for f in text_string_to_metric_families(metrics.exposition().decode())}
+def scrape(metrics: Metrics, state: ProxyState | None = None) -> dict[str, Any]:
+    text = metrics.exposition(state).decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
 
 
 def samples(family: Any, name: str, **labels: str) -> list[float]:
@@ -103,7 +104,7 @@ def test_attempts_beyond_the_first_count_as_failovers() -> None:
     assert samples(failovers, "llmitm_failovers_total", llmitm_route="main") == [2.0]
 
 
-def test_gauges_are_read_when_scraped() -> None:
+def test_gauges_show_the_state_a_scrape_was_handed() -> None:
     state = ProxyState(
         endpoints={
             "a": EndpointState(in_flight=2, max_concurrency=4, cooling_s=0.0, failures=0),
@@ -114,15 +115,9 @@ def test_gauges_are_read_when_scraped() -> None:
         replay_hits=5,
         replay_misses=1,
     )
-    reads: list[ProxyState] = []
-
-    def read() -> ProxyState:
-        reads.append(state)
-        return state
-
-    metrics = Metrics(read)
-    families = scrape(metrics)
-    assert len(reads) == 1
+    metrics = Metrics()
+    assert "llmitm_endpoint_healthy" not in scrape(metrics)  # no state, no gauges
+    families = scrape(metrics, state)
     healthy = families["llmitm_endpoint_healthy"]
     assert samples(healthy, "llmitm_endpoint_healthy", llmitm_endpoint="a") == [1.0]
     assert samples(healthy, "llmitm_endpoint_healthy", llmitm_endpoint="b") == [0.0]
@@ -133,6 +128,7 @@ def test_gauges_are_read_when_scraped() -> None:
     assert samples(families["llmitm_queue_waiting"], "llmitm_queue_waiting") == [1.0]
     assert samples(families["llmitm_replay_hits"], "llmitm_replay_hits_total") == [5.0]
     assert samples(families["llmitm_replay_misses"], "llmitm_replay_misses_total") == [1.0]
+    assert "llmitm_endpoint_healthy" not in scrape(metrics)  # the state was that scrape's
 
 
 def test_proxy_state_reads_routings_snapshot() -> None:

@@ -21,7 +21,8 @@ would refuse the second set of names). No I/O: :meth:`Metrics.exposition` return
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,17 +91,19 @@ class ProxyState:
 
 
 class StateCollector:
-    """Gauges and counters of :class:`ProxyState`, read at each scrape (nothing to keep in
-    step with routing between scrapes)."""
+    """Gauges and counters of the :class:`ProxyState` a scrape was handed (nothing to keep
+    in step with routing between scrapes)."""
 
-    def __init__(self, read: Callable[[], ProxyState]) -> None:
-        self.read = read
+    def __init__(self) -> None:
+        self.state: ProxyState | None = None
 
     def describe(self) -> list[Metric]:
         return []  # the families depend on the configuration; described when collected
 
     def collect(self) -> Iterator[Metric]:
-        state = self.read()
+        state = self.state
+        if state is None:
+            return
         endpoint = ["llmitm_endpoint"]
         healthy = GaugeMetricFamily(
             "llmitm_endpoint_healthy", "1 when the endpoint takes calls, 0 while it cools down",
@@ -143,8 +146,11 @@ class StateCollector:
 class Metrics:
     """One process's metrics, in its own registry."""
 
-    def __init__(self, read_state: Callable[[], ProxyState] | None = None) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._state = StateCollector()
+        self._lock = threading.Lock()
+        """One exposition at a time: each hands the collector its own state."""
         self.token_usage = Histogram(
             "gen_ai_client_token_usage",
             "Tokens used per call (gen_ai.client.token.usage)",
@@ -182,8 +188,7 @@ class Metrics:
             ["llmitm_route", "llmitm_endpoint"],
             registry=self.registry,
         )
-        if read_state is not None:
-            self.registry.register(StateCollector(read_state))
+        self.registry.register(self._state)
 
     def observe(self, call: CallFacts) -> None:
         """Add one finished call."""
@@ -209,9 +214,16 @@ class Metrics:
         if call.output_tokens is not None:
             self.token_usage.labels(*labels, "output").observe(call.output_tokens)
 
-    def exposition(self) -> bytes:
-        """The registry in Prometheus's text format."""
-        return generate_latest(self.registry)
+    def exposition(self, state: ProxyState | None = None) -> bytes:
+        """The registry, and ``state``'s gauges, in Prometheus's text format. Safe to call
+        from a worker thread (rendering many label sets takes a while) when ``state`` was
+        taken on the event loop."""
+        with self._lock:
+            self._state.state = state
+            try:
+                return generate_latest(self.registry)
+            finally:
+                self._state.state = None
 
 
 def proxy_state(snapshot: Mapping[str, Any], hits: int, misses: int) -> ProxyState:
