@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
+from llmitm.errors import UserError
 from llmitm.file_modes import write_file
 from llmitm.replay import folder as folder_format
 from llmitm.replay.har import to_har
@@ -73,7 +74,7 @@ PROGRESS_MIN = 20
 """Fewer items than this finish before a progress bar is worth drawing."""
 
 
-class RecError(ValueError):
+class RecError(UserError, ValueError):
     """One line for the user; exit 2."""
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import orjson
 
 from llmitm.command_env import command_environment, mode_kind, mode_problem, write_ca_bundles
+from llmitm.errors import UserError
 from llmitm.routing.config import ConfigError, load_config
 from llmitm.transparent.command import TransparentRun, command_problem
 from llmitm.transparent.namespace import NamespaceError
@@ -45,7 +46,7 @@ OPENAI_ORIGIN = "https://api.openai.com"
 READY_TIMEOUT_S = 60.0
 
 
-class RunUsageError(ValueError):
+class RunUsageError(UserError, ValueError):
     """The command line of ``llmitm run`` is wrong."""
 
 

@@ -27,6 +27,7 @@ from mitmproxy.addons import default_addons, script
 from mitmproxy.addons.errorcheck import ErrorCheck
 
 from llmitm.addons import make_addons
+from llmitm.errors import HostError
 from llmitm.replay.pool import SCOPE_HEADERS, split_scope_path
 
 THREAD_NAME = "llmitm"
@@ -36,7 +37,7 @@ _SCOPE = "llmitm-inprocess-scope"
 _NOTED = "llmitm-inprocess-noted"
 
 
-class InProcessError(RuntimeError):
+class InProcessError(HostError, RuntimeError):
     """The in-process proxy cannot start (another master runs, bad options, start-up errors)."""
 
 

@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 
 from llmitm import __version__
+from llmitm.errors import UserError
 from llmitm.file_modes import make_dir, write_file
 from llmitm.replay.keys import MATCH_KEY_VERSION
 from llmitm.replay.model import LEGS, Interaction, Message
@@ -81,7 +82,7 @@ VOLATILE_REQUEST_HEADERS = frozenset(
 _VOLATILE_REQUEST_PREFIXES = ("x-stainless-",)
 
 
-class FolderError(ValueError):
+class FolderError(UserError, ValueError):
     """A recordings folder that cannot be read (missing, wrong version, broken file)."""
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
+from llmitm.errors import UserError
 from llmitm.responses_api.scope import RESPONSES_SCOPES, ResponsesScope
 from llmitm.routing.access import Access, ClientKey
 from llmitm.routing.egress import EGRESS_POLICIES, EgressPolicy
@@ -51,7 +52,7 @@ ENDPOINT_KINDS: tuple[str, ...] = get_args(EndpointKind)
 API_NAMES: tuple[str, ...] = ("chat", "responses")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration file llmitm cannot use; the message names file, key and expectation."""
 
 
