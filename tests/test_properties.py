@@ -25,8 +25,9 @@ from oracle import sdk_chat_stream, sdk_responses_stream
 from test_stream_to_responses import assert_conformant
 
 from llmitm.translate.context import ToolOrigin, TranslateOptions, TranslationContext
-from llmitm.translate.pipeline import Direction, StreamPipeline
+from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.modes import Direction
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 NOW = 1_700_000_000

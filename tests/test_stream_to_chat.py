@@ -21,11 +21,12 @@ import pytest
 from openai.types.chat import ChatCompletionChunk
 from oracle import sdk_chat_raw_chunks, sdk_chat_stream
 
-from llmitm.translate.context import REASONING_MODES, TranslateOptions, TranslationContext
+from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
 from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.modes import REASONING_MODES
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 NOW = 1_700_000_000

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from llmitm import __version__
-from llmitm.translate.context import REASONING_MODES, TranslateOptions
+from llmitm.translate.context import TranslateOptions
 from llmitm.translate.document import UnreadableInput, translate_document
 from llmitm.translate.errors import TranslationError
 from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.modes import REASONING_MODES
 
 EXIT_UNREADABLE = 2
 

@@ -40,11 +40,10 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from llmitm.errors import UserError
-from llmitm.responses_api.scope import RESPONSES_SCOPES, ResponsesScope
-from llmitm.routing.access import Access, ClientKey
+from llmitm.routing.access import RESPONSES_SCOPES, Access, ClientKey, ResponsesScope
 from llmitm.routing.egress import EGRESS_POLICIES, EgressPolicy
 from llmitm.routing.strategies import STRATEGIES, StrategyName
-from llmitm.translate.context import REASONING_MODES, ReasoningMode
+from llmitm.wire.modes import REASONING_MODES, ReasoningMode
 from llmitm.wire.paths import ApiName
 
 EndpointKind = Literal["openai", "azure", "compatible"]
