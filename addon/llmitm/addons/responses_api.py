@@ -55,13 +55,7 @@ from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.create import CreateCall, prepare_create
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
-from llmitm.responses_api.scope import creator, reader_credential
-from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
-from llmitm.routing.affinity import TtlLru
-from llmitm.routing.plan import plan_for_endpoint
-from llmitm.store.api import UsageRecord, Write
-from llmitm.store.memory_responses import MemoryResponses
-from llmitm.store.responses import (
+from llmitm.responses_api.records import (
     ResponseDeleted,
     ResponseEvents,
     ResponseOwned,
@@ -72,6 +66,12 @@ from llmitm.store.responses import (
     StoredResponse,
     readable,
 )
+from llmitm.responses_api.scope import creator, reader_credential
+from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
+from llmitm.routing.affinity import TtlLru
+from llmitm.routing.plan import plan_for_endpoint
+from llmitm.store.api import UsageRecord, Write
+from llmitm.store.memory_responses import MemoryResponses
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError

@@ -2,10 +2,11 @@
 retrieve, delete, ``input_items``, ``background``, cancel, stream resume, reasoning
 continuity) for Responses clients whose endpoint only speaks Chat Completions.
 
-Sans-IO like the translators: dicts and records in, answers and writes out. The store is
-reached only through :class:`llmitm.store.responses.ResponseReader` (reads) and ``submit``
-(writes), the upstream only through an injected opener (:mod:`.background`); the mitmproxy
-shell is ``llmitm.addons.responses_api``.
+Sans-IO like the translators: dicts and records in, answers and writes out. The records,
+the writes and the reader the store implements are :mod:`.records`; the store is reached only
+through a :class:`~.records.ResponseReader` (reads) and ``submit`` (writes), the upstream
+only through an injected opener (:mod:`.background`); the mitmproxy shell is
+``llmitm.addons.responses_api``.
 
 - :mod:`.paths`: which requests are state calls (OpenAI and Azure forms), and their URL on
   the native endpoint that owns an id;

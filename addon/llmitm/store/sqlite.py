@@ -39,6 +39,16 @@ import aiosqlite
 
 from llmitm.file_modes import make_dir
 from llmitm.replay.model import Interaction
+from llmitm.responses_api.records import (
+    ResponseDeleted,
+    ResponseEvents,
+    ResponseOwned,
+    ResponseOwner,
+    ResponseReader,
+    ResponseSaved,
+    ResponsesPurged,
+    StoredResponse,
+)
 from llmitm.store import sqlite_recordings as recordings
 from llmitm.store.api import GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew, migrate, user_version
@@ -48,16 +58,6 @@ from llmitm.store.recordings import (
     PruneRecordings,
     RecordingWrite,
     ReplayMissRecord,
-)
-from llmitm.store.responses import (
-    ResponseDeleted,
-    ResponseEvents,
-    ResponseOwned,
-    ResponseOwner,
-    ResponseReader,
-    ResponseSaved,
-    ResponsesPurged,
-    StoredResponse,
 )
 from llmitm.store.sqlite_responses import (
     apply_deleted,
@@ -242,7 +242,7 @@ class SqliteStore(Store, ResponseReader):
             return []  # read-only over a file no llmitm has migrated yet: nothing recorded
         return await usage_rows(reader, since, group_by)
 
-    # -- Responses state (store.responses): read after the writes submitted before the call,
+    # -- Responses state (responses_api.records): read after the writes submitted before the call,
     # so a client that retrieves right after its create sees it.
 
     async def _responses_reader(self) -> aiosqlite.Connection | None:
