@@ -53,6 +53,7 @@ from llmitm.replay.scan import Finding, scan_patterns, scan_text
 from llmitm.replay.scan_fields import Located, locate, recording_ids
 from llmitm.replay.why import RequestError, explain, nearest, parse_request
 from llmitm.store import SchemaTooNew, SqliteStore, default_store_path
+from llmitm.store import folder as folder_files
 from llmitm.store.raw_values import UnreadableDatabase, database_values
 from llmitm.store.recordings import (
     DeleteRecordings,
@@ -235,7 +236,7 @@ async def _open(
 
 async def _load_all(args: argparse.Namespace) -> list[Interaction]:
     if getattr(args, "folder", None):
-        return folder_format.read_folder(Path(args.folder))
+        return folder_files.read_folder(Path(args.folder))
     store = await _open(args.db)
     try:
         return await store.load_recordings()
@@ -245,7 +246,7 @@ async def _load_all(args: argparse.Namespace) -> list[Interaction]:
 
 async def _find(args: argparse.Namespace, ident: str) -> Interaction:
     if getattr(args, "folder", None):
-        found = [i for i in folder_format.read_folder(Path(args.folder)) if i.id.startswith(ident)]
+        found = [i for i in folder_files.read_folder(Path(args.folder)) if i.id.startswith(ident)]
     else:
         store = await _open(args.db)
         try:
@@ -294,7 +295,7 @@ def summary(interaction: Interaction) -> dict[str, Any]:
 
 async def _ls(args: argparse.Namespace, console: Console) -> int:
     if args.folder:
-        interactions = folder_format.read_folder(Path(args.folder))
+        interactions = folder_files.read_folder(Path(args.folder))
     else:
         store = await _open(args.db)
         try:
@@ -415,7 +416,7 @@ async def _diff(args: argparse.Namespace, console: Console) -> int:
 
 async def _export(args: argparse.Namespace, console: Console) -> int:
     if args.from_folder:
-        interactions = folder_format.read_folder(Path(args.from_folder))
+        interactions = folder_files.read_folder(Path(args.from_folder))
         if args.scope:
             interactions = [i for i in interactions if i.scope == args.scope]
     else:
@@ -450,7 +451,7 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
         count = write_flows(target, interactions, private=private)
         console.print(f"wrote {count} flow(s) to {target}")
         return 0
-    written = folder_format.write_folder(
+    written = folder_files.write_folder(
         target, interactions, timing=args.export_timing, private=private
     )
     console.print(f"wrote {len(written)} recording(s) to {args.folder}")
@@ -458,7 +459,7 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
 
 
 async def _import(args: argparse.Namespace, console: Console) -> int:
-    interactions = folder_format.read_folder(Path(args.folder))
+    interactions = folder_files.read_folder(Path(args.folder))
     # Files carry positions, not times (``started_us`` is the file's order): stored as
     # imported now, in that order, or ``prune --older-than`` would take them for 1970's.
     now_us = time.time_ns() // 1000
@@ -480,15 +481,15 @@ async def _verify(args: argparse.Namespace, console: Console) -> int:
     options = KeyOptions()
     if args.folder:
         # Missing, unlisted, broken or orphan files and blobs first: reading needs them whole.
-        problems += folder_format.folder_problems(Path(args.folder))
+        problems += folder_files.folder_problems(Path(args.folder))
         if problems:
             return _report_problems(problems, 0, console)
-        manifest = folder_format.read_manifest(Path(args.folder))
+        manifest = folder_files.read_manifest(Path(args.folder))
         settings = manifest.get("settings", {})
         options = KeyOptions(
             profile=settings.get("profile", "default"), ignore=tuple(settings.get("ignore", ()))
         )
-        interactions = folder_format.read_folder(Path(args.folder))
+        interactions = folder_files.read_folder(Path(args.folder))
         problems += [f"secret {where}" for where in await _scan_paths([Path(args.folder)])]
     else:
         store = await _open(args.db)
@@ -575,7 +576,7 @@ async def _recordings_in(file: Path, cache: dict[Path, list[Interaction]]) -> li
         root = next((p for p in file.parents if (p / folder_format.MANIFEST).is_file()), None)
         if root is not None and root not in cache:
             try:
-                cache[root] = folder_format.read_folder(root)
+                cache[root] = folder_files.read_folder(root)
             except Exception:  # a broken folder: its findings stay unnamed
                 cache[root] = []
         return cache.get(root, []) if root is not None else []
@@ -712,7 +713,7 @@ async def _why(args: argparse.Namespace, console: Console) -> int:
     method, path, headers, content = parse_request(data, args.method, args.path)
     settings: Mapping[str, Any] = {}
     if args.folder:
-        settings = folder_format.read_manifest(Path(args.folder)).get("settings", {})
+        settings = folder_files.read_manifest(Path(args.folder)).get("settings", {})
     options = _options(args, settings)
     trace = explain(method, path, headers, content, options)
     interactions = await _load_all(args)
@@ -807,8 +808,8 @@ def _read_folder_any_version(folder: Path) -> tuple[dict[str, Any], list[Interac
     """A folder's manifest and interactions whatever match key version wrote them (the one
     reader that does not refuse an old key version: ``migrate`` is how it is brought up)."""
     try:
-        manifest = folder_format.read_manifest(folder, any_key_version=True)
-        return manifest, folder_format.read_folder(folder, any_key_version=True)
+        manifest = folder_files.read_manifest(folder, any_key_version=True)
+        return manifest, folder_files.read_folder(folder, any_key_version=True)
     except folder_format.FolderError as exc:
         raise RecError(str(exc)) from None
 
@@ -826,7 +827,7 @@ async def _migrate(args: argparse.Namespace, console: Console) -> int:
             or _settings(options) != manifest.get("settings")
         ):
             timing = manifest.get("timing", "exact")  # as the folder was written
-            folder_format.write_folder(folder, interactions, _settings(options), timing=timing)
+            folder_files.write_folder(folder, interactions, _settings(options), timing=timing)
         where = str(folder)
     else:
         options = _options(args, {})

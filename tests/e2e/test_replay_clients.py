@@ -30,7 +30,7 @@ from agents import (
 )
 from mitmproxy import io
 
-from llmitm.replay.folder import read_folder
+from llmitm.store.folder import read_folder
 
 from .conftest import CodexResult
 from .processes import LLMITM, TWO_ENDPOINTS, Proxy, fake_upstream, llmitm_proxy

@@ -20,7 +20,7 @@ import openai
 import orjson
 import pytest
 
-from llmitm.replay.folder import write_folder
+from llmitm.store.folder import write_folder
 
 from .processes import LLMITM, TWO_ENDPOINTS, Proxy, fake_upstream, llmitm_proxy
 from .test_record_replay import SECRET, Recorded, raw_post, sdk, tripwire

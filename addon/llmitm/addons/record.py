@@ -94,6 +94,7 @@ from llmitm.replay.rekey import rekey
 from llmitm.replay.serve import Answer, drift_error, from_upstream, miss_error, verbatim
 from llmitm.replay.timing import Timing, parse_timing
 from llmitm.store import SqliteStore
+from llmitm.store import folder as folder_files
 from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecord
 from llmitm.wire.ids import Mint
 from llmitm.wire.paths import is_llm_call
@@ -422,7 +423,7 @@ class LlmRecorder:
             if folder:
                 path = Path(folder).expanduser()
                 if path.exists() or self.mode == "replay":
-                    interactions = folder_format.read_folder(path)
+                    interactions = folder_files.read_folder(path)
                 self.report.source = str(path)
             else:
                 store = await self.store.ready()
@@ -462,7 +463,7 @@ class LlmRecorder:
         existing: list[Interaction] = []
         if (path / folder_format.MANIFEST).is_file():
             try:
-                existing = folder_format.read_folder(path)
+                existing = folder_files.read_folder(path)
             except folder_format.FolderError as exc:
                 logger.error("llmitm: not writing %s: %s", path, exc)
                 return
@@ -474,7 +475,7 @@ class LlmRecorder:
         fresh = sorted(self.recorded, key=lambda i: (i.started_us, i.id))
         for order, interaction in enumerate(fresh):
             interaction.started_us = base + order
-        written = folder_format.write_folder(
+        written = folder_files.write_folder(
             path,
             [*kept, *fresh],
             {"profile": self.key_options.profile, "ignore": list(self.key_options.ignore)},
