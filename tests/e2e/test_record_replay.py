@@ -1,4 +1,4 @@
-"""Record and replay through real llmitm processes (record-replay.md §5.11).
+"""Record and replay through real llmitm processes.
 
 Recording runs against the deterministic fake upstream; every replay runs with the fake
 stopped and a *tripwire* listening where every upstream was (the reverse target and both

@@ -1,4 +1,4 @@
-"""Real clients recorded once, then replayed with no upstream at all (record-replay.md §5.11).
+"""Real clients recorded once, then replayed with no upstream at all.
 
 Codex CLI's tool loop (Responses client, chat-only upstream) and openai-agents runs (both
 translation directions, ``run`` and ``run_streamed``) go through llmitm against the fake

@@ -1,6 +1,5 @@
-"""Replay policies through real llmitm processes (record-replay.md §5.3–5.5, 5.8): what a hit
-on an exhausted key gets, the miss status, strict drift, the host in match keys and the CI
-guard on recording.
+"""Replay policies through real llmitm processes: what a hit on an exhausted key gets, the miss
+status, strict drift, the host in match keys and the CI guard on recording.
 
 One recording session against the fake upstream; every replay runs with a tripwire where
 every upstream was (see test_record_replay.py), so no policy ever reaches the network.

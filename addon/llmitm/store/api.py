@@ -2,8 +2,8 @@
 
 This module owns the contract, not an implementation. Nothing here names SQLite: a write is
 a plain dataclass, a read returns plain dataclasses, so a shared server database can
-implement the same interface later (DESIGN.md, "Data and scale"). ``store.sqlite`` is the
-embedded implementation.
+implement the same interface later, for a fleet of proxies sharing one store.
+``store.sqlite`` is the embedded implementation.
 
 The contract that matters most is ``submit``: it is called from mitmproxy hooks and stream
 callables, so it never awaits, never blocks and returns at once even when the database is

@@ -216,7 +216,7 @@ class SqliteStore(Store, ResponseReader):
             writer, reader = self._writer, self._reader
             self._writer = self._reader = None
             # Closing matters: an unclosed aiosqlite connection's thread outlives the loop
-            # and prints "Event loop is closed" at exit (mitmproxy-notes.md, E8).
+            # and prints "Event loop is closed" at exit.
             for connection in (reader, writer):
                 if connection is not None:
                     await connection.close()
