@@ -28,6 +28,8 @@ other round runs them in reverse order, so none always runs right after another.
                                   [--twin-set llmitm_record=record]  # + each llmitm setup
                                                     # through a twin with these options
                                   [--llmitm-set llmitm_record=off]  # any llmitm option
+                                  [--twin-code ../other-checkout]  # + each llmitm setup
+                                                    # through a twin running that code
 
 Unpaced (the default) the fake writes as fast as the proxy reads, so a slower proxy reads
 more events per chunk; ``--event-delay-ms`` gives every event its own read and wake-up.
@@ -393,9 +395,11 @@ def start_llmitm(
     console: str = "off",
     twin: bool = False,
     extra: Sequence[str] = (),
+    code: str | None = None,
 ) -> tuple[int, int]:
     """``llmitm run`` with ``llmitm_console=console`` (``off`` for the plain llmitm setups:
-    the console and other options are measured by the ``+twin`` ones, against these)."""
+    the console and other options are measured by the ``+twin`` ones, against these), running
+    the llmitm of the checkout ``code`` (default: this one)."""
     name = "llmitm-twin" if twin else "llmitm"
     config_path = procs.tmp / "llmitm.toml"
     config_path.write_text(config)
@@ -420,7 +424,11 @@ def start_llmitm(
             *[arg for item in extra for arg in ("--set", item)],
             *QUIET,
         ],
-        env=CONSOLE_TERMINAL if console == "live" else None,
+        env={
+            **(CONSOLE_TERMINAL if console == "live" else {}),
+            **({"PYTHONPATH": str(Path(code).resolve() / "addon")} if code else {}),
+        }
+        or None,
     )  # fmt: skip
     listening = procs.wait_ready(
         name,
@@ -452,6 +460,7 @@ def start_stack(
     console: str = "off",
     extra: Sequence[str] = (),
     twin_extra: Sequence[str] = (),
+    twin_code: str | None = None,
 ) -> None:
     vias = {setup.via for setup in setups}
     both = f"http://127.0.0.1:{start_fake(procs, 'chat,responses')}"
@@ -466,7 +475,13 @@ def start_stack(
             where["llmitm"] = start_llmitm(procs, both, config, extra=extra)
         if "llmitm-twin" in vias:
             where["llmitm-twin"] = start_llmitm(
-                procs, both, config, console, twin=True, extra=overridden(extra, twin_extra)
+                procs,
+                both,
+                config,
+                console,
+                twin=True,
+                extra=overridden(extra, twin_extra),
+                code=twin_code,
             )
     for setup in setups:
         setup.port, setup.pid = where[setup.via]
@@ -923,6 +938,8 @@ def twin_report(setups: list[Setup], args: argparse.Namespace) -> list[str]:
 
 def twin_label(args: argparse.Namespace) -> str:
     parts = [f"console {args.console}"] if args.console else []
+    if args.twin_code:
+        parts.append(f"the code of {args.twin_code}")
     return ", ".join(parts + args.twin_set)
 
 
@@ -1026,6 +1043,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--llmitm-set (repeatable), against the plain one: e.g. --llmitm-set llmitm_record=off "
         "--twin-set llmitm_record=record measures what recording costs",
     )
+    parser.add_argument(
+        "--twin-code",
+        metavar="CHECKOUT",
+        help="also measure each llmitm setup through a second llmitm running the code of this "
+        "checkout (e.g. a worktree of the previous commit), against the plain one",
+    )
     args = parser.parse_args(argv)
     args.selected = [part.strip() for part in args.setups.split(",") if part.strip()]
     unknown = set(args.selected) - set(keys)
@@ -1052,7 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
     for setup in all_setups():
         if setup.key in args.selected:
             setups.append(setup)
-            if (args.console or args.twin_set) and setup.via == "llmitm":
+            if (args.console or args.twin_set or args.twin_code) and setup.via == "llmitm":
                 setups.append(twin_of(setup, twin_label(args)))
     for setup in setups:
         setup.delay_ms = args.event_delay_ms
@@ -1061,7 +1084,9 @@ def main(argv: list[str] | None = None) -> int:
     procs = Processes(tmp)
     try:
         progress(f"starting processes (logs in {tmp})")
-        start_stack(procs, setups, args.console or "off", args.llmitm_set, args.twin_set)
+        start_stack(
+            procs, setups, args.console or "off", args.llmitm_set, args.twin_set, args.twin_code
+        )
         children = [process.pid for _name, process in procs.running]
         notes = asyncio.run(measure(setups, args, children))
     except KeyboardInterrupt:
@@ -1080,7 +1105,7 @@ def main(argv: list[str] | None = None) -> int:
     if verdicts:
         print("Against the targets:")
         print("\n".join(verdicts))
-    if args.console or args.twin_set:
+    if args.console or args.twin_set or args.twin_code:
         print("\n".join(twin_report(setups, args)))
     print("\n".join(notes))
     print(f"\nProcess logs: {tmp}")

@@ -16,12 +16,9 @@ from mitmproxy.test import taddons, tflow, tutils
 from rich.console import Console
 
 from llmitm.addons.console import (
-    HEAD_CHUNKS,
     TIMED_CHUNKS,
-    LinesTap,
     LlmConsole,
     Observer,
-    Tap,
     resolve_mode,
 )
 from llmitm.addons.responses import FACTS_KEY
@@ -71,7 +68,27 @@ def chunk(delta: dict, **extra: object) -> bytes:
     return b"data: " + orjson.dumps({"model": "gpt-4o", "choices": [choice], **extra}) + b"\n\n"
 
 
-def test_lines_mode_taps_a_stream_and_prints_one_summary_line() -> None:
+class Upper:
+    """A pipeline that hands each chunk on upper-cased and ends with ``END``."""
+
+    finished = usage = response_id = final_response = None
+
+    def __init__(self) -> None:
+        self.seen: list[bytes] = []
+
+    def start(self) -> bytes:
+        return b""
+
+    def feed(self, data: bytes) -> bytes:
+        self.seen.append(data)
+        return data.upper()
+
+    def close(self) -> bytes:
+        self.seen.append(b"")
+        return b"END"
+
+
+def test_lines_mode_watches_a_stream_and_prints_one_summary_line() -> None:
     out = recording()
     console = LlmConsole(out)
     with taddons.context(console):
@@ -79,24 +96,19 @@ def test_lines_mode_taps_a_stream_and_prints_one_summary_line() -> None:
         assert console.mode == "lines"  # a recording console is no terminal
         flow = chat_flow()
         console.request(flow)
-        seen: list[bytes] = []
-
-        def rewriter(data: bytes) -> list[bytes]:
-            seen.append(data)
-            return [data.upper()] if data else [b"END"]
-
+        upper = Upper()
+        rewriter = StreamRewriter(upper)  # type: ignore[arg-type]
         sse_response(flow, rewriter)
         console.responseheaders(flow)
-        tap = flow.response.stream
-        assert isinstance(tap, Tap)
+        assert isinstance(console.taps[flow.id], Observer)
         body = chunk({"content": "Hello"}) + chunk(
             {}, finish="stop", usage={"prompt_tokens": 7, "completion_tokens": 2}
         )
-        assert tap(body[:20]) == [body[:20].upper()]  # passed on unchanged
-        assert tap(body[20:]) == [body[20:].upper()]
-        assert tap(b"") == [b"END"]
-        assert flow.response.stream is rewriter  # handed back for the response hook
-        assert seen == [body[:20], body[20:], b""]
+        assert rewriter(body[:20]) == [body[:20].upper()]  # translated as without a console
+        assert rewriter(body[20:]) == [body[20:].upper()]
+        assert rewriter(b"") == [b"END"]
+        assert flow.response.stream is rewriter  # watched, never wrapped
+        assert upper.seen == [body[:20], body[20:], b""]
         console.response(flow)
         console.done()
     text = out.export_text()
@@ -105,7 +117,7 @@ def test_lines_mode_taps_a_stream_and_prints_one_summary_line() -> None:
     assert "7→2 tok" in text and "×1" in text
 
 
-def test_a_plain_relay_is_tapped_and_restored_too() -> None:
+def test_a_plain_relay_gets_a_stream_owner_that_relays_it_as_it_is() -> None:
     console = LlmConsole(recording())
     with taddons.context(console):
         console.running()
@@ -113,10 +125,11 @@ def test_a_plain_relay_is_tapped_and_restored_too() -> None:
         console.request(flow)
         sse_response(flow, True)
         console.responseheaders(flow)
-        tap = flow.response.stream
-        assert tap(b"data: {}\n\n") == [b"data: {}\n\n"]
-        assert tap(b"") == []  # never b"" mid-stream; nothing at the end
-        assert flow.response.stream is True
+        stream = flow.response.stream
+        assert isinstance(stream, StreamRewriter) and stream.relays_as_is
+        assert stream(b"data: {}\n\n") == [b"data: {}\n\n"]
+        assert stream(b"") == []  # never b"" mid-stream; nothing at the end
+        assert console.watches[flow.id].pending == [b"data: {}\n\n", b""]
 
 
 def test_other_flows_and_buffered_bodies_are_not_tapped() -> None:
@@ -218,14 +231,16 @@ def test_lines_mode_keeps_a_long_streams_head_and_tail_only() -> None:
         console.request(flow)
         sse_response(flow)
         console.responseheaders(flow)
-        tap = flow.response.stream
-        assert isinstance(tap, LinesTap)
-        tap(chunk({"role": "assistant", "content": ""}))
+        stream = flow.response.stream
+        observer = console.taps[flow.id]
+        assert isinstance(stream, StreamRewriter) and stream.relays_as_is
+        stream(chunk({"role": "assistant", "content": ""}))
         for n in range(2000):
-            tap(chunk({"content": f" w{n}"}))
-        assert len(tap.pending) == HEAD_CHUNKS and len(tap.tail) == TAIL_CHUNKS  # bounded
-        tap(chunk({}, finish="stop", usage={"prompt_tokens": 11, "completion_tokens": 2000}))
-        tap(b"")
+            stream(chunk({"content": f" w{n}"}))
+        assert len(observer.pending) == TIMED_CHUNKS  # bounded: the head, timed…
+        assert len(observer.tail) == TAIL_CHUNKS  # …and the last chunks
+        stream(chunk({}, finish="stop", usage={"prompt_tokens": 11, "completion_tokens": 2000}))
+        stream(b"")
         console.response(flow)
         # A stream that breaks off: its last chunks still tell the summary what happened.
         broken = chat_flow()

@@ -14,7 +14,7 @@ from test_exchange import RESPONSES_SSE, context, splits
 
 from llmitm.addons.tap_compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
-from llmitm.exchange.tap import Leg, PassTap, StreamTap, pieces
+from llmitm.exchange.tap import Leg, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline
 
 
@@ -42,7 +42,7 @@ def run(
     """Drive as mitmproxy does (the chunks, then ``b""``), compacting after the calls in
     ``compact_at``: the tap, and what each call sent."""
     tap = StreamTap()
-    rewriter.note = tap.note
+    rewriter.add_note(tap.note)
     sent = []
     for number, chunk in enumerate([*chunks, b""]):
         sent.append(b"".join(rewriter(chunk)))
@@ -114,13 +114,8 @@ def test_any_stream_comes_back_piece_for_piece(
 
 
 def test_a_relayed_stream_passes_each_piece_on_and_keeps_it() -> None:
-    tap = PassTap()
     chunks = [b"piece %d;" % i for i in range(100)]
-    relayed = []
-    for number, chunk in enumerate([*chunks, b""]):
-        relayed.append(tap.relay(chunk))
-        if number == 50:
-            tap.compact()
+    tap, relayed = run(StreamRewriter(), chunks, frozenset({50}))
     assert relayed == [*chunks, b""]
     times, upstream, client = tap.finish()
     assert client is None and len(times) == len(chunks) + 1

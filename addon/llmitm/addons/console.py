@@ -5,10 +5,10 @@
 stdout is not one, off with ``-q`` and in mitmproxy's own UIs (which show flows themselves,
 with the llmitm content view). ``live`` without a terminal falls back to lines.
 
-Cost on the proxy's hot path: on llmitm's own rewriter the console sets the ``observe`` hook,
-which times a stream's first chunks and then becomes a plain ``list.append`` (a C call per
-chunk); other stream callables (a plain relay) get a ``Tap`` wrapper that appends and passes
-on. Parsing and drawing happen in one task on the event loop, a few times a second at most,
+Cost on the proxy's hot path: the console watches the flow's stream owner (a plain relay
+gets one that relays it as it is) with an :class:`Observer`, which times a stream's first
+chunks and then becomes a plain ``list.append`` (a C call per chunk). Parsing and drawing
+happen in one task on the event loop, a few times a second at most,
 and less often when drawing gets expensive (drawing is kept to about 0.3% of a core), and
 only streams with a panel on screen are parsed in full (the others until their first token,
 and their last bytes at the end). Nothing is observed when the console is off.
@@ -31,6 +31,7 @@ from rich.console import Group
 from llmitm.addons.choices import check_choices
 from llmitm.addons.responses import FACTS_KEY
 from llmitm.addons.state import FlowState, flow_state
+from llmitm.addons.streams import flow_stream
 from llmitm.exchange.request import client_model, parse_body
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.view.conversation import assemble_body
@@ -68,8 +69,6 @@ def resolve_mode(option: str, *, terminal: bool, quiet: bool, ui: str | None) ->
 TIMED_CHUNKS = 64
 """Chunks of a stream timed one by one (the first token is among them, nearly always); later
 chunks are timed when the console reads them."""
-HEAD_CHUNKS = 256
-"""Chunks the lines mode keeps from a plain relay's start."""
 
 
 class Observer:
@@ -79,7 +78,17 @@ class Observer:
     stream callable stays the rewriter: nothing downstream (usage, cut streams) sees a wrapper.
     """
 
-    __slots__ = ("_add_chunk", "_add_time", "left", "pending", "rewriter", "sink", "tail", "watch")
+    __slots__ = (
+        "_add_chunk",
+        "_add_time",
+        "left",
+        "number",
+        "pending",
+        "rewriter",
+        "sink",
+        "tail",
+        "watch",
+    )
 
     def __init__(self, rewriter: StreamRewriter, watch: StreamWatch) -> None:
         self.rewriter = rewriter
@@ -93,13 +102,14 @@ class Observer:
         self.tail: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
         self.sink: Any = self.tail.append
         watch.follow, watch.unfollow = self.follow, self.unfollow
+        self.number = rewriter.watch(self)
 
     def __call__(self, data: bytes) -> None:
         self._add_time(_now())
         self._add_chunk(data)
         self.left -= 1
         if not self.left:
-            self.rewriter.observe = self.sink
+            self.rewriter.rewatch(self.number, self.sink)
 
     def follow(self) -> None:
         """A panel shows the stream now: hand over every chunk from here on (the watch,
@@ -111,77 +121,19 @@ class Observer:
         self.merge()
         self.sink = self._add_chunk
         if not self.left:
-            self.rewriter.observe = self.sink
+            self.rewriter.rewatch(self.number, self.sink)
 
     def unfollow(self) -> None:
         """The stream lost its panel: keep only its last chunks again."""
         self.sink = self.tail.append
         if not self.left:
-            self.rewriter.observe = self.sink
+            self.rewriter.rewatch(self.number, self.sink)
 
     def merge(self) -> None:
         """Hand the kept tail to the watch, after the head (in order; untimed)."""
         if self.tail:
             self.pending += self.tail
             self.tail.clear()
-
-
-class Tap:
-    """Wraps any other stream callable (or ``True``, a plain relay): hands each chunk and its
-    arrival time to a ``StreamWatch`` and passes it on unchanged; at the end of the body it
-    puts the original back, so later hooks see what they installed."""
-
-    __slots__ = ("_add_chunk", "_add_time", "inner", "pending", "response", "times")
-
-    def __init__(self, response: http.Response, inner: Any, watch: StreamWatch) -> None:
-        self.response = response
-        self.inner = inner if callable(inner) else None
-        self.times = watch.times
-        self.pending = watch.pending
-        # Bound once: this runs for every chunk of every watched stream.
-        self._add_time = watch.times.append
-        self._add_chunk = watch.pending.append
-
-    def __call__(self, data: bytes) -> Any:
-        self._add_time(_now())
-        self._add_chunk(data)
-        inner = self.inner
-        if not data:
-            return self._end(data)
-        return [data] if inner is None else inner(data)
-
-    def _end(self, data: bytes) -> Any:
-        inner = self.inner
-        out = [] if inner is None else inner(data)
-        self.response.stream = inner if inner is not None else True
-        return out
-
-    def merge(self) -> None:
-        pass
-
-
-class LinesTap(Tap):
-    """The lines mode's tap: only a summary line is wanted, so it keeps the first chunks
-    (for TTFT) and the last ones (finish, usage, error) — bounded memory, no drawing."""
-
-    __slots__ = ("tail",)
-
-    def __init__(self, response: http.Response, inner: Any, watch: StreamWatch) -> None:
-        super().__init__(response, inner, watch)
-        self.tail: deque[bytes] = deque(maxlen=TAIL_CHUNKS)
-
-    def __call__(self, data: bytes) -> Any:
-        if len(self.pending) < HEAD_CHUNKS:
-            return super().__call__(data)
-        self.tail.append(data)
-        if not data:
-            return self._end(data)
-        return [data] if self.inner is None else self.inner(data)
-
-    def merge(self) -> None:
-        """Hand the kept tail to the watch, after the head (in order; untimed)."""
-        self.pending += self.tail
-        self.tail.clear()
 
 
 def flow_info(flow: http.HTTPFlow) -> FlowInfo | None:
@@ -223,7 +175,7 @@ class LlmConsole:
         self.mode = "off"
         self.infos: dict[str, FlowInfo] = {}
         self.watches: dict[str, StreamWatch] = {}
-        self.taps: dict[str, Observer | Tap] = {}
+        self.taps: dict[str, Observer] = {}
         self._lines: list[Any] = []  # summary lines waiting for the live display's refresh
         self._running = False
         self._out: Any = None  # rich Console
@@ -276,16 +228,12 @@ class LlmConsole:
             return
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             return
+        stream = flow_stream(flow)
+        if stream is None:
+            return
         watch = StreamWatch(info, full=False)  # the live display promotes what it shows
-        stream = response.stream
-        tap: Observer | Tap
-        if isinstance(stream, StreamRewriter) and stream.observe is None:
-            tap = stream.observe = Observer(stream, watch)
-        else:
-            tap = (Tap if self.mode == "live" else LinesTap)(response, stream, watch)
-            response.stream = tap
         self.watches[flow.id] = watch
-        self.taps[flow.id] = tap
+        self.taps[flow.id] = Observer(stream, watch)
 
     def response(self, flow: http.HTTPFlow) -> None:
         info = self.infos.pop(flow.id, None)

@@ -60,6 +60,7 @@ def _handle_protocol_error(self: Any, event: Any) -> Generator[Any, Any, None]:
         and self.server_state == self.state_stream_response_body
         and flow.response is not None
         and isinstance(flow.response.stream, StreamRewriter)
+        and not flow.response.stream.relays_as_is
     ):
         logger.warning(
             "llmitm: %s: the upstream stream was cut (%s); ending the client's stream with "

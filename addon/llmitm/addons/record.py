@@ -62,9 +62,9 @@ from llmitm.addons.state import (
     set_mint,
 )
 from llmitm.addons.store import LlmStore
+from llmitm.addons.streams import flow_stream
 from llmitm.addons.tap_compactor import TapCompactor
-from llmitm.exchange.stream import StreamRewriter
-from llmitm.exchange.tap import PassTap, StreamTap, pieces
+from llmitm.exchange.tap import StreamTap, pieces
 from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.replay_job import ReplayJob
 from llmitm.relay.server import RelayServer
@@ -130,8 +130,7 @@ class Capture:
     upstream_status: int = 0
     upstream_headers: list[tuple[str, str]] = field(default_factory=list)
     upstream_body: bytes | None = None
-    pass_tap: PassTap | None = None
-    rewrite_tap: StreamTap | None = None
+    tap: StreamTap | None = None
     done: bool = False
     served: bool = False
     request_clean: bool = False
@@ -811,16 +810,12 @@ class LlmRecordTap:
         response = flow.response
         if capture is None or not capture.forwarded or response is None:
             return
-        stream = response.stream
-        if isinstance(stream, StreamRewriter):
-            capture.rewrite_tap = tap = StreamTap()
-            stream.note = tap.note
+        stream = flow_stream(flow)
+        if stream is not None:
+            capture.tap = tap = StreamTap()
+            stream.add_note(tap.note)
             self.compactor.add(tap)
-        elif stream is True:
-            capture.pass_tap = passed = PassTap()
-            response.stream = passed.relay
-            self.compactor.add(passed)
-        elif callable(stream):
+        elif callable(response.stream):
             logger.debug("llmitm: not recording the body of an unknown stream callable")
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -834,7 +829,7 @@ class LlmRecordTap:
         if capture is None or not capture.record or capture.done:
             return
         capture.done = True
-        self.compactor.discard(capture.pass_tap or capture.rewrite_tap)
+        self.compactor.discard(capture.tap)
         try:
             interaction = build_interaction(flow, capture, self.recorder.session)
         except Exception:
@@ -937,7 +932,7 @@ def _stream_legs(
     happens once: a client leg that is the upstream leg (a passthrough) shares its pieces, and
     a client leg made only of clean inputs shares their verdict that there is nothing to
     redact. Times stay as they are: offsets are worked out when read."""
-    tap: PassTap | StreamTap | None = capture.pass_tap or capture.rewrite_tap
+    tap = capture.tap
     if tap is None:
         return None, None
     times, upstream_leg, client_leg = tap.finish()

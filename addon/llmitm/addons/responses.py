@@ -141,7 +141,7 @@ class LlmResponses:
         if state is not None:
             redact_credentials(flow, state)
         if state is None:
-            if is_event_stream(response):
+            if is_event_stream(response) and not response.stream:
                 response.stream = True  # relay SSE live instead of buffering it whole
                 self._stream_started(flow)
             return
@@ -170,7 +170,11 @@ class LlmResponses:
             # answer: the rewriter's first call fails and ends the stream with this error.
             logger.error("llmitm: %s: %s", flow.request.url, exc)
             decode = _refuse(str(exc))
-        response.stream = StreamRewriter(pipeline, decode)
+        owner = response.stream
+        if isinstance(owner, StreamRewriter):
+            owner.translate_with(pipeline, decode)  # keeps whoever watches it already
+        else:
+            response.stream = StreamRewriter(pipeline, decode)
         self._stream_started(flow)
         response.headers.pop("content-encoding", None)
         response.headers.pop("content-length", None)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -47,6 +48,7 @@ from llmitm.addons.state import (
     flow_state,
 )
 from llmitm.addons.store import LlmStore
+from llmitm.addons.streams import flow_stream, stream_outcome
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import UpstreamRequest, send
 from llmitm.relay.frames import FramesJob, iterate
@@ -470,7 +472,10 @@ class LlmResponsesRecorder:
         if create.response_id is not None and create.store and not create.background:
             # A translated create streamed as is: a replayed hit paced through the relay. No
             # translator holds its final Response, so keep its bytes to store it at the end.
-            response.stream = _KeepStream()  # type: ignore[assignment]
+            stream = flow_stream(flow)
+            if stream is not None:
+                _KEPT[flow] = kept = []
+                stream.watch(kept.append)
 
     def response(self, flow: http.HTTPFlow) -> None:
         create = flow.metadata.get(CREATE_KEY)
@@ -485,6 +490,7 @@ class LlmResponsesRecorder:
                 self._store(flow, create)
         except Exception:  # storing must never cost the client its answer
             logger.exception("llmitm: failed to store the response of %s", flow.request.url)
+        _KEPT.pop(flow, None)
 
     def _store(self, flow: http.HTTPFlow, create: CreateCall) -> None:
         final = final_response(flow)
@@ -509,12 +515,9 @@ class LlmResponsesRecorder:
         if flow.request.method != "POST" or response.status_code >= 400:
             return
         response_id: str | None = None
-        stream = response.stream
-        if isinstance(stream, StreamRewriter):
-            response_id = getattr(stream.pipeline, "response_id", None)
-            if response_id is None:
-                translator = getattr(stream.pipeline, "translator", None)
-                response_id = getattr(translator, "response_id", None)
+        outcome = stream_outcome(flow)
+        if outcome is not None:
+            response_id = outcome.response_id
         else:
             body = _json(response.get_content(strict=False))
             response_id = body.get("id") if isinstance(body, dict) else None
@@ -529,6 +532,10 @@ class LlmResponsesRecorder:
         self.state.submit(ResponseOwned(owner))
 
 
+_KEPT: weakref.WeakKeyDictionary[http.HTTPFlow, list[bytes]] = weakref.WeakKeyDictionary()
+"""The chunks of a stream relayed as it is whose final Response is to be stored."""
+
+
 def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
     """The Response object the client got: the stream translator's terminal one, or the
     translated body."""
@@ -536,14 +543,13 @@ def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
     if response is None:
         return None
     stream = response.stream
-    if isinstance(stream, StreamRewriter):
-        translator = getattr(stream.pipeline, "translator", None)
-        final = getattr(translator, "final_response", None)
-        return final if isinstance(final, dict) else None
+    kept = _KEPT.pop(flow, None)
+    if isinstance(stream, StreamRewriter) and not stream.relays_as_is:
+        return stream.outcome().final_response
     if response.status_code >= 400:
         return None
-    if isinstance(stream, _KeepStream):
-        return _terminal_response(b"".join(stream.pieces))
+    if kept is not None:
+        return _terminal_response(b"".join(kept))
     content = response.get_content(strict=False)
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         # A whole stream an addon made (a replayed hit): stored like a live one, so a later
@@ -551,19 +557,6 @@ def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
         return _terminal_response(content)
     body = _json(content)
     return body if isinstance(body, dict) and body.get("object") == "response" else None
-
-
-class _KeepStream:
-    """A stream callable that passes each piece on and keeps it."""
-
-    __slots__ = ("pieces",)
-
-    def __init__(self) -> None:
-        self.pieces: list[bytes] = []
-
-    def __call__(self, data: bytes) -> bytes:
-        self.pieces.append(data)
-        return data
 
 
 def _terminal_response(content: bytes | None) -> dict[str, Any] | None:

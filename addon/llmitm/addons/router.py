@@ -43,8 +43,8 @@ from llmitm.addons.state import (
     flow_mint,
     flow_state,
 )
+from llmitm.addons.streams import stream_outcome
 from llmitm.exchange.request import PreparedRequest, client_model, parse_body, prepare_request
-from llmitm.exchange.stream import StreamRewriter
 from llmitm.relay.client import HOP_BY_HOP, UpstreamRequest
 from llmitm.relay.failover import FailoverJob
 from llmitm.relay.server import MAX_HEAD_BYTES
@@ -435,10 +435,8 @@ def _response_id(flow: http.HTTPFlow, state: FlowState) -> str | None:
     if response is None:
         return None
     if state.streamed:
-        stream = response.stream
-        if isinstance(stream, StreamRewriter):
-            return getattr(stream.pipeline, "response_id", None)
-        return None
+        outcome = stream_outcome(flow)
+        return outcome.response_id if outcome is not None else None
     content = response.get_content(strict=False)
     if not content:
         return None

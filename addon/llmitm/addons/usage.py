@@ -19,7 +19,7 @@ from mitmproxy import http
 
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.addons.store import LlmStore
-from llmitm.exchange.stream import StreamRewriter
+from llmitm.addons.streams import stream_outcome
 from llmitm.exchange.usage import Tokens, body_tokens, stream_tokens
 from llmitm.store import UsageRecord
 
@@ -31,8 +31,8 @@ def flow_tokens(flow: http.HTTPFlow, state: FlowState) -> Tokens | None:
     if response is None or response.status_code >= 400:
         return None
     if state.streamed:
-        stream = response.stream
-        return stream_tokens(stream.pipeline) if isinstance(stream, StreamRewriter) else None
+        outcome = stream_outcome(flow)
+        return stream_tokens(outcome) if outcome is not None else None
     return body_tokens(response.get_content(strict=False))
 
 

@@ -6,6 +6,7 @@ Non-streamed bodies and error bodies are translated whole here; streams get a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -19,6 +20,19 @@ from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.translate.responses_compat import restore_response_calls
 from llmitm.wire.errors import ApiError, openai_error_body
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOutcome:
+    """What a finished stream was, as the client got it."""
+
+    response_id: str | None
+    """The Response id the stream named (a Responses client's stream), for its owner and
+    affinity."""
+    final_response: dict[str, Any] | None
+    """The Response object llmitm made for the client (its terminal event's), to store."""
+    usage: dict[str, Any] | None
+    """The upstream's usage, in either API's shape, also when the client did not see it."""
 
 
 def stream_pipeline(

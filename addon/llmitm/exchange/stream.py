@@ -1,10 +1,19 @@
-"""The per-flow stream callable: upstream chunks in, client chunks out.
+"""The per-flow stream callable: upstream chunks in, client chunks out, and who watches them.
 
-mitmproxy calls it once per chunk read from the upstream and once more with ``b""`` at the
-end. It returns a list (never ``b""`` mid-stream: on HTTP/1 chunked framing that is the body's
-terminator), undoes a content-encoding the upstream applied despite ``accept-encoding:
-identity``, and never raises: an exception inside llmitm ends the client's stream with a
-terminal error in its protocol instead of a silent cut.
+One :class:`StreamRewriter` owns a flow's stream. mitmproxy calls it once per chunk read from
+the upstream and once more with ``b""`` at the end. It returns a list (never ``b""``
+mid-stream: on HTTP/1 chunked framing that is the body's terminator), undoes a
+content-encoding the upstream applied despite ``accept-encoding: identity``, and never
+raises: an exception inside llmitm ends the client's stream with a terminal error in its
+protocol instead of a silent cut.
+
+Everyone else observes it instead of wrapping it: *watchers* get each upstream chunk first
+(the live console, a state writer keeping a replayed stream's bytes), *notes* get the time,
+the chunk in and the bytes out of every call (recording), and :meth:`StreamRewriter.outcome`
+says at the end what the stream was (its Response id, final Response and usage). With one
+observer of a kind the hot path makes one call, usually a C one (``list.append``/``extend``).
+A stream relayed as it is (no translation, no guard) gets a rewriter only when someone
+observes it; otherwise mitmproxy relays it itself.
 """
 
 from __future__ import annotations
@@ -13,15 +22,18 @@ import logging
 import zlib
 from collections.abc import Callable
 from time import monotonic
+from typing import Any
 
+from llmitm.exchange.response import StreamOutcome
 from llmitm.exchange.tap import Note, now
-from llmitm.translate.guard import StreamGuard
-from llmitm.translate.pipeline import StreamPipeline
+from llmitm.translate.protocol import ClientStream
 from llmitm.wire.errors import ApiError
 
 logger = logging.getLogger(__name__)
 
 Decoder = Callable[[bytes], bytes]
+Watcher = Callable[[bytes], object]
+"""Gets every upstream chunk before it is translated (a C call where it can be)."""
 
 
 def decoder_for(content_encoding: str | None) -> Decoder | None:
@@ -46,25 +58,91 @@ def decoder_for(content_encoding: str | None) -> Decoder | None:
     raise ValueError(f"unsupported content-encoding {encoding!r}")
 
 
+class PassThrough:
+    """The :class:`~llmitm.translate.protocol.ClientStream` of a stream relayed as it is:
+    each chunk goes out as it came, nothing is added at the end, nothing is known of it."""
+
+    __slots__ = ()
+
+    finished = False
+    usage = None
+    response_id = None
+    final_response = None
+
+    def start(self) -> bytes:
+        return b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        return chunk
+
+    def close(self) -> bytes:
+        return b""
+
+    def fail(self, error: ApiError) -> bytes:
+        return b""
+
+
 class StreamRewriter:
-    """Translate one upstream SSE body through ``pipeline``."""
+    """Translate one upstream SSE body through ``pipeline`` (``None``: relay it as it is)."""
 
-    __slots__ = ("_decode", "_failed", "_started", "last", "note", "observe", "pipeline")
+    __slots__ = (
+        "_decode",
+        "_failed",
+        "_notes",
+        "_started",
+        "_watchers",
+        "last",
+        "note",
+        "observe",
+        "pipeline",
+        "relays_as_is",
+    )
 
-    def __init__(
-        self, pipeline: StreamPipeline | StreamGuard, decode: Decoder | None = None
-    ) -> None:
-        self.pipeline = pipeline
+    def __init__(self, pipeline: ClientStream | None = None, decode: Decoder | None = None) -> None:
+        self.pipeline: ClientStream = PassThrough() if pipeline is None else pipeline
+        self.relays_as_is = pipeline is None
+        """No translation and no guard: a cut upstream is the client's to see as it is."""
         self._decode = decode
         self._started = False
         self._failed = False
+        self._watchers: list[Watcher] = []
+        self._notes: list[Note] = []
         self.last = monotonic()
         """When the upstream last sent a chunk (a stall watchdog reads it; one C call)."""
-        self.observe: Callable[[bytes], object] | None = None
-        """Gets every upstream chunk first (the live console's ``list.append``: a C call)."""
+        self.observe: Watcher | None = None
+        """What the hot path calls with every upstream chunk: the one watcher, or all."""
         self.note: Note | None = None
-        """Gets the time, the chunk in and the bytes out of every call when recording (a
-        :class:`~llmitm.exchange.tap.StreamTap`'s ``list.extend``: a C call)."""
+        """What the hot path calls with ``(time, chunk in, bytes out)``: the one note, or all."""
+
+    def translate_with(self, pipeline: ClientStream, decode: Decoder | None = None) -> None:
+        """Translate (or guard) a stream that was to be relayed as it is, keeping whoever
+        watches it; only before its first chunk."""
+        assert not self._started, "a stream's translation is chosen before its first chunk"
+        self.pipeline = pipeline
+        self.relays_as_is = False
+        self._decode = decode
+
+    def watch(self, watcher: Watcher) -> int:
+        """Call ``watcher`` with every upstream chunk; the number :meth:`rewatch` takes."""
+        self._watchers.append(watcher)
+        self.observe = _one_or_all(self._watchers)
+        return len(self._watchers) - 1
+
+    def rewatch(self, number: int, watcher: Watcher) -> None:
+        """Put ``watcher`` in the place of watcher ``number`` (a watcher that becomes a
+        cheaper one after a stream's first chunks)."""
+        self._watchers[number] = watcher
+        self.observe = _one_or_all(self._watchers)
+
+    def add_note(self, note: Note) -> None:
+        """Call ``note`` with ``(time, chunk in, bytes out)`` of every call."""
+        self._notes.append(note)
+        self.note = _one_or_all(self._notes)
+
+    def outcome(self) -> StreamOutcome:
+        """What the stream was, once it has ended."""
+        pipeline = self.pipeline
+        return StreamOutcome(pipeline.response_id, pipeline.final_response, pipeline.usage)
 
     def __call__(self, data: bytes) -> list[bytes]:
         self.last = monotonic()
@@ -119,3 +197,16 @@ class StreamRewriter:
         except Exception:
             logger.exception("llmitm: could not even end the stream cleanly")
             return b""
+
+
+def _one_or_all(calls: list[Callable[[Any], object]]) -> Any:
+    """The one call itself (no wrapper on the hot path), or one that makes them all."""
+    if len(calls) == 1:
+        return calls[0]
+    every = tuple(calls)
+
+    def all_of(value: Any) -> None:
+        for call in every:
+            call(value)
+
+    return all_of

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import orjson
 
-from llmitm.translate.guard import StreamGuard
-from llmitm.translate.pipeline import StreamPipeline
+from llmitm.exchange.response import StreamOutcome
+from llmitm.translate.protocol import StreamFacts
 from llmitm.wire.usage import usage_tokens
 
 Tokens = tuple[int, int, int, int]
@@ -28,6 +28,6 @@ def body_tokens(content: bytes | None) -> Tokens | None:
     return usage_tokens(body.get("usage")) if isinstance(body, dict) else None
 
 
-def stream_tokens(pipeline: StreamPipeline | StreamGuard) -> Tokens | None:
+def stream_tokens(stream: StreamFacts | StreamOutcome) -> Tokens | None:
     """Usage of a stream that has ended; ``None`` when the upstream sent none."""
-    return usage_tokens(pipeline.usage)
+    return usage_tokens(stream.usage)

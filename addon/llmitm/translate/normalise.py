@@ -108,6 +108,10 @@ class _Item:
 class ResponsesNormaliser:
     """Make one upstream Responses event stream conformant."""
 
+    fast_frame = None
+    fast_chunk = None
+    final_response = None  # the upstream's own Response: llmitm stores none of its own
+
     def __init__(self, context: TranslationContext | None = None) -> None:
         self.context = context or TranslationContext()
         self._seq = 0

@@ -15,6 +15,7 @@ import orjson
 
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.normalise import ResponsesNormaliser
+from llmitm.translate.protocol import EventTranslator
 from llmitm.translate.responses_compat import CallRestorer
 from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
 from llmitm.translate.stream_to_responses import ChatToResponsesStream
@@ -45,37 +46,47 @@ class StreamPipeline:
         self.context = context or TranslationContext()
         self._decoder = SSEDecoder()
         self.events_in = 0
+        self._chat_in: ChatToResponsesStream | None = None
+        """The translator when it takes chat chunks (it starts a stream and reads [DONE])."""
+        self.translator: EventTranslator
         if direction == "responses-to-chat":
-            self.translator: Any = ResponsesToChatStream(self.context)
+            self.translator = ResponsesToChatStream(self.context)
             self._encode = _encode_chat
         elif direction == "chat-to-responses":
-            self.translator = ChatToResponsesStream(self.context)
+            self.translator = self._chat_in = ChatToResponsesStream(self.context)
             self._encode = _encode_responses
         elif direction == "normalise-responses":
-            self.translator = ResponsesNormaliser(self.context)
-            if self.context.tools:
-                self.translator = RestoringNormaliser(self.translator)
+            normaliser = ResponsesNormaliser(self.context)
+            self.translator = RestoringNormaliser(normaliser) if self.context.tools else normaliser
             self._encode = _encode_responses
         else:
             raise ValueError(f"unknown direction {direction!r}")
-        self._fast_frame = getattr(self.translator, "fast_frame", None)
-        self._fast_chunk = getattr(self.translator, "fast_chunk", None)
+        self._fast_frame = self.translator.fast_frame
+        self._fast_chunk = self.translator.fast_chunk
 
     @property
     def finished(self) -> bool:
-        return bool(self.translator.finished)
+        return self.translator.finished
 
     @property
     def usage(self) -> dict[str, Any] | None:
         """The upstream's usage once the stream has ended (either API's shape), if it sent
         any: what accounting reads, also when the client did not ask to see it."""
-        return self.translator.usage  # type: ignore[no-any-return]
+        return self.translator.usage
+
+    @property
+    def response_id(self) -> str | None:
+        return self.translator.response_id
+
+    @property
+    def final_response(self) -> dict[str, Any] | None:
+        return self.translator.final_response
 
     def start(self) -> bytes:
         """Bytes to send before the upstream answers (Responses clients get
         ``response.created`` at once when the client's model is known)."""
-        if self.direction == "chat-to-responses" and self.context.model:
-            return self._encode(self.translator.start())
+        if self._chat_in is not None and self.context.model:
+            return self._encode(self._chat_in.start())
         return b""
 
     def feed(self, chunk: bytes) -> bytes:
@@ -111,12 +122,13 @@ class StreamPipeline:
 
     def _translate(self, events: list[tuple[str | None, bytes]]) -> list[Any]:
         translator = self.translator
+        chat_in = self._chat_in
         frames: list[Any] = []
         for _name, data in events:
             self.events_in += 1
             if data == DONE_DATA:
-                if self.direction == "chat-to-responses":
-                    frames += translator.done()
+                if chat_in is not None:
+                    frames += chat_in.done()
                 continue
             try:
                 obj = _loads(data)
@@ -148,6 +160,10 @@ class StreamPipeline:
 class RestoringNormaliser:
     """The normaliser, then the calls of tools renamed for the upstream restored
     (:class:`~llmitm.translate.responses_compat.CallRestorer`)."""
+
+    fast_frame = None
+    fast_chunk = None
+    final_response = None
 
     def __init__(self, normaliser: ResponsesNormaliser) -> None:
         self.normaliser = normaliser

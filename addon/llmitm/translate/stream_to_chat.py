@@ -46,6 +46,10 @@ class _Call:
 class ResponsesToChatStream:
     """Translate one Responses event stream into chat completion chunks."""
 
+    fast_chunk = None
+    response_id = None  # a chat client's stream names no Response
+    final_response = None
+
     def __init__(self, context: TranslationContext | None = None) -> None:
         self.context = context or TranslationContext()
         self._reasoning_mode = self.context.options.reasoning
