@@ -14,7 +14,7 @@ from test_exchange import RESPONSES_SSE, context, splits
 
 from llmitm.addons.tap_compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
-from llmitm.exchange.tap import Leg, StreamTap, pieces
+from llmitm.replay.tap import Leg, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline
 
 

@@ -64,7 +64,6 @@ from llmitm.addons.state import (
 from llmitm.addons.store import LlmStore
 from llmitm.addons.streams import flow_stream
 from llmitm.addons.tap_compactor import TapCompactor
-from llmitm.exchange.tap import StreamTap, pieces
 from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.replay_job import ReplayJob
 from llmitm.relay.server import RelayServer
@@ -92,6 +91,7 @@ from llmitm.replay.redact import (
 )
 from llmitm.replay.rekey import rekey
 from llmitm.replay.serve import Answer, drift_error, from_upstream, miss_error, verbatim
+from llmitm.replay.tap import StreamTap, pieces
 from llmitm.replay.timing import Timing, parse_timing
 from llmitm.store import SqliteStore
 from llmitm.store import folder as folder_files
