@@ -137,6 +137,8 @@ class Capture:
     """The client's request body held nothing to redact (a translated answer echoes it)."""
     credential: str | None = None
     """The fingerprint of the credential the client sent."""
+    recorded: str | None = None
+    """The id of the interaction recorded from this flow, once it is."""
 
 
 # Per-flow state lives beside the flow, not in flow.metadata: mitmproxy serialises metadata
@@ -150,6 +152,13 @@ def replay_hit(flow: http.HTTPFlow) -> bool:
     :class:`LlmRecordTap`, after the router)."""
     capture = _CAPTURES.get(flow)
     return capture is not None and capture.hit is not None
+
+
+def recording_id(flow: http.HTTPFlow) -> str | None:
+    """The id of the interaction recorded from ``flow`` (``None``: not recorded, or not yet:
+    it is recorded in :class:`LlmRecordTap`'s ``response`` or ``error`` hook)."""
+    capture = _CAPTURES.get(flow)
+    return None if capture is None else capture.recorded
 
 
 @dataclass(slots=True)
@@ -835,6 +844,7 @@ class LlmRecordTap:
         except Exception:
             logger.exception("llmitm: cannot record %s", flow.request.pretty_url)
             return
+        capture.recorded = interaction.id
         self.recorder.finished(interaction)
 
 
