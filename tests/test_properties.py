@@ -126,7 +126,7 @@ def _normalise_cases() -> list[Any]:
 
 @pytest.mark.parametrize(("name", "direction"), _normalise_cases())
 def test_normalised_real_responses_streams_are_conformant(name: str, direction: Direction) -> None:
-    """The normaliser's output for every real Responses capture passes the same §14 checker
+    """The normaliser's output for every real Responses capture passes the same conformance checker
     as the chat→Responses translator's."""
     assert_conformant(sse_json_events(_reference(name, direction)))
 
