@@ -5,7 +5,7 @@ layer may import it without pulling in another. Catch :class:`LlmitmError` for "
 no", a branch for one kind of no. Several errors also keep a builtin base (``ValueError``,
 ``RuntimeError``, ``ConnectionError``) that callers caught before the tree existed.
 
-The tree (kept equal to the classes by ``tests/test_errors.py``)::
+The tree (a test keeps it equal to the classes)::
 
     LlmitmError
     ├── InputError
