@@ -13,12 +13,18 @@ import llmitm
 from llmitm import errors
 from llmitm.errors import InputError, LlmitmError, TransportError, UserError
 
+INDEPENDENT = {"llmitm.testing.fake_upstream"}
+"""Modules that stand in for someone else and share nothing with llmitm on purpose: the fake
+upstream plays OpenAI and a local backend to test llmitm against."""
+
 
 def _defined_exceptions() -> dict[str, type[BaseException]]:
     """Each exception class defined in a module of the package, by name (walks every module,
     so a class added anywhere is seen)."""
     found: dict[str, type[BaseException]] = {}
     for info in pkgutil.walk_packages(llmitm.__path__, "llmitm."):
+        if info.name.endswith(".__main__") or info.name in INDEPENDENT:
+            continue  # a __main__ runs its command when imported
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
             if (

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmitm.command_env import mode_kind
+from llmitm.cli.command_env import mode_kind
 from llmitm.transparent import plan as planning
 from llmitm.transparent.namespace import (
     NamespaceError,
