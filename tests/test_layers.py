@@ -46,11 +46,7 @@ LAYERS: dict[str, int] = {
 own package and from lower layers only (two packages on one layer know nothing of each
 other)."""
 
-KNOWN_UPWARD = {
-    # The command environment is shared by ``llmitm run`` and the network namespace it starts;
-    # it moved into cli/ with run, and belongs below both. This entry goes when it moves.
-    ("llmitm/transparent/command.py", "llmitm.cli.command_env"),
-}
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 """Imports known to run up the layers today, each to be removed when fixed."""
 
 

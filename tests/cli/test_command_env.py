@@ -18,11 +18,11 @@ from llmitm.cli.command_env import (
     CA_VARIABLES_IF_SET,
     bundle_sources,
     command_environment,
-    mode_kind,
     mode_problem,
     system_bundle,
     write_ca_bundles,
 )
+from llmitm.transparent.plan import mode_kind
 
 CA = "/home/u/.mitmproxy/mitmproxy-ca-cert.pem"
 PROXY_SPELLINGS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")

@@ -52,7 +52,6 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.choices import check_choices
 from llmitm.addons.relay import LlmRelay
-from llmitm.addons.router import STATUS_PATH
 from llmitm.addons.state import (
     METADATA_KEY,
     SOCKET_KEY,
@@ -61,6 +60,7 @@ from llmitm.addons.state import (
     flow_state,
     set_mint,
 )
+from llmitm.addons.status import STATUS_PATH
 from llmitm.addons.store import LlmStore
 from llmitm.addons.streams import flow_stream
 from llmitm.addons.tap_compactor import TapCompactor

@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from llmitm.transparent.plan import mode_kind
+
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 SOCKS_VARIABLES = ("ALL_PROXY", "all_proxy")
@@ -74,12 +76,6 @@ _NOT_A_CARRIER = {
     "dns": "it answers DNS only",
     "osproxy": "it changes the system's proxy settings, which llmitm does not do for a command",
 }
-
-
-def mode_kind(spec: str) -> str:
-    """mitmproxy's mode name of a ``--mode`` spec (``mode[:data][@[host:]port]``)."""
-    head, _, listen_at = spec.rpartition("@")
-    return (head or listen_at).partition(":")[0].lower()
 
 
 def _names_a_port(spec: str) -> bool:

@@ -35,27 +35,6 @@ class Write(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class UsageRecord:
-    """The tokens one upstream response consumed.
-
-    ``at`` should be timezone-aware; a naive datetime is taken as UTC (a hook must not
-    raise over it). Use ``""`` for a value llmitm does not know (no route matched, no
-    model in the body).
-    """
-
-    kind: ClassVar[str] = "usage"
-
-    at: datetime
-    endpoint: str
-    model: str
-    route: str
-    input_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-
-
-@dataclass(frozen=True, slots=True)
 class UsageRow:
     """Usage summed over one group: ``key`` is the endpoint, model, route or UTC day
     (``YYYY-MM-DD``) the rows share; ``requests`` counts the records summed."""

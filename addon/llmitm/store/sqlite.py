@@ -37,6 +37,7 @@ from typing import Any
 
 import aiosqlite
 
+from llmitm.exchange.usage import UsageRecord
 from llmitm.file_modes import make_dir
 from llmitm.replay.model import Interaction
 from llmitm.responses_api.records import (
@@ -50,7 +51,7 @@ from llmitm.responses_api.records import (
     StoredResponse,
 )
 from llmitm.store import sqlite_recordings as recordings
-from llmitm.store.api import GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
+from llmitm.store.api import GroupBy, Store, StoreStats, UsageRow, Write
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew, migrate, user_version
 from llmitm.store.recordings import (
     DeleteRecordings,

@@ -57,7 +57,7 @@ async def command(args: argparse.Namespace, console: Console) -> int:
         finally:
             await store.close()
     target = Path(args.folder)
-    # Scan what would be written (§5.7: export refuses when anything matches): the files
+    # Scan what would be written (export refuses when anything matches): the files
     # themselves for a folder or a HAR file; each interaction for a flow file (binary).
     if args.har:
         har = orjson.dumps(to_har(interactions), option=orjson.OPT_INDENT_2)
