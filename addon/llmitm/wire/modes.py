@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Direction = Literal["responses-to-chat", "chat-to-responses", "normalise-responses"]
+Direction = Literal[
+    "responses-to-chat", "chat-to-responses", "normalise-responses", "normalise-chat"
+]
 """How a stream is rewritten: a Responses stream into chat chunks, chat chunks into a
-Responses stream, or a Responses stream from an upstream that spells it loosely into the
+Responses stream, or a stream of either API from an upstream that spells it loosely into the
 shape clients expect."""
 
 ReasoningMode = Literal["think-tags", "reasoning_content", "reasoning", "drop"]
