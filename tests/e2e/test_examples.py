@@ -1,5 +1,5 @@
 """The committed ``recordings/`` replay with no upstream at all, byte for byte, through
-``llmitm run --replay … -- COMMAND`` — what a CI job does (README, "Record and replay")."""
+``llmitm run --replay … -- COMMAND`` — what a CI job does (docs/record-replay.md, "In CI")."""
 
 from __future__ import annotations
 
@@ -51,14 +51,14 @@ def test_the_examples_replay_offline_byte_for_byte(tmp_path: Path, replay_from: 
 
 
 def readme_ci_script() -> str:
-    """The README's ``ci-replay.sh``, as printed there."""
-    text = (ROOT / "README.md").read_text()
+    """The docs' ``ci-replay.sh``, as printed there."""
+    text = (ROOT / "docs" / "record-replay.md").read_text()
     start = text.index("# ci-replay.sh\n")
     return text[start : text.index("```", start)]
 
 
 @pytest.mark.parametrize("complete", [True, False])
-def test_the_readmes_mitmdump_ci_job_replays_and_fails_on_a_miss(
+def test_the_docs_mitmdump_ci_job_replays_and_fails_on_a_miss(
     tmp_path: Path, complete: bool
 ) -> None:
     shutil.copytree(FOLDER, tmp_path / "recordings")

@@ -654,12 +654,12 @@ def test_wrong_routing_values(raw: dict[str, Any], key: str, expected: str) -> N
     assert expected in message
 
 
-def test_the_readme_routing_example_and_the_example_file_load() -> None:
+def test_the_docs_routing_example_and_the_example_file_load() -> None:
     root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    block = readme.split("## Routing that survives", 1)[1].split("```toml", 1)[1]
+    page = (root / "docs" / "routing.md").read_text(encoding="utf-8")
+    block = page.split("## A fleet", 1)[1].split("```toml", 1)[1]
     environ = {"AZURE_EAST_KEY": "k1", "AZURE_WEST_KEY": "k2", "OPENAI_API_KEY": "k3"}
-    config = parse_config(tomllib.loads(block.split("```", 1)[0]), "README", environ)
+    config = parse_config(tomllib.loads(block.split("```", 1)[0]), "routing.md", environ)
     assert [route.endpoints for route in config.routes] == [
         ("azure-east", "azure-west", "openai"),
         ("llamacpp",),
