@@ -7,9 +7,11 @@ from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
+from llmitm.addons.first_screen import LlmFirstScreen
 from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.namespace import LlmNamespace
 from llmitm.addons.patches import LlmPatches
+from llmitm.addons.quiet import LlmQuiet
 from llmitm.addons.record import LlmRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import LlmResponses
@@ -44,6 +46,7 @@ def make_addons() -> list[object]:
     # LlmWebSocket comes first: a call a socket sends back through the proxy gets its target
     # restored before anyone else (egress and the recorder included) sees it.
     return [
+        LlmQuiet(),  # first: mitmproxy's info lines go before any is logged
         LlmPatches(),  # checks once that the mitmproxy internals llmitm patches are there
         LlmNamespace(),  # answers --transparent's DNS; re-addresses its flows by Host header
         settings,
@@ -67,5 +70,6 @@ def make_addons() -> list[object]:
         LlmRecordTap(recorder),  # before the console, which wraps what it finds
         LlmConsole(),  # after LlmResponses: it taps the stream callable installed there
         LlmContentview(),
+        LlmFirstScreen(settings, store),  # before the listen file: said before a command runs
         ListenFile(),
     ]
