@@ -31,8 +31,9 @@ $(STAMP): $(RUN_STAMP)
 	@touch $@
 
 # The proxy with the embedded defaults (or CONFIG=llmitm.toml): 127.0.0.1:8080, regular mode.
+# ARGS='…' adds llmitm run options (ARGS='--listen-port 9090', ARGS='-v').
 run: $(RUN_STAMP)
-	$(BIN)/llmitm run $(if $(CONFIG),--config $(CONFIG))
+	$(BIN)/llmitm run $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 
 # llmitm and its runtime dependencies only, without starting anything.
 install: $(RUN_STAMP)
