@@ -4,7 +4,8 @@ configuration, store and CA, and how to point an SDK, an app or a command at it
 
 In mitmdump the lines are printed to its output as they are, without the log's timestamps
 (``llmitm run -- CMD`` sends that output to stderr); in mitmproxy's UIs they go to the event
-log. A ``termlog_verbosity`` above info (``-q``) hides them like mitmdump's own lines.
+log. A ``termlog_verbosity`` above info (``-q``) hides them like mitmdump's own lines, and a
+master without a terminal log (llmitm inside a test process) shows none.
 """
 
 from __future__ import annotations
@@ -67,14 +68,16 @@ class LlmFirstScreen:
         if not self.enabled or self._shown:
             return
         self._shown = True
+        if front_end(ctx.master) is not None:
+            for line in first_screen(self.facts()):
+                logger.info("%s", line)
+            return
+        # A master without a terminal log (llmitm in a test process) has no one to tell.
+        if "termlog_verbosity" not in ctx.options:
+            return
         if ctx.options.termlog_verbosity in _ABOVE_INFO:
             return
-        lines = first_screen(self.facts())
-        if front_end(ctx.master) is None:
-            print("\n".join(lines), file=sys.stdout, flush=True)
-        else:
-            for line in lines:
-                logger.info("%s", line)
+        print("\n".join(first_screen(self.facts())), file=sys.stdout, flush=True)
 
     def facts(self) -> ScreenFacts:
         """What is true now: the listeners bound, the configuration and store in use."""
