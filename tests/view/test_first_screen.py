@@ -108,6 +108,13 @@ def test_a_listener_without_an_address_is_named_by_its_mode() -> None:
     assert field(lines, "sdk") is None
 
 
+def test_the_sdk_line_skips_a_listener_without_an_address() -> None:
+    unbound = Listener("regular", "regular", None)
+    lines = first_screen(facts(listeners=(unbound, REGULAR)))
+    assert field(lines, "sdk") == f"HTTPS_PROXY=http://127.0.0.1:8080 SSL_CERT_FILE={CA}"
+    assert field(lines, "app") == "proxy http://127.0.0.1:8080, trusting the CA above"
+
+
 def test_listener_addresses_are_what_a_client_dials() -> None:
     assert listener_address([("0.0.0.0", 8080)]) == "127.0.0.1:8080"
     assert listener_address([("::", 8080, 0, 0)]) == "127.0.0.1:8080"

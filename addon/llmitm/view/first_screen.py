@@ -139,17 +139,17 @@ def _pointers(facts: ScreenFacts) -> list[str]:
     proxy = _first(facts, PROXY_KINDS)
     socks = _first(facts, ("socks5",))
     lines: list[str] = []
-    if reverse is not None and reverse.address:
+    if reverse is not None:
         lines.append(_field("sdk", f"OPENAI_BASE_URL=http://{reverse.address}/v1"))
-    elif proxy is not None and proxy.address:
+    elif proxy is not None:
         lines.append(
             _field("sdk", f"HTTPS_PROXY=http://{proxy.address} SSL_CERT_FILE={facts.ca_file}")
         )
-    elif socks is not None and socks.address:
+    elif socks is not None:
         lines.append(
             _field("sdk", f"ALL_PROXY=socks5h://{socks.address} SSL_CERT_FILE={facts.ca_file}")
         )
-    if proxy is not None and proxy.address:
+    if proxy is not None:
         lines.append(_field("app", f"proxy http://{proxy.address}, trusting the CA above"))
     if facts.wrapped:
         lines.append(_field("command", "running now, with the proxy and CA variables set"))
@@ -159,4 +159,8 @@ def _pointers(facts: ScreenFacts) -> list[str]:
 
 
 def _first(facts: ScreenFacts, kinds: Sequence[str]) -> Listener | None:
-    return next((listener for listener in facts.listeners if listener.kind in kinds), None)
+    """The first listener of one of ``kinds`` that a client can dial."""
+    return next(
+        (listener for listener in facts.listeners if listener.kind in kinds and listener.address),
+        None,
+    )
