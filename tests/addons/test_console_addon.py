@@ -21,7 +21,7 @@ from llmitm.addons.console import (
     Observer,
     resolve_mode,
 )
-from llmitm.addons.responses import FACTS_KEY
+from llmitm.addons.stream_translator import FACTS_KEY
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.pipeline import StreamPipeline

@@ -31,8 +31,8 @@ from rich.console import Group
 from llmitm.addons.choices import check_choices
 from llmitm.addons.patches.console_ui import front_end, redirect_output
 from llmitm.addons.record import recording_id
-from llmitm.addons.responses import FACTS_KEY
 from llmitm.addons.state import FlowState, flow_state
+from llmitm.addons.stream_translator import FACTS_KEY
 from llmitm.addons.streams import flow_stream
 from llmitm.exchange.request import client_model, parse_body
 from llmitm.exchange.stream import StreamRewriter

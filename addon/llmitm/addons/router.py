@@ -10,7 +10,7 @@ In ``request``: classify the path, read the body, pick the route, then one of tw
 - **relayed**: a route with several endpoints, or retries. Every candidate's request is
   prepared here (so a request no endpoint can take gets its 400 at once; ``addons.relayed``)
   and the flow is re-pointed at llmitm's relay, whose failover job tries the endpoints in
-  turn (``relay.failover``); ``LlmResponses`` learns from the job which one answered.
+  turn (``relay.failover``); ``LlmStreamTranslator`` learns from the job which one answered.
 
 Requests llmitm cannot forward faithfully are answered here with a 400 in OpenAI's shape.
 Everything else — other paths, other hosts, requests no route matches — passes untouched.
@@ -267,7 +267,7 @@ class LlmRouter:
             return
         routed = state.routed
         routed.release()
-        routed.forget()  # LlmResponses adopted the winner's plan in responseheaders
+        routed.forget()  # LlmStreamTranslator adopted the winner's plan in responseheaders
         endpoint = routed.endpoint
         response = flow.response
         if endpoint is None or response is None:
