@@ -27,7 +27,7 @@ $(RUN_STAMP): pyproject.toml
 	@touch $@
 
 $(STAMP): $(RUN_STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,e2e]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,e2e,otel]'
 	@touch $@
 
 # The proxy with the embedded defaults (or CONFIG=llmitm.toml): 127.0.0.1:8080, regular mode.

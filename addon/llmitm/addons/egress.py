@@ -30,9 +30,9 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from llmitm.addons.choices import check_choices
 from llmitm.addons.record import replay_hit
 from llmitm.addons.relay import LlmRelay
-from llmitm.addons.router import STATUS_PATH
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import RESPONSES_CREATE_KEY, FlowState, flow_state
+from llmitm.addons.status import STATUS_PATH
 from llmitm.routing.egress import (
     EGRESS_POLICIES,
     OPTION,
@@ -115,7 +115,8 @@ class LlmEgress:
         return server is not None and (host, port) == ("127.0.0.1", server.port)
 
     def is_endpoint(self, host: str, port: int) -> bool:
-        return (host.lower(), port) in endpoint_addresses(self.settings.config)
+        endpoints = self.settings.config.endpoints.values()
+        return (host.lower(), port) in endpoint_addresses(e.base_url for e in endpoints)
 
 
 class LlmEgressGuard:
