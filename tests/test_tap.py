@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_exchange import RESPONSES_SSE, context, splits
 
-from llmitm.addons.tap_compactor import TapCompactor
+from llmitm.addons.record.compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.exchange.tap import Leg, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline

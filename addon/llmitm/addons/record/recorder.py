@@ -51,6 +51,7 @@ from mitmproxy.addonmanager import Loader
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.choices import check_choices
+from llmitm.addons.record.compactor import TapCompactor
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.router import STATUS_PATH
 from llmitm.addons.state import (
@@ -63,7 +64,6 @@ from llmitm.addons.state import (
 )
 from llmitm.addons.store import LlmStore
 from llmitm.addons.streams import flow_stream
-from llmitm.addons.tap_compactor import TapCompactor
 from llmitm.exchange.tap import StreamTap, pieces
 from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.replay_job import ReplayJob
@@ -98,7 +98,8 @@ from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecor
 from llmitm.wire.ids import Mint
 from llmitm.wire.paths import is_llm_call
 
-logger = logging.getLogger(__name__)
+# The package name: log lines keep the name users filter by (the pytest plugin shows it).
+logger = logging.getLogger(__package__)
 
 MODES = ("off", "record", "rewrite", "once", "replay-or-record", "replay")
 REPLAYING = frozenset({"once", "replay-or-record", "replay"})
