@@ -23,7 +23,7 @@ from mitmproxy.test import taddons, tflow
 from llmitm.addons import make_addons
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.record import Capture
-from llmitm.addons.record import recorder as record
+from llmitm.addons.record import flows as record
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.relay.server import RelayServer
