@@ -13,7 +13,7 @@ CODEX_VERSION       := 0.171.0
 OPENAI_NODE_VERSION := 7.55.0
 NODE_STAMP := .e2e/node/.installed-codex-$(CODEX_VERSION)-openai-$(OPENAI_NODE_VERSION)
 
-.PHONY: run demo test lint bench clean e2e-deps chromium netns-tools
+.PHONY: run demo test unit lint bench clean e2e-deps chromium netns-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "llmitm needs Python >= 3.12 (found " + sys.version.split()[0] + ")")'
@@ -56,6 +56,11 @@ test: $(STAMP) $(NODE_STAMP) chromium netns-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+
+# The unit tests alone: everything but tests/e2e. They need only the dev extra
+# (`pip install -e '.[dev]'`): no Node, Chromium, nftables or llama.cpp.
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests --ignore=tests/e2e
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -30,8 +30,6 @@ import time
 from pathlib import Path
 
 import orjson
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_proxy import Processes, start_llmitm, start_mitmdump
 
 WRITE = 64 << 10

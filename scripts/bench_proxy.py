@@ -1,7 +1,7 @@
 """Benchmark llmitm as a proxy against plain mitmdump measured in the same run.
 
 Everything runs on loopback as real processes on free ports: the fake upstream
-(``scripts/fake_upstream.py``, one SSE event per chunk; a chat+responses one, a chat-only one
+(``llmitm.testing.fake_upstream``, one SSE event per chunk; a chat+responses one, a chat-only one
 and a Responses-only one), plain mitmdump (``-s scripts/bench_passthrough_addon.py``: only
 ``flow.response.stream = True``) and one ``llmitm run`` whose config routes by model name.
 Setups, the baselines once per client API:
@@ -63,7 +63,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-FAKE_UPSTREAM = ROOT / "scripts" / "fake_upstream.py"
+FAKE_UPSTREAM = (sys.executable, "-m", "llmitm.testing.fake_upstream")
 PASSTHROUGH_ADDON = ROOT / "scripts" / "bench_passthrough_addon.py"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 READY_TIMEOUT_S = 60.0
@@ -348,7 +348,7 @@ def accepting(port: int) -> bool:
 def start_fake(procs: Processes, apis: str) -> int:
     name = f"fake-{apis.replace(',', '-')}"
     port_file = procs.tmp / f"{name}.port"
-    argv = [sys.executable, str(FAKE_UPSTREAM), "--port", "0", "--port-file", str(port_file)]
+    argv = [*FAKE_UPSTREAM, "--port", "0", "--port-file", str(port_file)]
     process = procs.start(name, [*argv, "--apis", apis])
 
     def ready() -> int | None:

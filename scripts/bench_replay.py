@@ -92,7 +92,7 @@ def main() -> int:
         tmp = Path(scratch)
         try:
             fake = subprocess.Popen(
-                [sys.executable, str(ROOT / "scripts" / "fake_upstream.py"), "--port", "0",
+                [sys.executable, "-m", "llmitm.testing.fake_upstream", "--port", "0",
                  "--port-file", str(tmp / "fake.port")], stdout=subprocess.DEVNULL)  # fmt: skip
             procs.append(fake)
             upstream = f"http://127.0.0.1:{int(wait_file(tmp / 'fake.port'))}"

@@ -61,7 +61,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ws-") as scratch:
         tmp = Path(scratch)
         fake = subprocess.Popen(
-            [sys.executable, str(ROOT / "scripts" / "fake_upstream.py"), "--port", "0",
+            [sys.executable, "-m", "llmitm.testing.fake_upstream", "--port", "0",
              "--port-file", str(tmp / "port"), "--apis", "chat"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip

@@ -46,7 +46,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="llmitm-examples-") as scratch:
         tmp = Path(scratch)
-        fake = [sys.executable, str(ROOT / "scripts" / "fake_upstream.py")]
+        fake = [sys.executable, "-m", "llmitm.testing.fake_upstream"]
         fakes = [
             subprocess.Popen(
                 [*fake, "--port", str(port), "--apis", apis], stdout=subprocess.DEVNULL

@@ -1,5 +1,6 @@
 """Real processes for end-to-end tests: llmitm (``llmitm run`` → mitmdump) and the fake
-upstream (``scripts/fake_upstream.py``), each on a free loopback port, stopped on exit."""
+upstream (``python -m llmitm.testing.fake_upstream``), each on a free loopback port, stopped
+on exit."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
 LLMITM = Path(sys.executable).with_name("llmitm")
-FAKE_UPSTREAM = ROOT / "scripts" / "fake_upstream.py"
+FAKE_UPSTREAM = (sys.executable, "-m", "llmitm.testing.fake_upstream")
 
 TWO_ENDPOINTS = """
 [endpoints.chat-only]
@@ -159,7 +160,7 @@ def fake_upstream(
     port_file.unlink(missing_ok=True)
     with log.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, str(FAKE_UPSTREAM), "--port", "0", "--port-file", str(port_file),
+            [*FAKE_UPSTREAM, "--port", "0", "--port-file", str(port_file),
              "--apis", apis, *(["--fault", fault] if fault else [])],
             stdout=log_file,
             stderr=subprocess.STDOUT,

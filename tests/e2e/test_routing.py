@@ -1,5 +1,6 @@
 """Routing that survives, through a real llmitm process and several fault-injecting fake
-upstreams (``scripts/fake_upstream.py --fault``, changed per test with ``POST /_fault``).
+upstreams (``python -m llmitm.testing.fake_upstream --fault``, changed per test with
+``POST /_fault``).
 
 Each test uses its own model name: 429/5xx cooldowns are kept per endpoint *and model*, so
 one test's cooldown never decides another's route. The clients are the openai SDK (with its

@@ -6,7 +6,6 @@ attempts counting nothing."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,9 @@ import openai
 import orjson
 import pytest
 
-from .processes import LLMITM, ROOT, fake_upstream, llmitm_proxy
+from llmitm.testing import fake_upstream as fu
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import fake_upstream as fu
+from .processes import LLMITM, fake_upstream, llmitm_proxy
 
 pytestmark = pytest.mark.slow
 

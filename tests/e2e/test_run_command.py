@@ -19,7 +19,7 @@ from pathlib import Path
 import certifi
 import pytest
 
-from llmitm.command_env import CA_VARIABLES
+from llmitm.cli.command_env import CA_VARIABLES
 
 from .processes import LLMITM, Upstream, fake_upstream
 

@@ -9,7 +9,6 @@ reported for the requests it received — recomputed here with the fake's own fu
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,9 @@ import openai
 import orjson
 import pytest
 
-from .processes import LLMITM, ROOT, fake_upstream, llmitm_proxy
+from llmitm.testing import fake_upstream as fu
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import fake_upstream as fu
+from .processes import LLMITM, fake_upstream, llmitm_proxy
 
 pytestmark = pytest.mark.slow
 

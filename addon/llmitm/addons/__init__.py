@@ -9,6 +9,7 @@ from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.namespace import LlmNamespace
+from llmitm.addons.patches import LlmPatches
 from llmitm.addons.record import LlmFlowRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import LlmResponses
@@ -43,6 +44,7 @@ def make_addons() -> list[object]:
     # LlmWebSocket comes first: a call a socket sends back through the proxy gets its target
     # restored before anyone else (egress and the recorder included) sees it.
     return [
+        LlmPatches(),  # checks once that the mitmproxy internals llmitm patches are there
         LlmNamespace(),  # answers --transparent's DNS; re-addresses its flows by Host header
         settings,
         LlmAccess(settings),  # refuses browsers, non-JSON calls and missing client keys

@@ -29,6 +29,7 @@ from mitmproxy.addonmanager import Loader
 from rich.console import Group
 
 from llmitm.addons.choices import check_choices
+from llmitm.addons.patches.console_ui import front_end, redirect_output
 from llmitm.addons.responses import FACTS_KEY
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.addons.streams import flow_stream
@@ -303,12 +304,7 @@ class LlmConsole:
     def _start(self) -> None:
         from rich.console import Console
 
-        master = ctx.master
-        ui = None
-        if type(master).__name__ == "ConsoleMaster":
-            ui = "console"
-        elif master.addons.get("view") is not None:
-            ui = "web"
+        ui = front_end(ctx.master)
         out = self._given_out or Console(file=sys.stdout, highlight=False)
         options = ctx.options
         quiet = "termlog_verbosity" in options and options.termlog_verbosity == "error"
@@ -347,13 +343,7 @@ class LlmConsole:
         """mitmdump's log and flow lines go to the stdout they saw at start-up, which would
         write through the live display: send them through rich's proxy for stdout, which
         prints them above it."""
-        targets = [("termlog", "logger", "file"), ("dumper", None, "outfp")]
-        for addon_name, child, attribute in targets:
-            addon = ctx.master.addons.get(addon_name)
-            owner = getattr(addon, child, None) if child else addon
-            if owner is not None and hasattr(owner, attribute):
-                self._restore.append((owner, attribute, getattr(owner, attribute)))
-                setattr(owner, attribute, sys.stdout)
+        self._restore += redirect_output(ctx.master, sys.stdout)
 
     async def _refresh(self) -> None:
         # Every tick drains the watches (cheap, and chunks are not held longer than a tick);

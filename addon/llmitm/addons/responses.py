@@ -6,13 +6,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 
-from llmitm.addons import cut_streams
-from llmitm.addons.coalesce import coalesce_client_writes
+from llmitm.addons.patches.coalesce import coalesce_client_writes
+from llmitm.addons.patches.headers import indexed_headers
 from llmitm.addons.state import FlowState, Routed, flow_state
 from llmitm.exchange.response import stream_pipeline, translate_body
 from llmitm.exchange.stream import StreamRewriter, decoder_for
@@ -47,31 +46,6 @@ def redact_credentials(flow: http.HTTPFlow, state: FlowState) -> None:
         headers[endpoint.auth_header] = f"<redacted: ${endpoint.api_key_env}>"
 
 
-class IndexedHeaders(http.Headers):
-    """Response headers whose ``get`` is a dict lookup, for streamed flows.
-
-    mitmproxy reads ``transfer-encoding`` from the response headers for every chunk it sends
-    an HTTP/1 client, and ``Headers.get`` scans and decodes every field each time: a cost
-    per event that grows with each header (the three ``x-llmitm-*`` facts included). The
-    index is rebuilt whenever the fields change (mitmproxy replaces the ``fields`` tuple on
-    every mutation, so an identity check sees it); everything else is ``Headers``' own.
-    """
-
-    _seen: tuple[tuple[bytes, bytes], ...] | None = None
-    _index: dict[str, str] | None = None
-
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
-        fields = self.fields
-        if fields is not self._seen or self._index is None:
-            index: dict[str, str] = {}
-            for name_bytes, value_bytes in fields:
-                name = name_bytes.decode("latin-1").lower()
-                value = value_bytes.decode("utf-8", "surrogateescape")
-                index[name] = f"{index[name]}, {value}" if name in index else value
-            self._index, self._seen = index, fields
-        return self._index.get(key.lower() if isinstance(key, str) else key, default)
-
-
 def _adopt_winner(state: FlowState, routed: Routed) -> None:
     """A relayed flow: take the plan of the endpoint that answered (candidates may speak
     different APIs, so the translator depends on it)."""
@@ -92,7 +66,7 @@ and recordings, which cannot keep llmitm's objects)."""
 
 def set_facts(flow: http.HTTPFlow, routed: Routed, extra: float) -> None:
     """The per-flow facts as response headers and metadata. On a streamed flow mitmproxy
-    looks the headers up for every chunk; :class:`IndexedHeaders` keeps that a dict lookup
+    looks the headers up for every chunk; :func:`indexed_headers` keeps that a dict lookup
     however many there are."""
     assert flow.response is not None
     routed.overhead += extra
@@ -114,7 +88,6 @@ class LlmResponses:
     name = "llmitm_responses"
 
     def load(self, loader: Loader) -> None:
-        cut_streams.install()
         loader.add_option(
             "llmitm_batch_writes",
             bool,
@@ -181,7 +154,7 @@ class LlmResponses:
         if flow.request.http_version.startswith("HTTP/1"):
             # Without framing an HTTP/1 client can only read to connection close.
             response.headers["transfer-encoding"] = "chunked"
-        response.headers = IndexedHeaders(response.headers.fields)
+        response.headers = indexed_headers(response.headers)
 
     def response(self, flow: http.HTTPFlow) -> None:
         state = flow_state(flow)

@@ -5,16 +5,16 @@ next bytes as long as the connection stays open (``tcp_timeout``, 10 minutes, th
 close). For each such stream this addon runs one watchdog task: when the stream callable has
 seen no chunk for the route's ``stream_idle_timeout``, it notes the stall on the flow and
 closes the upstream side of the connection. mitmproxy then meets a body cut short, and
-:mod:`llmitm.addons.cut_streams` ends the client's stream with a terminal error in its
+:mod:`llmitm.addons.patches.cut_streams` ends the client's stream with a terminal error in its
 protocol; the router counts the cut against the endpoint's health.
 
 The hot path pays one assignment per chunk (the rewriter's ``last`` timestamp); the
 watchdog sleeps until the earliest moment a stall could be due and reads that timestamp.
 Relayed streams are bounded inside the relay (``relay_body(idle=...)``) and are not watched.
 
-Closing one server connection goes through mitmproxy's connection handler, found via the
-``proxyserver`` addon's registry (as :mod:`llmitm.addons.coalesce` does); when the registry
-is not as expected the flow is killed instead, which still frees everything it holds.
+Closing one server connection goes through mitmproxy's connection handler
+(:mod:`llmitm.addons.patches.connections`); when the registry is not as expected the flow is
+killed instead, which still frees everything it holds.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import asyncio
 import logging
 import math
 from time import monotonic
-from typing import Any
 
-from mitmproxy import ctx, http
+from mitmproxy import http
 
+from llmitm.addons.patches import connections
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.exchange.stream import StreamRewriter
@@ -100,11 +100,7 @@ class LlmStallWatch:
 
 def close_server_side(flow: http.HTTPFlow) -> None:
     """Close the flow's upstream connection, so mitmproxy sees the body end early."""
-    try:
-        proxyserver: Any = ctx.master.addons.get("proxyserver")
-        handler = proxyserver.connections[flow.client_conn.id]
-        handler.close_connection(flow.server_conn)
-    except (AttributeError, KeyError, AssertionError):
+    if not connections.close_server_side(flow):
         logger.debug("llmitm: cannot close the upstream of %s; killing it", flow.id)
         if flow.killable:
             flow.kill()

@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmitm.command_env import mode_kind
 from llmitm.transparent import plan as planning
 from llmitm.transparent.namespace import (
     NamespaceError,
@@ -23,7 +22,7 @@ from llmitm.transparent.namespace import (
     prerequisites_problem,
     run_command,
 )
-from llmitm.transparent.plan import NamespacePlan, PlanError
+from llmitm.transparent.plan import NamespacePlan, PlanError, mode_kind
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 NAMESPACE_OPTION = "llmitm_namespace_address"

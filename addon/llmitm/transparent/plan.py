@@ -216,3 +216,9 @@ def exit_status(returncode: int) -> int:
 
 
 _EXAMPLE = NamespacePlan("00000000", "o", "i", "t", IPv4Address(1), IPv4Address(2))
+
+
+def mode_kind(spec: str) -> str:
+    """mitmproxy's mode name of a ``--mode`` spec (``mode[:data][@[host:]port]``)."""
+    head, _, listen_at = spec.rpartition("@")
+    return (head or listen_at).partition(":")[0].lower()

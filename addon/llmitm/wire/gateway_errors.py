@@ -3,7 +3,7 @@
 mitmproxy's own answer to an unreachable upstream, a reset before the head, bytes that are
 not HTTP or a plain body cut short is an HTML ``502 Bad Gateway`` page; the SDKs expect an
 OpenAI error object. This module says what llmitm answers instead (pure: a reason in, a
-status and body out); :mod:`llmitm.addons.cut_streams` sends it.
+status and body out); :mod:`llmitm.addons.patches.cut_streams` sends it.
 """
 
 from __future__ import annotations

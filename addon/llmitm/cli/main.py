@@ -1,0 +1,58 @@
+"""``llmitm``: the command line's entry point, which hands each command to its module.
+
+llmitm run [--config FILE] [--base-url] [--replay DIR | --record DIR] [mitmdump options] [-- CMD]
+llmitm translate --to {chat,responses} [--reasoning MODE] [FILE|-]
+llmitm usage [--db PATH] [--since YYYY-MM-DD|7d|24h] [--by endpoint|model|day|route] [--json]
+llmitm rec ls | show ID | diff A B | diff --last-miss | export | import | verify | check-secrets
+           | prune    (see llmitm.cli.rec)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from llmitm import __version__
+from llmitm.cli import rec, translate, usage
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmitm",
+        description="An LLM-aware mitmproxy addon: Chat Completions <-> Responses translation.",
+    )
+    parser.add_argument("--version", action="version", version=f"llmitm {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Listed for --help only: main() hands run's arguments to it before argparse sees them.
+    commands.add_parser(
+        "run",
+        help="run the proxy: llmitm run [--config FILE] [--base-url] [--replay DIR "
+        "[--fail-on-unused] [--report FILE] | --record DIR] [mitmdump options] [-- COMMAND ...]",
+        add_help=False,
+    )
+    translate.add_parser(commands)
+    usage.add_parser(commands)
+    rec.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:
+        # run's options are mitmdump's, which argparse must not interpret.
+        from llmitm.cli.run import run
+
+        return run(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.command == "translate":
+        return translate.translate_command(args)
+    if args.command == "usage":
+        return usage.usage_command(args.db, args.since, args.by, args.json)
+    if args.command == "rec":
+        return rec.rec_command(args)
+    raise AssertionError(f"unhandled command {args.command}")  # argparse requires a command
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""What several ``llmitm rec`` subcommands share: their exit codes and error, the source
+options (``--db``/``--folder``) and key options (``--profile``/``--ignore``), opening the store,
+finding recordings by id or prefix, the progress bar and a recording's summary row."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import track
+
+from llmitm.replay import folder as folder_format
+from llmitm.replay.keys import PROFILES, KeyOptions, parse_ignore
+from llmitm.replay.model import Interaction
+from llmitm.store import SchemaTooNew, SqliteStore, default_store_path
+from llmitm.store.sqlite import SqliteApplier
+
+EXIT_FOUND = 1
+EXIT_USAGE = 2
+PROGRESS_MIN = 20
+"""Fewer items than this finish before a progress bar is worth drawing."""
+
+
+class RecError(ValueError):
+    """One line for the user; exit 2."""
+
+
+# --- options ---------------------------------------------------------------------------------
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", help="the store (default: $XDG_DATA_HOME/llmitm/llmitm.db)")
+    parser.add_argument("--folder", help="a recordings folder instead of the store")
+
+
+def add_key_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        help="match profile; with --ignore, replaces a folder's settings (default: the "
+        "folder's, else default)",
+    )
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a dotted body path keys ignore (repeatable, or comma-separated)",
+    )
+
+
+def key_options(args: argparse.Namespace, settings: Mapping[str, Any]) -> KeyOptions:
+    """Key options from the command line when it gives any (``--profile default`` alone
+    clears a folder's ignore paths), else a folder manifest's ``settings``."""
+    ignore = tuple(path for value in args.ignore for path in parse_ignore(value))
+    if not args.profile and not ignore:
+        profile, ignore = settings.get("profile", "default"), tuple(settings.get("ignore", ()))
+    else:
+        profile = args.profile or "default"
+    try:
+        return KeyOptions(profile=profile, ignore=ignore)
+    except ValueError as exc:
+        raise RecError(str(exc)) from None
+
+
+# --- sources ---------------------------------------------------------------------------------
+
+
+def db_path(value: str | None) -> Path:
+    return Path(value).expanduser() if value else default_store_path()
+
+
+def progress[T](items: Sequence[T], description: str) -> Iterable[T]:
+    """``items`` with a progress bar on stderr while it is a terminal and there are many;
+    nothing is drawn otherwise, so piped or captured output stays clean."""
+    err = Console(stderr=True)
+    hidden = not err.is_terminal or len(items) < PROGRESS_MIN
+    return track(items, description=description, console=err, disable=hidden, transient=True)
+
+
+def must_exist(db: str | None) -> None:
+    """Commands that change recordings never create an empty database by mistake."""
+    path = db_path(db)
+    if not path.is_file():
+        raise RecError(f"no database at {path} (run the proxy first, or pass --db)")
+
+
+async def open_store(
+    db: str | None, *, write: bool = False, appliers: Mapping[type, SqliteApplier] | None = None
+) -> SqliteStore:
+    path = db_path(db)
+    store = SqliteStore(path, read_only=not write, appliers=appliers)
+    try:
+        await store.open()
+    except FileNotFoundError:
+        raise RecError(f"no database at {path} (run the proxy first, or pass --db)") from None
+    except SchemaTooNew as exc:
+        raise RecError(f"{path}: {exc}") from None
+    except Exception as exc:
+        raise RecError(f"{path}: cannot open the database ({exc})") from None
+    return store
+
+
+async def load_all(args: argparse.Namespace) -> list[Interaction]:
+    if getattr(args, "folder", None):
+        return folder_format.read_folder(Path(args.folder))
+    store = await open_store(args.db)
+    try:
+        return await store.load_recordings()
+    finally:
+        await store.close()
+
+
+async def find(args: argparse.Namespace, ident: str) -> Interaction:
+    """The one recording whose id is or starts with ``ident``, from ``--folder`` or the store."""
+    if getattr(args, "folder", None):
+        found = [i for i in folder_format.read_folder(Path(args.folder)) if i.id.startswith(ident)]
+    else:
+        store = await open_store(args.db)
+        try:
+            ids = [i.id for i in await store.recordings() if i.id.startswith(ident)]
+            one = await store.recording(ids[0]) if len(ids) == 1 else None
+        finally:
+            await store.close()
+        found = [one] if one is not None else [None] * len(ids)
+    if len(found) != 1 or found[0] is None:
+        raise RecError(f"{'no' if not found else 'more than one'} recording with id {ident!r}")
+    return found[0]
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def summary(interaction: Interaction) -> dict[str, Any]:
+    return {
+        "id": interaction.id,
+        "scope": interaction.scope,
+        "key": interaction.key,
+        "method": interaction.method,
+        "route": interaction.route,
+        "model": interaction.model,
+        "stream": interaction.stream,
+        "status": interaction.status,
+        "endpoint": interaction.endpoint,
+        "plan": interaction.plan,
+        "ttfb_ms": None if interaction.ttfb_us is None else interaction.ttfb_us / 1000,
+        "duration_ms": None if interaction.duration_us is None else interaction.duration_us / 1000,
+        "truncated": interaction.truncated,
+        "credential": interaction.credential,
+        "source": interaction.source,
+    }
+
+
+def print_diff(console: Console, lines: Iterable[str], indent: str = "") -> None:
+    """Diff lines, removals red and additions green."""
+    for line in lines:
+        style = "red" if line.startswith("-") else "green" if line.startswith("+") else ""
+        text = f"{indent}{line}"
+        console.print(f"[{style}]{text}[/]" if style else text, markup=bool(style))

@@ -1,0 +1,246 @@
+"""Each patch of mitmproxy's internals with its precondition broken: the start-up check says so
+in one warning, and the public path serves (tests/e2e/test_patch_fallbacks.py does the same
+for the cut-stream patch in a real mitmdump)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mitmproxy import http, master
+from mitmproxy.addons import default_addons
+from mitmproxy.addons.script import ScriptLoader
+from mitmproxy.proxy.layers.http import HttpStream
+from mitmproxy.test import taddons, tflow
+
+from llmitm.addons import patches
+from llmitm.addons.patches import connections, console_ui, cut_streams, fallback, headers
+from llmitm.addons.patches import master as master_patch
+from llmitm.addons.patches.coalesce import coalesce_client_writes
+from llmitm.addons.stall import close_server_side
+
+WARNING = "llmitm.addons.patches.fallback"
+
+
+@pytest.fixture(autouse=True)
+def fresh_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts in a process where no patch has reported its fallback yet."""
+    monkeypatch.setattr(fallback, "reported", set())
+
+
+def _warnings(caplog: pytest.LogCaptureFixture, patch: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == WARNING and patch in r.getMessage()]
+
+
+def _fresh_copy(module: types.ModuleType, name: str) -> Any:
+    """Import ``module``'s file again as ``name``: its guarded imports run anew."""
+    spec = importlib.util.spec_from_file_location(name, Path(str(module.__file__)))
+    assert spec is not None and spec.loader is not None
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    return copy
+
+
+# --- cut streams -----------------------------------------------------------------------------
+
+
+def test_cut_streams_installs_on_this_mitmproxy() -> None:
+    assert cut_streams.MISSING is None
+    assert cut_streams.install() and cut_streams.install()  # idempotent
+    assert HttpStream.handle_protocol_error is cut_streams._handle_protocol_error
+
+
+def test_cut_streams_without_the_private_events_module_leaves_mitmproxy_as_it_is(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "mitmproxy.proxy.layers.http._events", None)
+    before = HttpStream.handle_protocol_error
+    copy = _fresh_copy(cut_streams, "llmitm_cut_streams_without_events")  # imports fine
+    assert "_events" in copy.MISSING
+    with caplog.at_level(logging.WARNING):
+        assert not copy.install()
+        assert not copy.install()
+    assert HttpStream.handle_protocol_error is before  # mitmproxy's own (or the real patch)
+    (warning,) = _warnings(caplog, cut_streams.PATCH)
+    assert "_events" in warning and "502 page" in warning
+
+
+def test_cut_streams_without_a_state_it_calls_is_not_applied(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delattr(HttpStream, "check_killed")
+    copy = _fresh_copy(cut_streams, "llmitm_cut_streams_without_check_killed")
+    with caplog.at_level(logging.WARNING):
+        assert not copy.install()
+    assert "check_killed" in copy.MISSING
+    assert len(_warnings(caplog, cut_streams.PATCH)) == 1
+
+
+# --- the connection registry (write batching, closing a stalled upstream) -------------------
+
+
+class _Master:
+    def __init__(self, **addons: object) -> None:
+        self.addons = types.SimpleNamespace(get=addons.get)
+
+
+def test_the_registry_check_passes_with_mitmproxys_registry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connections, "usable", True)
+    assert connections.MISSING is None
+    assert connections.check(_Master(proxyserver=types.SimpleNamespace(connections={})))
+    assert connections._missing_from(type("Handler", (), {})) == (
+        "ConnectionHandler.close_connection"
+    )
+
+
+def test_without_the_registry_streams_go_unbatched_and_a_stall_kills_the_flow(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(connections, "usable", True)
+    with caplog.at_level(logging.WARNING):
+        assert not connections.check(_Master(proxyserver=types.SimpleNamespace()))
+        assert not connections.check(_Master())
+    (warning,) = _warnings(caplog, connections.PATCH)
+    assert "connections registry" in warning and "one by one" in warning
+
+    with taddons.context():
+        flow = tflow.tflow()
+        assert not coalesce_client_writes(flow)  # written as mitmproxy writes it
+        close_server_side(flow)
+        assert not flow.live and flow.error is not None  # killed: its resources are freed
+
+
+def test_a_moved_connection_handler_is_reported(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "mitmproxy.proxy.server", None)
+    copy = _fresh_copy(connections, "llmitm_connections_without_server")
+    assert copy.MISSING and not copy.usable
+    with caplog.at_level(logging.WARNING):
+        assert not copy.check(_Master(proxyserver=types.SimpleNamespace(connections={})))
+    assert len(_warnings(caplog, copy.PATCH)) == 1
+    assert copy.client_writer(tflow.tflow()) is None
+
+
+# --- indexed headers ----------------------------------------------------------------------------
+
+
+def test_headers_are_indexed_on_this_mitmproxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(headers, "usable", True)
+    assert headers.check()
+    plain = http.Headers(content_type="text/event-stream")
+    indexed = headers.indexed_headers(plain)
+    assert isinstance(indexed, headers.IndexedHeaders)
+    assert indexed.get("Content-Type") == "text/event-stream"
+
+
+def test_headers_that_change_in_place_are_not_indexed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(headers, "usable", True)
+
+    def set_in_place(self: http.Headers, key: str, value: str) -> None:
+        pass  # a Headers whose mutation keeps its fields object (the index would go stale)
+
+    monkeypatch.setattr(http.Headers, "__setitem__", set_in_place)
+    with caplog.at_level(logging.WARNING):
+        assert not headers.check()
+        assert not headers.check()
+    assert len(_warnings(caplog, headers.PATCH)) == 1
+    plain = http.Headers(content_type="text/event-stream")
+    assert headers.indexed_headers(plain) is plain  # mitmproxy's own, scanned per chunk
+
+
+# --- the front end ----------------------------------------------------------------------------
+
+
+def test_the_console_ui_is_told_by_its_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mitmproxy.tools.console.master import ConsoleMaster
+
+    real = ConsoleMaster.__new__(ConsoleMaster)
+    impostor = type("ConsoleMaster", (), {"addons": _Master().addons})()
+    assert console_ui.is_console_ui(real)
+    assert not console_ui.is_console_ui(impostor)  # isinstance, not the name
+    web = _Master(view=object())
+    assert console_ui.front_end(web) == "web" and console_ui.front_end(_Master()) is None
+
+
+def test_without_the_console_class_the_name_tells(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, console_ui.CONSOLE_MODULE, types.ModuleType("renamed"))
+    console = type("ConsoleMaster", (), {"addons": _Master().addons})()
+    with caplog.at_level(logging.WARNING):
+        assert console_ui.front_end(console) == "console"
+        assert console_ui.front_end(_Master(view=object())) == "web"
+    (warning,) = _warnings(caplog, console_ui.PATCH)
+    assert "ConsoleMaster" in warning
+
+
+def test_redirected_output_is_set_back() -> None:
+    logger = types.SimpleNamespace(file="stderr")
+    dumper = types.SimpleNamespace(outfp="stdout")
+    restore = console_ui.redirect_output(
+        _Master(termlog=types.SimpleNamespace(logger=logger), dumper=dumper), sys.stdout
+    )
+    assert logger.file is sys.stdout and dumper.outfp is sys.stdout
+    for owner, attribute, value in restore:
+        setattr(owner, attribute, value)
+    assert (logger.file, dumper.outfp) == ("stderr", "stdout")
+    assert console_ui.redirect_output(_Master(), sys.stdout) == []  # mitmweb: nothing to move
+
+
+# --- the master's addon order and log handler --------------------------------------------------
+
+
+def test_llmitm_goes_where_the_script_loader_puts_scripts() -> None:
+    ours = [object()]
+    chain = master_patch.with_llmitm(default_addons(), ours)
+    at = chain.index(ours[0])
+    assert isinstance(chain[at - 1], ScriptLoader)
+
+
+def test_without_a_script_loader_llmitm_goes_last(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "mitmproxy.addons.script", None)
+    copy = _fresh_copy(master_patch, "llmitm_master_without_script")
+    assert copy.ScriptLoader is None
+    ours = [object()]
+    defaults = default_addons()
+    with caplog.at_level(logging.WARNING):
+        assert copy.with_llmitm(defaults, ours) == [*defaults, *ours]
+        copy.with_llmitm(defaults, ours)
+    assert len(_warnings(caplog, copy.PATCH)) == 1
+
+
+async def test_a_masters_log_handler_is_found_without_its_private_attribute() -> None:
+    current = master.Master(None, event_loop=asyncio.get_running_loop())
+    root = logging.getLogger()
+    assert any(getattr(h, "master", None) is current for h in root.handlers)
+    assert master_patch.uninstall_log_handlers(current) == 1
+    assert not any(getattr(h, "master", None) is current for h in root.handlers)
+    assert master_patch.uninstall_log_handlers(current) == 0
+
+
+# --- the start-up checks run once, from one addon -------------------------------------------
+
+
+def test_llmitm_patches_runs_the_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str] = []
+    monkeypatch.setattr(cut_streams, "install", lambda: ran.append("cut_streams") or True)
+    monkeypatch.setattr(headers, "check", lambda: ran.append("headers") or True)
+    monkeypatch.setattr(connections, "check", lambda m: ran.append("connections") or True)
+    addon = patches.LlmPatches()
+    with taddons.context(addon):
+        assert ran == ["cut_streams", "headers"]  # at load
+        addon.running()
+    assert ran == ["cut_streams", "headers", "connections"]

@@ -1,0 +1,173 @@
+"""The recording tap: whatever the chunking, and wherever it was compacted while the stream
+flowed, what it hands over at the flow's end is exactly the pieces that came in and went
+out, each at its time; and the compactor compacts the taps of live streams off the hot path."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from array import array
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmitm.addons.record.compactor import TapCompactor
+from llmitm.exchange.stream import StreamRewriter
+from llmitm.exchange.tap import Leg, StreamTap, pieces
+from llmitm.translate.pipeline import StreamPipeline
+from tests.exchange.test_exchange import RESPONSES_SSE, context, splits
+
+
+class Scripted:
+    """A pipeline that answers each fed chunk with a scripted value: ``None`` hands the
+    chunk itself on (as a guard does), bytes replace it."""
+
+    def __init__(self, script: list[bytes | None]) -> None:
+        self.script = iter(script)
+
+    def start(self) -> bytes:
+        return b""
+
+    def feed(self, data: bytes) -> bytes:
+        out = next(self.script)
+        return data if out is None else out
+
+    def close(self) -> bytes:
+        return b""
+
+
+def run(
+    rewriter: StreamRewriter, chunks: list[bytes], compact_at: frozenset[int] = frozenset()
+) -> tuple[StreamTap, list[bytes]]:
+    """Drive as mitmproxy does (the chunks, then ``b""``), compacting after the calls in
+    ``compact_at``: the tap, and what each call sent."""
+    tap = StreamTap()
+    rewriter.add_note(tap.note)
+    sent = []
+    for number, chunk in enumerate([*chunks, b""]):
+        sent.append(b"".join(rewriter(chunk)))
+        if number in compact_at:
+            tap.compact()
+    return tap, sent
+
+
+def as_list(times: array[float], leg: Leg) -> list[tuple[int, bytes]]:
+    """The recorded pieces, with offsets since the first call."""
+    return list(pieces(times, times[0], leg))
+
+
+def sent_pieces(times: array[float], datas: list[bytes]) -> list[tuple[int, bytes]]:
+    """What each call brought or sent, at the offset of its call: what ``as_list`` must be."""
+    offsets = [int((at - times[0]) * 1e6) for at in times]
+    return [(t, d) for t, d in zip(offsets, datas, strict=True) if d]
+
+
+def test_a_translated_stream_is_kept_whole() -> None:
+    chunks = splits(RESPONSES_SSE)["sevens"]
+    rewriter = StreamRewriter(StreamPipeline("responses-to-chat", context()))  # type: ignore[arg-type]
+    tap, sent = run(rewriter, chunks, frozenset({5, 40}))
+    times, upstream, client = tap.finish()
+    assert len(times) == len(chunks) + 1 and list(times) == sorted(times)
+    assert as_list(times, upstream) == sent_pieces(times, [*chunks, b""])
+    assert client is not None and as_list(times, client) == sent_pieces(times, sent)
+    assert b"".join(sent).endswith(b"data: [DONE]\n\n")
+    assert len(upstream.parts) == 1  # joined once, at the end
+
+
+def test_a_guard_that_hands_every_chunk_on_keeps_one_leg() -> None:
+    chunks = [b"data: %d\n\n" % i for i in range(100)]
+    rewriter = StreamRewriter(Scripted([None] * len(chunks)))  # type: ignore[arg-type]
+    tap, sent = run(rewriter, chunks, frozenset({10, 50}))
+    times, upstream, client = tap.finish()
+    assert client is None and as_list(times, upstream) == sent_pieces(times, sent)
+
+
+def test_a_stream_that_changes_a_chunk_after_a_compaction_keeps_both_legs() -> None:
+    chunks = [b"data: %d\n\n" % i for i in range(100)]
+    script: list[bytes | None] = [None] * len(chunks)
+    script[70] = b"changed"
+    rewriter = StreamRewriter(Scripted(script))  # type: ignore[arg-type]
+    tap, sent = run(rewriter, chunks, frozenset({30, 60, 80}))
+    times, upstream, client = tap.finish()
+    assert client is not None and as_list(times, client) == sent_pieces(times, sent)
+    assert as_list(times, upstream) == sent_pieces(times, [*chunks, b""])
+    assert sent[70] == b"changed"
+
+
+@given(
+    st.lists(
+        st.tuples(st.binary(max_size=6), st.one_of(st.none(), st.binary(max_size=6))),
+        max_size=120,
+    ),
+    st.frozensets(st.integers(min_value=0, max_value=120)),
+)
+def test_any_stream_comes_back_piece_for_piece(
+    calls: list[tuple[bytes, bytes | None]], compact_at: frozenset[int]
+) -> None:
+    chunks = [data for data, _ in calls]
+    rewriter = StreamRewriter(Scripted([out for _, out in calls]))  # type: ignore[arg-type]
+    tap, sent = run(rewriter, chunks, compact_at)
+    times, upstream, client = tap.finish()
+    assert len(times) == len(calls) + 1
+    assert as_list(times, upstream) == sent_pieces(times, [*chunks, b""])
+    assert as_list(times, client or upstream) == sent_pieces(times, sent)
+
+
+def test_a_relayed_stream_passes_each_piece_on_and_keeps_it() -> None:
+    chunks = [b"piece %d;" % i for i in range(100)]
+    tap, relayed = run(StreamRewriter(), chunks, frozenset({50}))
+    assert relayed == [*chunks, b""]
+    times, upstream, client = tap.finish()
+    assert client is None and len(times) == len(chunks) + 1
+    assert as_list(times, upstream) == sent_pieces(times, [*chunks, b""])
+
+
+def test_empty_pieces_go_with_their_times_many_or_few() -> None:
+    for empties in (1, 64, 65, 99):
+        datas = [b"" if i < empties else b"d%d" % i for i in range(100)][::-1]
+        leg = Leg()
+        leg.add(datas[:30])
+        leg.add(datas[30:])
+        times = array("d", (1000.0 + i for i in range(100)))
+        kept = pieces(times, 999.5, leg)
+        assert list(kept) == [(500_000 + i * 1_000_000, d) for i, d in enumerate(datas) if d]
+        assert list(times) == [1000.0 + i for i in range(100)]  # the caller's times untouched
+        assert list(leg.sizes) == list(map(len, datas))  # and the leg's sizes
+
+
+def test_the_compactor_compacts_busy_taps_and_forgets_ended_ones() -> None:
+    async def scenario() -> None:
+        compactor = TapCompactor(every=0.001, at_least=6)
+        busy, quiet = StreamTap(), StreamTap()
+        compactor.add(busy)
+        compactor.add(quiet)
+        for i in range(10):
+            busy.note((float(i), b"in%d" % i, b"out%d" % i))
+        quiet.note((0.0, b"in", b"out"))
+        await asyncio.sleep(0.05)
+        assert busy.pending() == 0 and len(busy.upstream.sizes) == 10
+        assert quiet.pending() == 3 and len(quiet.upstream.sizes) == 0
+        compactor.discard(quiet)
+        del busy
+        gc.collect()
+        assert len(compactor.taps) == 0
+        await asyncio.sleep(0.01)
+        assert compactor._timer is None  # nothing live: no timer either
+
+    asyncio.run(scenario())
+
+
+def test_the_compactor_starts_again_on_a_new_loop() -> None:
+    compactor = TapCompactor(every=0.001, at_least=3)
+
+    async def one_run() -> StreamTap:
+        tap = StreamTap()
+        compactor.add(tap)
+        tap.note((0.0, b"in", b"out"))
+        await asyncio.sleep(0.02)
+        return tap
+
+    first = asyncio.run(one_run())  # ends with the first tap live: its timer dies with its loop
+    assert first.pending() == 0
+    second = asyncio.run(one_run())
+    assert second.pending() == 0 and list(second.upstream.sizes) == [2]
