@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
+from llmitm.addons.record.options import RecordSettings
+from llmitm.addons.record.replay import Replayer
+from llmitm.addons.store import LlmStore
 from llmitm.replay import folder as folder_format
 from llmitm.replay.capture import ReplayReport
 from llmitm.replay.keys import KeyOptions
@@ -23,10 +26,18 @@ from llmitm.replay.pool import ReplayPool
 from llmitm.replay.rekey import rekey
 from llmitm.store import SqliteStore
 
-if TYPE_CHECKING:
-    from llmitm.addons.record.recorder import LlmFlowRecorder
-
 logger = logging.getLogger(__package__)
+
+
+class Recorder(Protocol):
+    """What loading reads and fills in on the flow recorder (typed here, not imported: the
+    recorder imports the writers below)."""
+
+    settings: RecordSettings
+    store: LlmStore
+    replay: Replayer
+    report: ReplayReport
+    fingerprint_key: bytes | None
 
 
 class LlmRecordingsLoad:
@@ -36,7 +47,7 @@ class LlmRecordingsLoad:
 
     name = "llmitm_recordings_load"
 
-    def __init__(self, recorder: LlmFlowRecorder) -> None:
+    def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self._loading: asyncio.Task[None] | None = None
 
