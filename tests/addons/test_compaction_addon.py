@@ -96,7 +96,7 @@ def test_the_addons_sit_where_the_flow_needs_them() -> None:
     assert (
         names.index("llmitm_responses")
         < names.index("llmitm_compaction_answer")
-        < names.index("llmitm_responses_recorder")
+        < names.index("llmitm_responses_state")
         < names.index("llmitm_record_tap")
     )
 

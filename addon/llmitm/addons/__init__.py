@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llmitm.addons.access import LlmAccess, LlmAccessStrip
+from llmitm.addons.background import LlmBackground
 from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
@@ -13,10 +14,13 @@ from llmitm.addons.patches import LlmPatches
 from llmitm.addons.record import LlmFlowRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses import LlmResponses
-from llmitm.addons.responses_api import LlmResponsesApi, LlmResponsesRecorder, ResponsesState
+from llmitm.addons.responses_api import LlmResponsesApi
+from llmitm.addons.responses_state import ResponsesState
+from llmitm.addons.responses_writer import LlmResponsesStateWriter
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.stall import LlmStallWatch
+from llmitm.addons.status import LlmStatus
 from llmitm.addons.store import LlmStore
 from llmitm.addons.usage import LlmUsage
 from llmitm.addons.websocket import LlmWebSocket
@@ -35,12 +39,14 @@ def make_addons() -> list[object]:
     # LlmEgress answers what is not an LLM call before anything records or replays it;
     # LlmEgressGuard, after the router, what LLM call nothing in llmitm took.
     egress = LlmEgress(settings, relay)
+    router = LlmRouter(settings, relay)
     # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
-    # a non-streamed body before LlmResponses translates it; LlmResponsesRecorder stores the
-    # translated one. LlmCompaction turns compaction calls into summarisation calls before the
-    # router plans them; LlmCompactionAnswer makes the summary the client's answer before
-    # LlmResponsesRecorder stores it.
+    # a non-streamed body before LlmResponses translates it; LlmResponsesStateWriter stores the
+    # translated one, and LlmBackground takes a background call over once it has its id.
+    # LlmCompaction turns compaction calls into summarisation calls before the router plans
+    # them; LlmCompactionAnswer makes the summary the client's answer before
+    # LlmResponsesStateWriter stores it.
     # LlmWebSocket comes first: a call a socket sends back through the proxy gets its target
     # restored before anyone else (egress and the recorder included) sees it.
     return [
@@ -56,14 +62,16 @@ def make_addons() -> list[object]:
         store,
         relay,
         LlmRecordingsLoad(recorder),  # replay pools, once the store is open
-        LlmRouter(settings, relay),
+        LlmStatus(router, relay),  # the status route, on llmitm's own address
+        router,
         LlmAccessStrip(settings),  # a client key never goes upstream
         LlmEgressGuard(egress),
         LlmUsage(store),
         LlmResponses(),
         LlmStallWatch(settings),  # after LlmResponses, which installs the stream callable
         LlmCompactionAnswer(state),
-        LlmResponsesRecorder(state),
+        LlmResponsesStateWriter(state),
+        LlmBackground(state),
         LlmRecordTap(recorder),  # before the console, which wraps what it finds
         LlmConsole(),  # after LlmResponses: it taps the stream callable installed there
         LlmContentview(),

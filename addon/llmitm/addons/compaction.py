@@ -9,7 +9,7 @@ Two addons around the router:
   ordinary summarisation create call, which the router routes, translates and fails over
   like any other (and the recorder records). A route of native endpoints only gets the call
   as it is: a compact call goes to its first endpoint's own ``/responses/compact``;
-- :class:`LlmCompactionAnswer` (after the translator, before ``llmitm_responses_recorder``,
+- :class:`LlmCompactionAnswer` (after the translator, before ``llmitm_responses_state``,
   which stores what it makes), ``response``: the summary becomes the compaction answer the
   client asked for, sealed into the ``compaction`` item's ``encrypted_content``.
 """
@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from mitmproxy import http
 
-from llmitm.addons.responses_api import ResponsesState, answer
+from llmitm.addons.responses_state import ResponsesState, answer
 from llmitm.addons.state import flow_mint
 from llmitm.responses_api import answers
 from llmitm.responses_api.compaction import (

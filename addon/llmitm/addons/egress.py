@@ -30,9 +30,9 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from llmitm.addons.choices import check_choices
 from llmitm.addons.record import replay_hit
 from llmitm.addons.relay import LlmRelay
-from llmitm.addons.router import STATUS_PATH
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import RESPONSES_CREATE_KEY, FlowState, flow_state
+from llmitm.addons.status import STATUS_PATH
 from llmitm.routing.egress import (
     EGRESS_POLICIES,
     OPTION,

@@ -13,15 +13,13 @@ failover, not the route's first).
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 
 from mitmproxy import http
 
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.addons.store import LlmStore
 from llmitm.addons.streams import stream_outcome
-from llmitm.exchange.usage import Tokens, body_tokens, stream_tokens
-from llmitm.store import UsageRecord
+from llmitm.exchange.usage import Tokens, body_tokens, stream_tokens, usage_record
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +55,12 @@ class LlmUsage:
             self.without_usage += 1
             logger.debug("llmitm: %s: no usage to record", flow.request.pretty_url)
             return
-        input_tokens, cached, output, reasoning = tokens
         self.recorded += 1
         self.store.submit(
-            UsageRecord(
-                at=datetime.now(UTC),
+            usage_record(
+                tokens,
                 endpoint=state.plan.endpoint.name,
                 model=state.context.model or "",
                 route=state.plan.route,
-                input_tokens=input_tokens,
-                cached_tokens=cached,
-                output_tokens=output,
-                reasoning_tokens=reasoning,
             )
         )

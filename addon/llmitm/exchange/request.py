@@ -1,24 +1,32 @@
-"""The upstream request body for a planned create call.
+"""The upstream request for a planned call: its body, its headers, one per candidate.
 
 Reads the client's JSON (a 400 OpenAI-shaped error when it is not JSON or names no model),
 translates it when the endpoint speaks the other API (or, for a third-party Responses server,
 rewrites the shapes only OpenAI takes), and puts the endpoint's model (alias or Azure
 deployment) in it. A body that needs no change is forwarded byte for byte.
+
+The header rewrite (the endpoint's credentials in, the client's out, no compression) is
+:func:`rewrite_headers` for a request mitmproxy forwards itself and :func:`candidate_headers`
+for one the relay sends; :func:`prepare_candidates` builds what each endpoint of a failover
+route is sent.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, MutableMapping
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import orjson
 
-from llmitm.routing.plan import Plan
+from llmitm.routing.config import Endpoint, Route
+from llmitm.routing.plan import Plan, plan_for_endpoint
 from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.request_to_chat import responses_request_to_chat
 from llmitm.translate.request_to_responses import chat_request_to_responses
 from llmitm.translate.responses_compat import needs_rewrite, responses_request_for_compatible
+from llmitm.wire.paths import ApiName
 
 
 @dataclass(slots=True)
@@ -110,6 +118,107 @@ def prepare_request(
     return PreparedRequest(orjson.dumps(mapped.body), mapped.context, stream, mapped.warnings)
 
 
+def prepare_for_endpoint(
+    endpoint: Endpoint,
+    api: str,
+    route: Route,
+    content: bytes,
+    body: dict[str, Any],
+    model: str,
+    options: TranslateOptions,
+) -> tuple[Plan, PreparedRequest]:
+    """The plan and the request for sending a call of ``api`` on ``route`` to ``endpoint``
+    (the route's alias, if any, is the model sent)."""
+    plan = plan_for_endpoint(endpoint, cast(ApiName, api), route.model or model)
+    plan = replace(plan, route=route.name)
+    prepared = prepare_request(content, body, model, plan, options, ask_usage=endpoint.stream_usage)
+    return plan, prepared
+
+
 def _asks_usage(body: dict[str, Any]) -> bool:
     stream_options = body.get("stream_options")
     return isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+
+
+Header = tuple[str, str]
+
+
+def rewrite_headers(
+    headers: MutableMapping[str, str], plan: Plan, *, new_body: bool = False
+) -> None:
+    """Point a client's headers at ``plan``'s endpoint, in place.
+
+    The plan's credentials replace the client's, and the upstream is asked for plain bytes:
+    a stream callable parses SSE and must not see gzip. ``new_body``: llmitm rewrote the
+    body, so the client's ``content-encoding`` no longer describes it."""
+    for header in plan.remove_headers:
+        headers.pop(header, None)
+    for header, value in plan.set_headers.items():
+        headers[header] = value
+    if new_body:
+        headers.pop("content-encoding", None)
+    headers["accept-encoding"] = "identity"
+
+
+def candidate_headers(client_headers: Iterable[Header], plan: Plan) -> list[Header]:
+    """The headers the relay sends ``plan``'s endpoint: :func:`rewrite_headers` on a list
+    (``client_headers`` already without hop-by-hop and encoding headers)."""
+    remove = {name.lower() for name in (*plan.remove_headers, *plan.set_headers)}
+    headers = [(k, v) for k, v in client_headers if k.lower() not in remove]
+    headers += list(plan.set_headers.items())
+    headers.append(("accept-encoding", "identity"))
+    return headers
+
+
+def relayable_headers(
+    headers: Iterable[Header], *, hop_by_hop: frozenset[str], head_limit: int, slack: int
+) -> list[Header]:
+    """The client's headers a relayed request carries on (no hop-by-hop or encoding
+    header: the relay frames and decodes itself), or a 431 when they would not fit in the
+    relay's head limit of ``head_limit`` bytes, less ``slack`` for the request line and the
+    headers llmitm adds."""
+    kept = [
+        (k, v)
+        for k, v in headers
+        if k.lower() not in hop_by_hop and k.lower() not in {"accept-encoding", "content-encoding"}
+    ]
+    # Each header takes "name: value\r\n" in an HTTP/1.1 head.
+    if sum(len(name) + len(value) + 4 for name, value in kept) > head_limit - slack:
+        raise TranslationError(
+            f"The request's headers exceed the {head_limit // 1024} KiB llmitm relays "
+            "to a failover route; send fewer or smaller headers.",
+            code="request_header_fields_too_large",
+            status=431,
+        )
+    return kept
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """What one endpoint of a relayed route is sent, and how its answer is read back."""
+
+    plan: Plan
+    prepared: PreparedRequest
+    headers: list[Header]
+
+
+def prepare_candidates(
+    endpoints: Iterable[str],
+    prepare: Callable[[str], tuple[Plan, PreparedRequest]],
+    client_headers: list[Header],
+) -> dict[str, Candidate]:
+    """Every endpoint's request, in route order, skipping the ones that cannot take it;
+    the first endpoint's error when none can (so the client learns why)."""
+    candidates: dict[str, Candidate] = {}
+    first_error: TranslationError | None = None
+    for name in endpoints:
+        try:
+            plan, prepared = prepare(name)
+        except TranslationError as exc:
+            first_error = first_error or exc
+            continue
+        candidates[name] = Candidate(plan, prepared, candidate_headers(client_headers, plan))
+    if not candidates:
+        assert first_error is not None
+        raise first_error
+    return candidates

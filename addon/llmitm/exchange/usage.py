@@ -3,14 +3,19 @@
 Non-streamed bodies of either API carry a top-level ``usage``; a stream's pipeline knows the
 usage once it has ended (translators read it from the terminal event or the trailing usage
 chunk, also when the client did not ask to see it; the passthrough guard reads the last
-chunks). Everything comes out as ``(input, cached, output, reasoning)``.
+chunks). Everything comes out as ``(input, cached, output, reasoning)``, and becomes the
+one :func:`usage_record` shape whoever made the upstream call (a flow, or a background run
+that no flow carries).
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import orjson
 
 from llmitm.exchange.response import StreamOutcome
+from llmitm.store.api import UsageRecord
 from llmitm.translate.protocol import StreamFacts
 from llmitm.wire.usage import usage_tokens
 
@@ -31,3 +36,20 @@ def body_tokens(content: bytes | None) -> Tokens | None:
 def stream_tokens(stream: StreamFacts | StreamOutcome) -> Tokens | None:
     """Usage of a stream that has ended; ``None`` when the upstream sent none."""
     return usage_tokens(stream.usage)
+
+
+def usage_record(
+    tokens: Tokens, *, endpoint: str, model: str, route: str, at: datetime | None = None
+) -> UsageRecord:
+    """The accounting row for ``tokens`` an upstream call consumed (``at``: now)."""
+    input_tokens, cached, output, reasoning = tokens
+    return UsageRecord(
+        at=at if at is not None else datetime.now(UTC),
+        endpoint=endpoint,
+        model=model,
+        route=route,
+        input_tokens=input_tokens,
+        cached_tokens=cached,
+        output_tokens=output,
+        reasoning_tokens=reasoning,
+    )

@@ -108,7 +108,7 @@ class FailoverJob:
         upstream_time = 0.0
         while True:
             now = self.clock()
-            order = routing.order(
+            order = routing.choose(
                 route,
                 model,
                 now,

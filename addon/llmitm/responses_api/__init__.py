@@ -4,8 +4,10 @@ continuity) for Responses clients whose endpoint only speaks Chat Completions.
 
 Sans-IO like the translators: dicts and records in, answers and writes out. The store is
 reached only through :class:`llmitm.store.responses.ResponseReader` (reads) and ``submit``
-(writes), the upstream only through an injected opener (:mod:`.background`); the mitmproxy
-shell is ``llmitm.addons.responses_api``.
+(writes), the upstream only through an injected opener (:mod:`.background`). The mitmproxy
+shell is three addons sharing ``llmitm.addons.responses_state``: ``responses_api`` (state
+calls and create preparation), ``responses_writer`` (ids and what is stored) and
+``background``.
 
 - :mod:`.paths`: which requests are state calls (OpenAI and Azure forms), and their URL on
   the native endpoint that owns an id;
@@ -18,5 +20,6 @@ shell is ``llmitm.addons.responses_api``.
 - :mod:`.compaction`: ``compact`` and ``compaction_trigger`` answered by a summarisation call,
   the summary sealed into the ``compaction`` item and opened again;
 - :mod:`.background`: a background response run by llmitm itself, resumable by sequence;
+- :mod:`.takeover`: what a background call sends upstream, stores first and accounts last;
 - :mod:`.scope`: whose stored state a request may read (its credential's, or everyone's).
 """

@@ -9,6 +9,8 @@ This module owns two memories and one rule:
   clients that resend the whole history: a stable hash of the instructions/system text and
   the first user message, which stay the same on every turn of one conversation. Either
   API's body gives the same fingerprint for the same conversation;
+- :func:`conversation_key` and :func:`owner_required` say what a request's affinity is
+  keyed on and whether it is a must; :func:`remembers_turn` which answers teach it;
 - :func:`prefer`: affinity yields to health and caps. The affine endpoint moves to the front
   of the strategy's order only if it is in that order (so healthy) and usable right now
   (under its cap); otherwise the order is left as the strategy made it.
@@ -138,6 +140,32 @@ def prefer(
 
 
 # --- fingerprints -------------------------------------------------------------------------
+
+
+def conversation_key(route: str, model: str, body: Mapping[str, Any]) -> str | None:
+    """The affinity key of the conversation ``body`` continues on ``route``, sent as
+    ``model``; ``None`` when it has no opening to recognise it by."""
+    conversation = fingerprint(body)
+    if conversation is None:
+        return None
+    # One conversation per route and model: the same opening sent to another model is
+    # another conversation (and another prompt cache).
+    return f"{route}\x00{model}\x00{conversation}"
+
+
+def owner_required(owner: str | None, client_api: str, upstream_apis: Mapping[str, str]) -> bool:
+    """Whether only ``owner`` can serve a request continuing one of its responses: a
+    Responses call whose previous response a native Responses endpoint minted holds its
+    state there (``upstream_apis``: each candidate endpoint's upstream API)."""
+    if owner is None or client_api != "responses":
+        return False
+    return upstream_apis.get(owner) == "responses"
+
+
+def remembers_turn(affinity: bool, fingerprint: str | None, upstream_api: str) -> bool:
+    """Whether a successful answer teaches affinity anything: the route keeps it, and the
+    turn is known by its conversation or by the response id a native endpoint minted."""
+    return affinity and (fingerprint is not None or upstream_api == "responses")
 
 
 def fingerprint(body: Mapping[str, Any]) -> str | None:

@@ -71,7 +71,9 @@ class Endpoint:
     deployments: Mapping[str, str] = field(default_factory=dict)
     """Azure: model name → deployment name (unlisted models use their own name)."""
     non_conformant: frozenset[ApiName] = frozenset()
-    """APIs whose streams need normalising (llama.cpp's Responses stream)."""
+    """APIs whose streams are normalised even on an ``openai``/``azure`` endpoint."""
+    conformant: frozenset[ApiName] = frozenset()
+    """APIs whose streams a ``compatible`` endpoint gets relayed as they are (trusted)."""
     think_open_missing: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
     weight: float = 1.0
@@ -90,6 +92,13 @@ class Endpoint:
 
     def deployment_for(self, model: str) -> str:
         return self.deployments.get(model, model)
+
+    def normalises(self, api: ApiName) -> bool:
+        """Whether this endpoint's streams of ``api`` are repaired on their way to a client of
+        the same API: by default those of third-party (``compatible``) servers."""
+        if api in self.non_conformant:
+            return True
+        return self.kind == "compatible" and api not in self.conformant
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,6 +412,7 @@ _ENDPOINT_KEYS = {
     "api_version",
     "deployments",
     "non_conformant",
+    "conformant",
     "think_open_missing",
     "headers",
     "weight",
@@ -463,6 +473,15 @@ def _endpoint(
     non_conformant = reader.strings(raw, "non_conformant", where, ())
     for api in non_conformant:
         reader.choice(api, f"{where}.non_conformant", API_NAMES)
+    conformant = reader.strings(raw, "conformant", where, ())
+    for api in conformant:
+        reader.choice(api, f"{where}.conformant", API_NAMES)
+        if api in non_conformant:
+            reader.fail(
+                f"{where}.conformant",
+                f"APIs not also listed in non_conformant ({api!r} is in both)",
+                conformant,
+            )
     api_key_env = reader.string(raw, "api_key_env", where)
     api_key = None
     if api_key_env is not None:
@@ -493,6 +512,7 @@ def _endpoint(
         api_version=api_version,
         deployments=deployments,
         non_conformant=frozenset(non_conformant),  # type: ignore[arg-type]
+        conformant=frozenset(conformant),  # type: ignore[arg-type]
         think_open_missing=reader.boolean(raw, "think_open_missing", where, False),
         headers=reader.string_map(raw, "headers", where),
         weight=reader.number(raw, "weight", where, 1.0),

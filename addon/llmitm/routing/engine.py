@@ -97,6 +97,35 @@ class Routing:
         """Seconds a started stream on ``route`` may go without an upstream byte."""
         return stream_idle_limit(self.config, route)
 
+    def choose(
+        self,
+        route: Route,
+        model: str | None,
+        now: float,
+        *,
+        single_attempt: bool = False,
+        previous_response_id: str | None = None,
+        fingerprint: str | None = None,
+        owner_required: bool = False,
+    ) -> Order:
+        """The endpoints an attempt of a request on ``route`` may go to, best first: the
+        one choice both the direct path and the failover job make.
+
+        ``single_attempt``: the request gets one try on mitmproxy's direct path (nothing
+        can retry it): the route's first endpoint, whatever its health, since there is no
+        later attempt to wait for or move to. Otherwise :meth:`order`."""
+        if single_attempt:
+            first = route.endpoints[0]
+            return Order((first,), Choice((first,)), required=True)
+        return self.order(
+            route,
+            model,
+            now,
+            previous_response_id=previous_response_id,
+            fingerprint=fingerprint,
+            owner_required=owner_required,
+        )
+
     def order(
         self,
         route: Route,

@@ -2,9 +2,10 @@
 
 This module owns the shared vocabulary of the routing core: :class:`Outcome` (the kind of
 ending, the HTTP status, the upstream's ``Retry-After``, whether the client had already been
-sent a byte) and :func:`parse_retry_after`. ``health`` turns outcomes into cooldowns,
-``attempts`` turns them into retry decisions; both read the same object so they never
-disagree about what a 429 or a timeout was.
+sent a byte) and :func:`parse_retry_after`; :func:`direct_outcome` and
+:func:`transport_outcome` classify the direct path's single attempt as mitmproxy saw it.
+``health`` turns outcomes into cooldowns, ``attempts`` turns them into retry decisions; both
+read the same object so they never disagree about what a 429 or a timeout was.
 
 Pure: headers and times in, values out. ``wall_now`` (seconds since the epoch) is passed in
 because a ``Retry-After`` HTTP-date is an absolute wall-clock time; everything else in the
@@ -85,6 +86,27 @@ def outcome_for_status(
         after_first_byte=after_first_byte,
         message=message,
     )
+
+
+def direct_outcome(
+    status: int, headers: Headers, *, cut: str | None, wall_now: float | None
+) -> Outcome:
+    """How a direct attempt ended once its answer is in: ``cut`` is why the upstream broke
+    off its stream, if it did (after the first byte, so never retried)."""
+    if cut is not None:
+        return Outcome("cut", after_first_byte=True, message=cut)
+    return outcome_for_status(status, headers, wall_now=wall_now)
+
+
+def transport_outcome(message: str, *, got_head: bool, streamed: bool) -> Outcome | None:
+    """The endpoint's failure behind a direct flow's transport error ``message``, or
+    ``None`` when it is not the endpoint's: the client went away, or a stream had begun
+    (its end is reported as a cut)."""
+    if "client" in message.lower() or (got_head and streamed):
+        return None
+    # mitmproxy could not reach the endpoint, lost it before the head, or before the end of
+    # a plain body (the client got llmitm's 502 for all three).
+    return Outcome("connect_error" if not got_head else "server_error", message=message)
 
 
 def _header(headers: Headers, name: str) -> str | None:

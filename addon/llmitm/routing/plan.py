@@ -51,9 +51,9 @@ class Plan:
             return "responses-to-chat"
         if self.client_api == "responses" and self.upstream_api == "chat":
             return "chat-to-responses"
-        if self.upstream_api == "responses" and "responses" in self.endpoint.non_conformant:
-            return "normalise-responses"
-        return None
+        if not self.endpoint.normalises(self.upstream_api):
+            return None
+        return "normalise-responses" if self.upstream_api == "responses" else "normalise-chat"
 
     @property
     def label(self) -> str:

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Sequence
 
 from llmitm.routing.limits import Key, Lease, Limiter
+from llmitm.wire.errors import ApiError
 
 
 async def wait_for_slot(limiter: Limiter, candidates: Sequence[Key]) -> Lease | None:
@@ -37,3 +38,16 @@ async def wait_for_slot(limiter: Limiter, candidates: Sequence[Key]) -> Lease | 
         if future.done() and not future.cancelled():
             future.result().release()  # delivered in the same instant we were cancelled
         raise
+
+
+def over_cap_error(endpoint: str, retry_after: float) -> tuple[ApiError, int]:
+    """The direct path's 429 when ``endpoint`` stayed at its cap for the whole wait, and
+    the whole seconds its ``Retry-After`` says."""
+    seconds = max(1, round(retry_after))
+    error = ApiError(
+        message=f"The endpoint {endpoint} is at its concurrency limit; retry in {seconds} s.",
+        type="rate_limit_error",
+        code="concurrency_limit",
+        status=429,
+    )
+    return error, seconds

@@ -8,6 +8,13 @@ without ``output_tokens_details``. The normaliser fills what is missing from wha
 object, guarantees exactly one terminal event, and turns an early end into ``response.failed``
 — so openai-python's ``responses.stream()`` and Codex accept the result. Upstream ids are kept:
 with a native Responses endpoint its ids are the truth.
+
+Every event type passes through (renumbered); the item-scoped ones get their ``item_id`` and
+``output_index`` filled and are dropped once their item is closed. What streams of an item is
+remembered so an item the upstream leaves open can be closed with its full ``*.done`` events:
+text, refusal and reasoning parts with their annotations, and the arguments of function, custom
+tool and MCP calls (whose ``*.done`` also gains a delta when it was the only one to carry them).
+Events the spec scopes by no item id (``audio.*``, ``shell_call_command.*``) are left as sent.
 """
 
 from __future__ import annotations
@@ -32,7 +39,29 @@ _ITEM_DEFAULTS: dict[str, dict[str, Any]] = {
     "message": {"role": "assistant", "content": []},
     "function_call": {"arguments": ""},
     "reasoning": {"summary": []},
+    "custom_tool_call": {"input": ""},
+    "mcp_call": {"arguments": ""},
 }
+# The call items whose arguments stream: the event name stem, and the field that holds them
+# in the done event and in the item.
+_ARGUMENT_STREAMS = {
+    "function_call": ("response.function_call_arguments", "arguments"),
+    "custom_tool_call": ("response.custom_tool_call_input", "input"),
+    "mcp_call": ("response.mcp_call_arguments", "arguments"),
+}
+_ARGUMENT_STEMS = {stem: field for stem, field in _ARGUMENT_STREAMS.values()}
+# The spec gives these no item_id: filling one would invent a field (see the module docstring).
+_UNSCOPED = frozenset(
+    {
+        "response.audio.delta",
+        "response.audio.done",
+        "response.audio.transcript.delta",
+        "response.audio.transcript.done",
+        "response.shell_call_command.added",
+        "response.shell_call_command.delta",
+        "response.shell_call_command.done",
+    }
+)
 
 
 class _Item:
@@ -40,6 +69,7 @@ class _Item:
 
     __slots__ = (
         "added",
+        "annotations",
         "args",
         "args_streamed",
         "closed",
@@ -60,6 +90,7 @@ class _Item:
         self.content_index = -1
         self.closed = False
         self.texts: dict[int, list[str]] = {}
+        self.annotations: dict[int, list[Any]] = {}
         self.part_types: dict[int, str] = {}
         self.open_parts: list[int] = []
         self.summaries: dict[int, list[str]] = {}
@@ -87,7 +118,11 @@ class _Item:
             item["status"] = "completed"
         if item_type == "message":
             item["content"] = [
-                _part(self.part_types.get(index, "output_text"), "".join(self.texts[index]))
+                _part(
+                    self.part_types.get(index, "output_text"),
+                    "".join(self.texts[index]),
+                    self.annotations.get(index),
+                )
                 for index in sorted(self.texts)
             ]
         elif item_type == "reasoning":
@@ -100,8 +135,8 @@ class _Item:
                     {"type": "reasoning_text", "text": "".join(self.texts[index])}
                     for index in sorted(self.texts)
                 ]
-        elif item_type == "function_call":
-            item["arguments"] = "".join(self.args)
+        elif item_type in _ARGUMENT_STREAMS and (self.args or item_type == "function_call"):
+            item[_ARGUMENT_STREAMS[item_type][1]] = "".join(self.args)
         return item
 
 
@@ -179,7 +214,7 @@ class ResponsesNormaliser:
             if "\n" in event_type or "\r" in event_type:
                 # Unknown types pass through, but this one would break the event: line.
                 return out
-            if not self._fill_indexes(event_type, event, out):
+            if event_type not in _UNSCOPED and not self._fill_indexes(event_type, event, out):
                 return out
         event["sequence_number"] = self._next_seq()
         out.append(event)
@@ -330,18 +365,16 @@ class ResponsesNormaliser:
                         "response.content_part.done",
                         ids,
                         content_index=index,
-                        part=_part(kind, text),
+                        part=_part(kind, text, item.annotations.get(index)),
                     )
                 )
             done = item.done_item()
-            if done.get("type") == "function_call":
+            arguments = _ARGUMENT_STREAMS.get(done.get("type"))  # type: ignore[arg-type]
+            if arguments is not None:
+                stem, field = arguments
+                extra = {"name": done.get("name")} if field == "arguments" else {}
                 out.append(
-                    self._synthetic(
-                        "response.function_call_arguments.done",
-                        ids,
-                        arguments=done["arguments"],
-                        name=done.get("name"),
-                    )
+                    self._synthetic(f"{stem}.done", ids, **{field: done.get(field, "")}, **extra)
                 )
             out.append(
                 self._synthetic(
@@ -392,6 +425,10 @@ class ResponsesNormaliser:
                 item.text(index).append(event.get("delta") or "")
             elif event_type == "response.output_text.done":
                 event.setdefault("logprobs", [])
+            elif event_type == "response.output_text.annotation.added":
+                annotations = item.annotations.setdefault(index, [])
+                event.setdefault("annotation_index", len(annotations))
+                annotations.append(event.get("annotation"))
             elif event_type == "response.content_part.done":
                 _fill_part(event.get("part"))
                 if index in item.open_parts:
@@ -408,26 +445,40 @@ class ResponsesNormaliser:
                 and index in item.open_summaries
             ):
                 item.open_summaries.remove(index)
-        elif event_type == "response.function_call_arguments.delta":
+        else:
+            stem, _, kind = event_type.rpartition(".")
+            field = _ARGUMENT_STEMS.get(stem)
+            if field is not None:
+                self._arguments(item, stem, field, kind, event, out)
+        return True
+
+    def _arguments(
+        self, item: _Item, stem: str, field: str, kind: str, event: Event, out: list[Event]
+    ) -> None:
+        """Track a call's streamed arguments (or custom input) and complete its done event."""
+        if kind == "delta":
             item.args.append(event.get("delta") or "")
             item.args_streamed = True
-        elif event_type == "response.function_call_arguments.done":
-            if not event.get("name") and item.name:
-                event["name"] = item.name
-            arguments = event.get("arguments")
-            if not item.args_streamed and isinstance(arguments, str) and arguments:
-                # Arguments only in the done event (LM Studio): send them as one delta
-                # first, so done == concat(deltas) for clients that stream them.
-                item.args.append(arguments)
-                item.args_streamed = True
-                out.append(
-                    self._synthetic(
-                        "response.function_call_arguments.delta",
-                        {"item_id": event["item_id"], "output_index": item.output_index},
-                        delta=arguments,
-                    )
+            return
+        if kind != "done":
+            return
+        if stem == "response.function_call_arguments" and not event.get("name") and item.name:
+            event["name"] = item.name
+        arguments = event.get(field)
+        if not isinstance(arguments, str):
+            event[field] = "".join(item.args)
+        elif not item.args_streamed and arguments:
+            # Arguments only in the done event (LM Studio): send them as one delta first,
+            # so done == concat(deltas) for clients that stream them.
+            item.args.append(arguments)
+            item.args_streamed = True
+            out.append(
+                self._synthetic(
+                    f"{stem}.delta",
+                    {"item_id": event["item_id"], "output_index": item.output_index},
+                    delta=arguments,
                 )
-        return True
+            )
 
     def _item_done(self, event: Event) -> bool:
         item = event.get("item")
@@ -531,11 +582,16 @@ _IDENTITY = frozenset({"id", "created_at"})
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "reasoning": "rs", "custom_tool_call": "ctc"}
 
 
-def _part(kind: str, text: str) -> dict[str, Any]:
+def _part(kind: str, text: str, annotations: list[Any] | None = None) -> dict[str, Any]:
     if kind == "refusal":
         return {"type": "refusal", "refusal": text}
     if kind == "output_text":
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        return {
+            "type": "output_text",
+            "text": text,
+            "annotations": list(annotations or []),
+            "logprobs": [],
+        }
     return {"type": kind, "text": text}
 
 

@@ -5,6 +5,46 @@ already-resolved ``history``) become chat ``messages``, Responses tools are decl
 functions (via :mod:`llmitm.translate.tools`), and sampling/format fields are renamed. The
 returned context tells the response translators the client's model, the request fields the
 synthesized Response echoes and which chat function stands for which Responses tool.
+
+Request fields without a message or tool meaning, decided one by one (every Responses field
+is also echoed in the synthesized Response, whatever happens to it here):
+
+======================== ===============================================================
+Responses field          toward the chat upstream
+======================== ===============================================================
+``temperature``,         same name
+``top_p``, ``user``,
+``service_tier``,
+``prompt_cache_key``,
+``prompt_cache_retention``,
+``safety_identifier``,
+``moderation``
+``prompt_cache_options``  ``mode``, and ``ttl`` when chat has it (``30m``); ``prewarm`` and
+                         ``comparison_response_id`` (a Response id) are dropped with a warning
+``max_output_tokens``    ``max_completion_tokens``
+``reasoning.effort``     ``reasoning_effort``
+``top_logprobs`` > 0     ``logprobs: true`` and ``top_logprobs``
+``include``              ``message.output_text.logprobs`` → ``logprobs: true``; the others
+                         are dropped: ``reasoning.encrypted_content`` is llmitm's to honour
+                         (it seals reasoning itself), the rest name hosted-tool results or
+                         stored inputs a chat upstream has none of
+``parallel_tool_calls``  same name when tools remain (chat rejects it without tools)
+``stream_options``       replaced by ``{"include_usage": true}`` when streaming: its only
+                         Responses option, ``include_obfuscation``, concerns padding llmitm
+                         never adds
+``metadata``, ``store``  dropped: on OpenAI chat they would store the completion
+``truncation``           dropped: a chat upstream never truncates, so ``"auto"`` degrades to
+                         ``"disabled"`` (an overlong input fails with the upstream's error)
+``max_tool_calls``       dropped: it limits hosted tools, which never run on a chat upstream
+``context_management``   dropped with a warning: llmitm compacts only when asked
+                         (``responses.compact`` or a ``compaction_trigger`` item)
+``background``,          handled by the proxy before translation
+``background_options``,
+``previous_response_id``,
+``conversation``
+``prompt``, and any      dropped with a warning
+other field
+======================== ===============================================================
 """
 
 from __future__ import annotations
@@ -47,6 +87,7 @@ _SAME_NAME_FIELDS = (
     "prompt_cache_key",
     "prompt_cache_retention",
     "safety_identifier",
+    "moderation",
 )
 # Read here under another name, or handled by the proxy (store emulation, background,
 # include), or meaningless to a chat upstream. Forwarding store/metadata to OpenAI chat would
@@ -68,6 +109,8 @@ _CONSUMED_FIELDS = frozenset(
         "metadata",
         "store",
         "background",
+        "background_options",
+        "prompt_cache_options",
         "include",
         "truncation",
         "max_tool_calls",
@@ -103,6 +146,7 @@ def responses_request_to_chat(
     _map_tools(body, tools, chat, context, warnings)
     _map_text(body.get("text"), chat)
     _map_sampling(body, chat)
+    _map_prompt_cache_options(body.get("prompt_cache_options"), chat, warnings)
     if config.reasoning_effort is not None:
         chat["reasoning_effort"] = config.reasoning_effort
     warnings += config.warnings()
@@ -112,8 +156,13 @@ def responses_request_to_chat(
         chat["stream_options"] = {"include_usage": True}
     if body.get("prompt") is not None:
         warnings.append("ignored prompt: a chat upstream cannot expand stored prompt templates")
+    if body.get("context_management") is not None:
+        warnings.append(
+            "ignored context_management: llmitm compacts only on request (responses.compact "
+            "or a compaction_trigger item), not at a token threshold"
+        )
     for key in body:
-        if key not in _CONSUMED_FIELDS and key != "prompt":
+        if key not in _CONSUMED_FIELDS and key not in ("prompt", "context_management"):
             warnings.append(f"ignored {key}: the Chat Completions API has no equivalent")
     return MappedRequest(body=chat, context=context, warnings=warnings)
 
@@ -496,6 +545,26 @@ def _map_text(text: Any, chat: dict[str, Any]) -> None:
         chat["verbosity"] = text["verbosity"]
 
 
+def _map_prompt_cache_options(options: Any, chat: dict[str, Any], warnings: list[str]) -> None:
+    """Keep what chat's ``prompt_cache_options`` has; name what it has not."""
+    if not isinstance(options, dict):
+        return
+    kept = {key: options[key] for key in ("mode",) if key in options}
+    if options.get("ttl") in _CHAT_CACHE_TTLS:
+        kept["ttl"] = options["ttl"]
+    dropped = sorted(key for key in options if key not in kept)
+    if dropped:
+        warnings.append(
+            f"dropped prompt_cache_options {', '.join(dropped)}: not available on the "
+            "Chat Completions API"
+        )
+    if kept:
+        chat["prompt_cache_options"] = kept
+
+
+_CHAT_CACHE_TTLS = frozenset({"30m"})
+
+
 def _map_sampling(body: dict[str, Any], chat: dict[str, Any]) -> None:
     if body.get("max_output_tokens") is not None:
         chat["max_completion_tokens"] = body["max_output_tokens"]
@@ -508,7 +577,9 @@ def _map_sampling(body: dict[str, Any], chat: dict[str, Any]) -> None:
     include = body.get("include")
     top_logprobs = body.get("top_logprobs")
     wants_logprobs = isinstance(include, list) and LOGPROBS_INCLUDE in include
-    if wants_logprobs or (isinstance(top_logprobs, int) and top_logprobs > 0):
+    if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int):
+        top_logprobs = None  # not a count: nothing to forward
+    if wants_logprobs or (top_logprobs is not None and top_logprobs > 0):
         chat["logprobs"] = True
-        if isinstance(top_logprobs, int):
+        if top_logprobs is not None:
             chat["top_logprobs"] = top_logprobs

@@ -7,6 +7,22 @@ sees twice — renders reasoning as the configured :data:`ReasoningMode`, takes 
 reason from the terminal event, adds the usage chunk only when the client asked for it, and
 ends with ``[DONE]``. A failure (``response.failed``, ``error``, or an upstream that stops
 without a terminal event) becomes an error chunk, which openai-python raises as ``APIError``.
+
+Every event type of the Responses stream is decided here, in :data:`TRANSLATED_EVENTS` or
+:data:`DROPPED_EVENTS`; a type in neither (one newer than this module) is ignored too.
+
+- Text, refusal, reasoning (summary and raw text, in the configured rendering) and
+  function/custom tool call deltas become the matching chat deltas. Their ``*.done`` events
+  repeat what the deltas said, so they count only for an item that streamed no delta at all
+  (some servers send text only there).
+- Lifecycle events (``created``, ``in_progress``, ``queued``) only start the stream; part
+  boundaries (``content_part.*``, ``reasoning_summary_part.*``) need no chunk of their own: a
+  new summary part is separated by a blank line in front of its first delta.
+- ``output_text.annotation.added`` is dropped: a chunk has no annotations field, and citation
+  offsets into one Responses text part would be wrong in the concatenated chat content.
+- Hosted tool progress (web/file search, code interpreter, image generation, MCP, shell,
+  compaction) and audio are dropped: a chat client can neither run nor show those items, and
+  the model's answer about them arrives as ordinary text.
 """
 
 from __future__ import annotations
@@ -66,6 +82,8 @@ class ResponsesToChatStream:
         # Whether the current message or reasoning item sent deltas; some servers put text
         # only in the *.done events, and it must not be lost.
         self._item_streamed = False
+        # Whether a *.done event supplied the current item's text (it streamed no delta).
+        self._item_done_sent = False
         self._content_prefix = b""
         self._content_suffix = b""
         self._summary_key: tuple[Any, Any] | None = None
@@ -188,11 +206,14 @@ class ResponsesToChatStream:
     # -- reasoning ----------------------------------------------------------------------
 
     def _reasoning_delta(self, event: dict[str, Any], out: list[Frame]) -> None:
+        self._item_streamed = True
+        self._reasoning(event, event.get("delta") or "", out)
+
+    def _reasoning(self, event: dict[str, Any], text: str, out: list[Frame]) -> None:
+        """Render one piece of reasoning; ``event`` names its item and part."""
         mode = self._reasoning_mode
         if mode == "drop":
             return
-        self._item_streamed = True
-        text = event.get("delta") or ""
         key = (event.get("item_id"), event.get("summary_index", event.get("content_index")))
         if self._reasoning_started and key != self._summary_key:
             text = PART_SEPARATOR + text
@@ -224,6 +245,7 @@ class ResponsesToChatStream:
             self._open_call(item, out)
         else:
             self._item_streamed = False
+            self._item_done_sent = False
 
     def _open_call(self, item: dict[str, Any], out: list[Frame]) -> _Call:
         self._end_reasoning(out)
@@ -268,13 +290,50 @@ class ResponsesToChatStream:
             delta = fragment if call.sent_arguments else '{"input":"' + fragment
         out.append(self._arguments(call, delta))
 
+    def _arguments_done(self, event: dict[str, Any], out: list[Frame]) -> None:
+        """The whole arguments (or custom input): sent only when no delta carried them."""
+        call = self._calls.get(_event_key(event))
+        if call is None or call.closed:
+            return
+        if call.custom:
+            self._close_custom(call, event.get("input"), out)
+        elif not call.sent_arguments:
+            arguments = event.get("arguments")
+            if isinstance(arguments, str) and arguments:
+                out.append(self._arguments(call, arguments))
+
+    def _close_custom(self, call: _Call, tool_input: Any, out: list[Frame]) -> None:
+        """End a custom call's JSON arguments, from ``tool_input`` if nothing streamed."""
+        if call.sent_arguments:
+            out.append(self._arguments(call, '"}'))
+        else:
+            text = tool_input if isinstance(tool_input, str) else ""
+            out.append(self._arguments(call, orjson.dumps({"input": text}).decode()))
+        call.closed = True
+
+    def _text_done(self, event: dict[str, Any], out: list[Frame]) -> None:
+        """A text, refusal or reasoning ``*.done``: its text, when the item streamed none."""
+        if self._item_streamed:
+            return
+        event_type = event.get("type")
+        text = event.get("refusal" if event_type == "response.refusal.done" else "text")
+        if not isinstance(text, str) or not text:
+            return
+        self._item_done_sent = True
+        if event_type in ("response.output_text.done", "response.refusal.done"):
+            self._end_reasoning(out)
+            field = "content" if event_type == "response.output_text.done" else "refusal"
+            out.append(self._chunk({field: text}))
+        else:
+            self._reasoning(event, text, out)
+
     def _item_done(self, event: dict[str, Any], out: list[Frame]) -> None:
         item = event.get("item")
         if not isinstance(item, dict):
             return
         item_type = item.get("type")
         if item_type in ("message", "reasoning"):
-            if not self._item_streamed:
+            if not (self._item_streamed or self._item_done_sent):
                 self._unstreamed_item(item, out)
             return
         if item_type not in ("function_call", "custom_tool_call"):
@@ -283,12 +342,10 @@ class ResponsesToChatStream:
         if call is None:
             # A provider that skipped output_item.added: send the whole call now.
             call = self._open_call(item, out)
+        if call.closed:
+            return
         if call.custom:
-            if call.sent_arguments:
-                out.append(self._arguments(call, '"}'))
-            else:
-                tool_input = item.get("input") or ""
-                out.append(self._arguments(call, orjson.dumps({"input": tool_input}).decode()))
+            self._close_custom(call, item.get("input"), out)
         elif not call.sent_arguments:
             arguments = item.get("arguments") or ""
             if arguments:
@@ -302,9 +359,7 @@ class ResponsesToChatStream:
             texts = [p.get("text") for p in item.get("summary") or [] if isinstance(p, dict)]
             texts += [p.get("text") for p in item.get("content") or [] if isinstance(p, dict)]
             for index, text in enumerate(t for t in texts if isinstance(t, str) and t):
-                self._reasoning_delta(
-                    {"item_id": item_id, "summary_index": index, "delta": text}, out
-                )
+                self._reasoning({"item_id": item_id, "summary_index": index}, text, out)
             return
         for part in item.get("content") or []:
             if not isinstance(part, dict):
@@ -390,12 +445,73 @@ _HANDLERS = {
     "response.reasoning_summary_text.delta": ResponsesToChatStream._reasoning_delta,
     "response.reasoning_text.delta": ResponsesToChatStream._reasoning_delta,
     "response.refusal.delta": _refusal_delta,
+    "response.output_text.done": ResponsesToChatStream._text_done,
+    "response.refusal.done": ResponsesToChatStream._text_done,
+    "response.reasoning_summary_text.done": ResponsesToChatStream._text_done,
+    "response.reasoning_text.done": ResponsesToChatStream._text_done,
     "response.output_item.added": ResponsesToChatStream._item_added,
     "response.function_call_arguments.delta": ResponsesToChatStream._arguments_delta,
     "response.custom_tool_call_input.delta": ResponsesToChatStream._arguments_delta,
+    "response.function_call_arguments.done": ResponsesToChatStream._arguments_done,
+    "response.custom_tool_call_input.done": ResponsesToChatStream._arguments_done,
     "response.output_item.done": ResponsesToChatStream._item_done,
     "response.completed": ResponsesToChatStream._terminal,
     "response.incomplete": ResponsesToChatStream._terminal,
     "response.failed": ResponsesToChatStream._failed,
     "error": ResponsesToChatStream._error_event,
 }
+
+TRANSLATED_EVENTS: Final = frozenset({"response.output_text.delta", *_HANDLERS})
+"""Event types that produce chunks (``output_text.delta`` has its own hot path in feed)."""
+
+DROPPED_EVENTS: Final = frozenset(
+    {
+        # Lifecycle: the first event of any kind starts the stream (role chunk).
+        "response.created",
+        "response.in_progress",
+        "response.queued",
+        # Part boundaries: a chat message is one text, parts are separated in _reasoning.
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        # No field in a chunk, and offsets would not survive the concatenation.
+        "response.output_text.annotation.added",
+        # Audio output: a translated chat request asks for text only.
+        "response.audio.delta",
+        "response.audio.done",
+        "response.audio.transcript.delta",
+        "response.audio.transcript.done",
+        # Hosted tools ran (or would run) on the server: nothing for a chat client to do.
+        "response.code_interpreter_call_code.delta",
+        "response.code_interpreter_call_code.done",
+        "response.code_interpreter_call.completed",
+        "response.code_interpreter_call.in_progress",
+        "response.code_interpreter_call.interpreting",
+        "response.file_search_call.completed",
+        "response.file_search_call.in_progress",
+        "response.file_search_call.searching",
+        "response.web_search_call.completed",
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
+        "response.image_generation_call.completed",
+        "response.image_generation_call.generating",
+        "response.image_generation_call.in_progress",
+        "response.image_generation_call.partial_image",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.completed",
+        "response.mcp_call.failed",
+        "response.mcp_call.in_progress",
+        "response.mcp_list_tools.completed",
+        "response.mcp_list_tools.failed",
+        "response.mcp_list_tools.in_progress",
+        "response.shell_call_command.added",
+        "response.shell_call_command.delta",
+        "response.shell_call_command.done",
+        "response.shell_call_output_content.delta",
+        "response.shell_call_output_content.done",
+        "response.compaction.compacting",
+    }
+)
+"""Event types ignored on purpose (see the module docstring for why)."""

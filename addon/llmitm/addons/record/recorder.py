@@ -25,8 +25,8 @@ from llmitm.addons.record.options import RecordSettings, read_settings
 from llmitm.addons.record.recordings import write_folder, write_report
 from llmitm.addons.record.replay import Replayer, answer_offline
 from llmitm.addons.relay import LlmRelay
-from llmitm.addons.router import STATUS_PATH
 from llmitm.addons.state import SOCKET_KEY, set_mint
+from llmitm.addons.status import STATUS_PATH
 from llmitm.addons.store import LlmStore
 from llmitm.replay.capture import ReplayReport
 from llmitm.replay.ci_guard import record_refusal

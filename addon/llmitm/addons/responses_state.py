@@ -1,0 +1,139 @@
+"""The state the local Responses API's addons share (:class:`ResponsesState`), and the
+few ways they answer a flow themselves.
+
+One :class:`ResponsesState` per proxy holds the store (or, without one, memory), the
+reasoning seal, the credential fingerprint key, the live background runs and the native ids
+this process saw minted. Its options (``llmitm_responses_store``, ``llmitm_responses_ttl``)
+are set by :class:`~llmitm.addons.responses_api.LlmResponsesApi`'s ``configure``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import orjson
+from mitmproxy import http
+
+from llmitm.addons.relay import LlmRelay
+from llmitm.addons.settings import LlmitmSettings
+from llmitm.addons.state import flow_mint
+from llmitm.addons.store import LlmStore
+from llmitm.relay.client import UpstreamRequest, send
+from llmitm.relay.frames import FramesJob
+from llmitm.responses_api.answers import LocalAnswer
+from llmitm.responses_api.background import BackgroundRun
+from llmitm.responses_api.scope import creator, reader_credential
+from llmitm.responses_api.seal import ReasoningSeal
+from llmitm.routing.affinity import TtlLru
+from llmitm.store.api import Write
+from llmitm.store.memory_responses import MemoryResponses
+from llmitm.store.responses import (
+    ResponseOwner,
+    ResponseReader,
+    ResponseSaved,
+    ResponsesPurged,
+    StoredResponse,
+)
+from llmitm.wire.ids import IdFactory, random_id
+
+
+class ResponsesState:
+    """What the Responses addons share: the store, the seal, the live background runs."""
+
+    def __init__(self, settings: LlmitmSettings, store: LlmStore, relay: LlmRelay) -> None:
+        self.settings = settings
+        self.store = store
+        self.relay = relay
+        self.runs: dict[str, BackgroundRun] = {}
+        self.owners: TtlLru[str, ResponseOwner] = TtlLru(100_000, 24 * 3600.0)
+        """Native ids this process saw minted → endpoint and creator, for synchronous
+        lookups (the store has them all, for as long as the TTL option says)."""
+        self.memory = MemoryResponses()
+        self.store_default = True
+        """``llmitm_responses_store``: store a create call that does not say."""
+        self.ttl = 0
+        """``llmitm_responses_ttl``: seconds a stored response is kept (0: until deleted)."""
+        self._seal: ReasoningSeal | None = None
+        self._fingerprint_key: bytes | None = None
+        self._purged = False
+
+    async def reader(self) -> ResponseReader:
+        """The store's Responses state, or the in-memory one when llmitm keeps no store."""
+        store = await self.store.ready()
+        if not self._purged:
+            self._purged = True
+            self.submit(ResponsesPurged(time.time()))
+        return store if isinstance(store, ResponseReader) else self.memory
+
+    def submit(self, write: Write) -> None:
+        """Hand a write to the store's queue (never awaited), or apply it in memory."""
+        if isinstance(self.store.store, ResponseReader):
+            self.store.submit(write)
+        else:
+            self.memory.apply(write)
+
+    async def seal(self) -> ReasoningSeal:
+        if self._seal is None:
+            key = await (await self.reader()).seal_key()
+            # Without a store the key lives as long as the process: tokens then only carry
+            # reasoning within one run, which is all a store-less proxy can promise.
+            self._seal = ReasoningSeal(key)
+        return self._seal
+
+    async def creator(self, flow: http.HTTPFlow) -> str:
+        """Who ``flow``'s request is, as stored with what it creates (a fingerprint)."""
+        if self._fingerprint_key is None:
+            key = await (await self.reader()).fingerprint_key()
+            # Without a store the key lives as long as the process, as its state does.
+            self._fingerprint_key = key or secrets.token_bytes(32)
+        return creator(flow.request.headers.items(multi=True), self._fingerprint_key)
+
+    def credential(self, created_by: str) -> str | None:
+        """The credential a request by ``created_by`` reads stored state with."""
+        return reader_credential(self.settings.config.settings.responses_scope, created_by)
+
+    def expires_at(self, now: float) -> float | None:
+        return now + self.ttl if self.ttl > 0 else None
+
+    def known_owner(self, response_id: str) -> ResponseOwner | None:
+        """The native endpoint known to own ``response_id``, and for whom it minted it."""
+        return self.owners.get(response_id, time.monotonic())
+
+    def save(self, record: StoredResponse) -> None:
+        self.submit(ResponseSaved(record))
+
+
+def answer(flow: http.HTTPFlow, local: LocalAnswer) -> None:
+    """Answer the client with ``local``; the request goes nowhere."""
+    flow.response = http.Response.make(
+        local.status,
+        orjson.dumps(local.body),
+        {"content-type": "application/json", **local.headers},
+    )
+
+
+async def point_at_relay(flow: http.HTTPFlow, relay: LlmRelay, job: FramesJob) -> None:
+    """Stream ``job`` to the client: mitmproxy cannot stream a body an addon makes, so the
+    flow goes to the relay, which serves the job."""
+    server = await relay.ready()
+    flow.request.method = "GET"
+    flow.request.content = b""
+    relay.point(flow, server.register(job))
+
+
+async def open_upstream(upstream: UpstreamRequest, relay: LlmRelay) -> Any:
+    """Send a call no flow carries (a background run's) with the relay's TLS settings."""
+    server = relay.server
+    return await send(
+        upstream,
+        tls_context=server.tls_context if server is not None else None,
+        connect_timeout=server.connect_timeout if server is not None else 30.0,
+    )
+
+
+def flow_ids(flow: http.HTTPFlow) -> IdFactory:
+    """The flow's id source: its mint when it is recorded or replayed."""
+    mint = flow_mint(flow)
+    return random_id if mint is None else mint.id
