@@ -8,7 +8,10 @@ from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
+from llmitm.addons.health import LlmHealth
 from llmitm.addons.listenfile import ListenFile
+from llmitm.addons.metrics import LlmMetrics, LlmMetricsEndpoint
+from llmitm.addons.models import LlmModels, LlmUnmatched
 from llmitm.addons.namespace import LlmNamespace
 from llmitm.addons.patches import LlmPatches
 from llmitm.addons.record import LlmFlowRecorder, LlmRecordingsLoad, LlmRecordTap
@@ -22,6 +25,7 @@ from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.stall import LlmStallWatch
 from llmitm.addons.status import LlmStatus
 from llmitm.addons.store import LlmStore
+from llmitm.addons.traces import LlmTraces
 from llmitm.addons.usage import LlmUsage
 from llmitm.addons.websocket import LlmWebSocket
 
@@ -40,6 +44,10 @@ def make_addons() -> list[object]:
     # LlmEgressGuard, after the router, what LLM call nothing in llmitm took.
     egress = LlmEgress(settings, relay)
     router = LlmRouter(settings, relay)
+    # LlmMetrics measures calls as they end, after the translator; its scrape (like the model
+    # list and the health answers) is served before the recorder or egress takes the path
+    # for a foreign one.
+    metrics = LlmMetrics(router, recorder)
     # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
     # a non-streamed body before LlmResponses translates it; LlmResponsesStateWriter stores the
@@ -53,8 +61,11 @@ def make_addons() -> list[object]:
         LlmPatches(),  # checks once that the mitmproxy internals llmitm patches are there
         LlmNamespace(),  # answers --transparent's DNS; re-addresses its flows by Host header
         settings,
+        LlmHealth(settings, store, relay),  # before access: a probe carries no client key
         LlmAccess(settings),  # refuses browsers, non-JSON calls and missing client keys
         LlmWebSocket(relay),
+        LlmModels(settings),
+        LlmMetricsEndpoint(metrics),
         egress,
         recorder,
         LlmResponsesApi(state),
@@ -64,6 +75,7 @@ def make_addons() -> list[object]:
         LlmRecordingsLoad(recorder),  # replay pools, once the store is open
         LlmStatus(router, relay),  # the status route, on llmitm's own address
         router,
+        LlmUnmatched(settings),  # unmatched = "reject": what the router left alone
         LlmAccessStrip(settings),  # a client key never goes upstream
         LlmEgressGuard(egress),
         LlmUsage(store),
@@ -74,6 +86,8 @@ def make_addons() -> list[object]:
         LlmBackground(state),
         LlmRecordTap(recorder),  # before the console, which wraps what it finds
         LlmConsole(),  # after LlmResponses: it taps the stream callable installed there
+        metrics,
+        LlmTraces(metrics),  # spans from the facts metrics took (the otel extra, optional)
         LlmContentview(),
         ListenFile(),
     ]

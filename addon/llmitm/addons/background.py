@@ -31,7 +31,7 @@ from llmitm.responses_api import answers, takeover
 from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.create import CreateCall
-from llmitm.store.responses import ResponseEvents
+from llmitm.responses_api.records import ResponseEvents
 
 
 class LlmBackground:

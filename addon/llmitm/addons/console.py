@@ -30,6 +30,7 @@ from rich.console import Group
 
 from llmitm.addons.choices import check_choices
 from llmitm.addons.patches.console_ui import front_end, redirect_output
+from llmitm.addons.record import recording_id
 from llmitm.addons.responses import FACTS_KEY
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.addons.streams import flow_stream
@@ -43,8 +44,6 @@ from llmitm.wire.paths import classify_path
 logger = logging.getLogger(__name__)
 
 MODES = ("auto", "live", "lines", "off")
-RECORDING_KEY = "llmitm.recording"
-"""Where the recorder (issue 6) leaves a flow's recording id for the summary line."""
 MIN_INTERVAL_S = 0.25
 MAX_INTERVAL_S = 2.0
 DRAW_BUDGET = 0.003
@@ -262,7 +261,7 @@ class LlmConsole:
             ok=True,
             duration=None,
             attempts=attempts if isinstance(attempts, int) else 1,
-            recorded=flow.metadata.get(RECORDING_KEY),
+            recorded=recording_id(flow),
         )
         end = (response.timestamp_end if response else None) or _now()
         summary.duration = max(0.0, end - info.started)

@@ -30,9 +30,16 @@ writes the folder at shutdown.
 
 from __future__ import annotations
 
-from llmitm.addons.record.flows import Capture, replay_hit
+from llmitm.addons.record.flows import Capture, recording_id, replay_hit
 from llmitm.addons.record.recorder import LlmFlowRecorder
 from llmitm.addons.record.recordings import LlmRecordingsLoad
 from llmitm.addons.record.tap import LlmRecordTap
 
-__all__ = ["Capture", "LlmFlowRecorder", "LlmRecordTap", "LlmRecordingsLoad", "replay_hit"]
+__all__ = [
+    "Capture",
+    "LlmFlowRecorder",
+    "LlmRecordTap",
+    "LlmRecordingsLoad",
+    "recording_id",
+    "replay_hit",
+]

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from mitmproxy import http
 
-from llmitm.exchange.tap import StreamTap
 from llmitm.replay.keys import MatchKey
 from llmitm.replay.model import Message
 from llmitm.replay.pool import Hit
+from llmitm.replay.tap import StreamTap
 
 
 def now_us() -> int:
@@ -49,6 +49,8 @@ class Capture:
     """The client's request body held nothing to redact (a translated answer echoes it)."""
     credential: str | None = None
     """The fingerprint of the credential the client sent."""
+    recorded: str | None = None
+    """The id of the interaction recorded from this flow, once it is."""
 
 
 # Per-flow state lives beside the flow, not in flow.metadata: mitmproxy serialises metadata
@@ -70,6 +72,14 @@ def replay_hit(flow: http.HTTPFlow) -> bool:
     :class:`~llmitm.addons.record.tap.LlmRecordTap`, after the router)."""
     capture = _CAPTURES.get(flow)
     return capture is not None and capture.hit is not None
+
+
+def recording_id(flow: http.HTTPFlow) -> str | None:
+    """The id of the interaction recorded from ``flow`` (``None``: not recorded, or not yet:
+    it is recorded in :class:`~llmitm.addons.record.tap.LlmRecordTap`'s ``response`` or
+    ``error`` hook)."""
+    capture = _CAPTURES.get(flow)
+    return None if capture is None else capture.recorded
 
 
 def answer(

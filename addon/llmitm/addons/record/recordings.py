@@ -25,6 +25,7 @@ from llmitm.replay.model import Interaction
 from llmitm.replay.pool import ReplayPool
 from llmitm.replay.rekey import rekey
 from llmitm.store import SqliteStore
+from llmitm.store import folder as folder_files
 
 logger = logging.getLogger(__package__)
 
@@ -85,7 +86,7 @@ class LlmRecordingsLoad:
             if settings.recordings:
                 path = Path(settings.recordings).expanduser()
                 if path.exists() or settings.mode == "replay":
-                    interactions = folder_format.read_folder(path)
+                    interactions = folder_files.read_folder(path)
                 report.source = str(path)
             else:
                 store = await recorder.store.ready()
@@ -126,7 +127,7 @@ def write_folder(
     existing: list[Interaction] = []
     if (path / folder_format.MANIFEST).is_file():
         try:
-            existing = folder_format.read_folder(path)
+            existing = folder_files.read_folder(path)
         except folder_format.FolderError as exc:
             logger.error("llmitm: not writing %s: %s", path, exc)
             return
@@ -138,7 +139,7 @@ def write_folder(
     fresh = sorted(recorded, key=lambda i: (i.started_us, i.id))
     for order, interaction in enumerate(fresh):
         interaction.started_us = base + order
-    written = folder_format.write_folder(
+    written = folder_files.write_folder(
         path,
         [*kept, *fresh],
         {"profile": key_options.profile, "ignore": list(key_options.ignore)},

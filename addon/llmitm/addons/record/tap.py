@@ -21,10 +21,10 @@ from llmitm.addons.record.compactor import TapCompactor
 from llmitm.addons.record.flows import Capture, capture_of, fields
 from llmitm.addons.state import FlowState, flow_mint, flow_state
 from llmitm.addons.streams import flow_stream
-from llmitm.exchange.tap import StreamTap, pieces
 from llmitm.replay.capture import ClientResponse, FlowEnd, build_interaction, relayed_request
 from llmitm.replay.model import Message
 from llmitm.replay.redact import redact_headers, redact_url
+from llmitm.replay.tap import StreamTap, pieces
 
 if TYPE_CHECKING:
     from llmitm.addons.record.recorder import LlmFlowRecorder
@@ -98,6 +98,7 @@ class LlmRecordTap:
         except Exception:
             logger.exception("llmitm: cannot record %s", flow.request.pretty_url)
             return
+        capture.recorded = interaction.id
         recorder.finished(interaction)
 
 
