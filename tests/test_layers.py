@@ -29,6 +29,8 @@ LAYERS: dict[str, int] = {
     # one exchange (request, response, stream) and the console's views of one
     "exchange": 3,
     "view": 3,
+    # what the proxy reports of its calls: metrics, readiness, trace spans
+    "observe": 3,
     # record/replay, then the local Responses API (which fingerprints like replay does)
     "replay": 4,
     "responses_api": 5,
