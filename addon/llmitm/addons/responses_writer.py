@@ -3,7 +3,8 @@ its id and stores the finished one (:class:`LlmResponsesStateWriter`).
 
 Once the router has planned a create call, a translated response gets the id of its
 ``response.created``, its terminal event, ``GET`` and the chain; in ``response`` the final
-Response object is stored (or, for a native endpoint, who owns the id it minted). A
+Response object is stored (or, for a native endpoint, who owns the id it minted — unless
+the endpoint's ``state`` is emulated: then its own Response is stored under its id). A
 ``background`` call is taken over just after, by :mod:`llmitm.addons.background`.
 """
 
@@ -24,6 +25,7 @@ from llmitm.addons.streams import flow_stream, stream_outcome
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.responses_api.create import CreateCall
 from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
+from llmitm.responses_api.stateless import stored_native_response
 from llmitm.store.responses import ResponseOwned, ResponseOwner, StoredResponse
 from llmitm.wire.ids import Mint
 from llmitm.wire.sse import SSEDecoder
@@ -75,11 +77,14 @@ class LlmResponsesStateWriter:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         create = flow.metadata.get(RESPONSES_CREATE_KEY)
         response = flow.response
-        if not isinstance(create, CreateCall) or response is None or response.stream is not True:
+        if not isinstance(create, CreateCall) or response is None or not response.stream:
             return
-        if create.response_id is not None and create.store and not create.background:
-            # A translated create streamed as is: a replayed hit paced through the relay. No
-            # translator holds its final Response, so keep its bytes to store it at the end.
+        translated = create.response_id is not None and not create.background
+        as_is = response.stream is True
+        if create.store and ((translated and as_is) or self._emulated(flow, create)):
+            # A translated create streamed as is (a replayed hit paced through the relay), or
+            # a native server's stream whose state llmitm keeps: no translator holds its
+            # final Response, so keep its bytes to store it at the end.
             stream = flow_stream(flow)
             if stream is not None:
                 _KEPT[flow] = kept = []
@@ -92,7 +97,10 @@ class LlmResponsesStateWriter:
             return
         create.native_endpoint = create.native_endpoint or _native_winner(flow)
         try:
-            if create.native_endpoint is not None:
+            if self._emulated(flow, create):
+                if create.store:
+                    self._store(flow, create, native=True)
+            elif create.native_endpoint is not None:
                 self._remember_owner(flow, create)
             elif create.response_id is not None and create.store and not create.background:
                 self._store(flow, create)
@@ -100,9 +108,22 @@ class LlmResponsesStateWriter:
             logger.exception("llmitm: failed to store the response of %s", flow.request.url)
         _KEPT.pop(flow, None)
 
-    def _store(self, flow: http.HTTPFlow, create: CreateCall) -> None:
-        final = final_response(flow)
-        if final is None or final.get("id") != create.response_id:
+    def _emulated(self, flow: http.HTTPFlow, create: CreateCall) -> bool:
+        """Whether a native endpoint answers the call and llmitm keeps its state."""
+        name = create.native_endpoint or _native_winner(flow)
+        endpoint = self.state.settings.config.endpoints.get(name) if name else None
+        return endpoint is not None and endpoint.emulates_state
+
+    def _store(self, flow: http.HTTPFlow, create: CreateCall, *, native: bool = False) -> None:
+        final = final_response(flow, native=native)
+        if final is None:
+            return
+        if native:
+            # The server's own id names it; the fields it was not sent are the client's.
+            if not isinstance(final.get("id"), str) or not final["id"]:
+                return
+            final = stored_native_response(final, create.previous_response_id)
+        elif final.get("id") != create.response_id:
             return
         now = time.time()
         self.state.save(
@@ -144,15 +165,15 @@ _KEPT: weakref.WeakKeyDictionary[http.HTTPFlow, list[bytes]] = weakref.WeakKeyDi
 """The chunks of a stream relayed as it is whose final Response is to be stored."""
 
 
-def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
+def final_response(flow: http.HTTPFlow, *, native: bool = False) -> dict[str, Any] | None:
     """The Response object the client got: the stream translator's terminal one, or the
-    translated body."""
+    translated body (``native``: the server's own, whatever guards its stream)."""
     response = flow.response
     if response is None:
         return None
     stream = response.stream
     kept = _KEPT.pop(flow, None)
-    if isinstance(stream, StreamRewriter) and not stream.relays_as_is:
+    if isinstance(stream, StreamRewriter) and not stream.relays_as_is and not native:
         return stream.outcome().final_response
     if response.status_code >= 400:
         return None

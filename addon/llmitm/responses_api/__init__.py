@@ -1,6 +1,7 @@
 """The local Responses API: OpenAI's server state (``store``, ``previous_response_id``,
 retrieve, delete, ``input_items``, ``background``, cancel, stream resume, reasoning
-continuity) for Responses clients whose endpoint only speaks Chat Completions.
+continuity) for Responses clients whose endpoint only speaks Chat Completions, or speaks
+Responses but keeps no state.
 
 Sans-IO like the translators: dicts and records in, answers and writes out. The store is
 reached only through :class:`llmitm.store.responses.ResponseReader` (reads) and ``submit``
@@ -13,6 +14,8 @@ calls and create preparation), ``responses_writer`` (ids and what is stored) and
   the native endpoint that owns an id;
 - :mod:`.create`: a create call before routing (references resolved, chain inlined,
   sealed reasoning restored) and what is remembered about it;
+- :mod:`.stateless`: the stateless request a native Responses server gets when llmitm keeps
+  its state (an endpoint's ``state = "emulate"``);
 - :mod:`.items`: input items with ids, the ``input_items`` list page;
 - :mod:`.chain`: a stored ancestor chain → the conversation the next request continues;
 - :mod:`.answers`: OpenAI's bodies and errors for retrieve, delete, list and cancel;
