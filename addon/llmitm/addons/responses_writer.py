@@ -23,9 +23,11 @@ from llmitm.addons.responses_state import ResponsesState, flow_ids
 from llmitm.addons.state import RESPONSES_CREATE_KEY, flow_mint, flow_state
 from llmitm.addons.streams import flow_stream, stream_outcome
 from llmitm.exchange.stream import StreamRewriter
+from llmitm.responses_api.conversations import turn_items
 from llmitm.responses_api.create import CreateCall
 from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
 from llmitm.responses_api.stateless import stored_native_response
+from llmitm.store.conversations import ConversationItemsAdded
 from llmitm.store.responses import ResponseOwned, ResponseOwner, StoredResponse
 from llmitm.wire.ids import Mint
 from llmitm.wire.sse import SSEDecoder
@@ -72,6 +74,8 @@ class LlmResponsesStateWriter:
             if create.previous_response_id is not None:
                 context.echo["previous_response_id"] = create.previous_response_id
             context.echo["store"] = create.store
+            if create.conversation_id is not None:
+                context.echo["conversation"] = {"id": create.conversation_id}
             context.seal_reasoning = sealing
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -79,12 +83,12 @@ class LlmResponsesStateWriter:
         response = flow.response
         if not isinstance(create, CreateCall) or response is None or not response.stream:
             return
-        translated = create.response_id is not None and not create.background
-        as_is = response.stream is True
-        if create.store and ((translated and as_is) or self._emulated(flow, create)):
-            # A translated create streamed as is (a replayed hit paced through the relay), or
-            # a native server's stream whose state llmitm keeps: no translator holds its
-            # final Response, so keep its bytes to store it at the end.
+        native = self._native(flow, create)
+        keeps = self._stores(create, native) or create.conversation_id is not None
+        # A translated create streamed as is (a replayed hit paced through the relay), or a
+        # native server's stream: no translator holds its final Response, so keep its
+        # bytes to store it (or its conversation's items) at the end.
+        if keeps and (response.stream is True or native is not None):
             stream = flow_stream(flow)
             if stream is not None:
                 _KEPT[flow] = kept = []
@@ -96,25 +100,40 @@ class LlmResponsesStateWriter:
         if not isinstance(create, CreateCall) or response is None:
             return
         create.native_endpoint = create.native_endpoint or _native_winner(flow)
+        native = self._native(flow, create)
         try:
-            if self._emulated(flow, create):
-                if create.store:
-                    self._store(flow, create, native=True)
-            elif create.native_endpoint is not None:
+            if native is False:
                 self._remember_owner(flow, create)
-            elif create.response_id is not None and create.store and not create.background:
-                self._store(flow, create)
+            stores = self._stores(create, native)
+            if stores or (create.conversation_id is not None and self._finishes(create, native)):
+                self._keep(flow, create, native=native is not None, store=stores)
         except Exception:  # storing must never cost the client its answer
             logger.exception("llmitm: failed to store the response of %s", flow.request.url)
         _KEPT.pop(flow, None)
 
-    def _emulated(self, flow: http.HTTPFlow, create: CreateCall) -> bool:
-        """Whether a native endpoint answers the call and llmitm keeps its state."""
+    def _native(self, flow: http.HTTPFlow, create: CreateCall) -> bool | None:
+        """``None``: llmitm translated the call; else whether the native endpoint that
+        answers it has its state kept by llmitm (``state`` emulated)."""
         name = create.native_endpoint or _native_winner(flow)
-        endpoint = self.state.settings.config.endpoints.get(name) if name else None
+        if name is None:
+            return None
+        endpoint = self.state.settings.config.endpoints.get(name)
         return endpoint is not None and endpoint.emulates_state
 
-    def _store(self, flow: http.HTTPFlow, create: CreateCall, *, native: bool = False) -> None:
+    @staticmethod
+    def _finishes(create: CreateCall, native: bool | None) -> bool:
+        """Whether this flow carries the call's final Response: not a background call
+        llmitm runs itself, nor one a native server runs on (an emulated server was sent it
+        without ``background``, so it answers in the request)."""
+        if native is None:
+            return create.response_id is not None and not create.background
+        return native or not create.background
+
+    def _stores(self, create: CreateCall, native: bool | None) -> bool:
+        """Whether llmitm stores the flow's final Response (not a server that keeps its own)."""
+        return create.store and native is not False and self._finishes(create, native)
+
+    def _keep(self, flow: http.HTTPFlow, create: CreateCall, *, native: bool, store: bool) -> None:
         final = final_response(flow, native=native)
         if final is None:
             return
@@ -124,6 +143,12 @@ class LlmResponsesStateWriter:
                 return
             final = stored_native_response(final, create.previous_response_id)
         elif final.get("id") != create.response_id:
+            return
+        if create.conversation_id is not None:
+            final["conversation"] = {"id": create.conversation_id}
+            added = turn_items(create.turn_input, final)
+            self.state.submit(ConversationItemsAdded(create.conversation_id, added))
+        if not store:
             return
         now = time.time()
         self.state.save(
