@@ -92,8 +92,9 @@ async def test_agents_conversations_session_over_a_chat_backend(
     assert "kiwi" in second_sent[1][1] and second_sent[2][1] == str(first.final_output)
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 async def test_agents_runs_chained_by_conversation_id(
-    proxy: Proxy, stack: tuple[Proxy, Upstream]
+    proxy: Proxy, stack: tuple[Proxy, Upstream], streamed: bool
 ) -> None:
     """``conversation`` on ``responses.create``: llmitm puts the items before the input and
     appends the turn's input and output once it is answered."""
@@ -101,7 +102,12 @@ async def test_agents_runs_chained_by_conversation_id(
     try:
         created = await client.conversations.create(metadata={"topic": "fruit"})
         first = await Runner.run(agent(client), "Remember kiwi.", conversation_id=created.id)
-        await Runner.run(agent(client), "Which word?", conversation_id=created.id)
+        if streamed:
+            running = Runner.run_streamed(agent(client), "Which word?", conversation_id=created.id)
+            [_ async for _ in running.stream_events()]
+            assert running.is_complete
+        else:
+            await Runner.run(agent(client), "Which word?", conversation_id=created.id)
         page = await client.conversations.items.list(created.id, order="asc")
     finally:
         await client.close()

@@ -11,6 +11,14 @@ import pytest
 from openai.types.conversations import Conversation, ConversationDeletedResource
 from openai.types.conversations.conversation_item_list import ConversationItemList
 
+from llmitm.responses_api.conversation_records import (
+    ConversationDeleted,
+    ConversationItemDeleted,
+    ConversationItemsAdded,
+    ConversationReader,
+    ConversationSaved,
+    StoredConversation,
+)
 from llmitm.responses_api.conversations import (
     ConversationCall,
     answer_call,
@@ -20,14 +28,6 @@ from llmitm.responses_api.conversations import (
     turn_items,
 )
 from llmitm.store import SqliteStore
-from llmitm.store.conversations import (
-    ConversationDeleted,
-    ConversationItemDeleted,
-    ConversationItemsAdded,
-    ConversationReader,
-    ConversationSaved,
-    StoredConversation,
-)
 from llmitm.store.memory_conversations import MemoryConversations
 from llmitm.wire.ids import CountingIds
 

@@ -9,11 +9,12 @@ import orjson
 import pytest
 
 from llmitm.exchange.request import prepare_request
-from llmitm.responses_api.stateless import stateless_request, stored_native_response
+from llmitm.responses_api.stateless import stored_native_response
 from llmitm.routing.config import ConfigError, Endpoint, parse_config
 from llmitm.routing.plan import plan_for_endpoint
 from llmitm.translate.context import TranslateOptions
 from llmitm.translate.errors import TranslationError
+from llmitm.translate.stateless import stateless_request
 from llmitm.wire.ids import CountingIds, fixed_clock
 
 

@@ -19,7 +19,6 @@ from typing import Any, cast
 
 import orjson
 
-from llmitm.responses_api.stateless import stateless_request
 from llmitm.routing.config import Endpoint, Route
 from llmitm.routing.plan import Plan, plan_for_endpoint
 from llmitm.translate.context import TranslateOptions, TranslationContext
@@ -27,6 +26,7 @@ from llmitm.translate.errors import TranslationError
 from llmitm.translate.request_to_chat import responses_request_to_chat
 from llmitm.translate.request_to_responses import chat_request_to_responses
 from llmitm.translate.responses_compat import needs_rewrite, responses_request_for_compatible
+from llmitm.translate.stateless import stateless_request
 from llmitm.wire.paths import ApiName
 
 

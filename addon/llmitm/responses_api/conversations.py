@@ -25,16 +25,16 @@ from urllib.parse import parse_qsl
 import orjson
 
 from llmitm.responses_api.answers import LocalAnswer, error_answer, invalid
-from llmitm.responses_api.items import PageError, input_items, list_page
-from llmitm.store.api import Write
-from llmitm.store.conversations import (
+from llmitm.responses_api.conversation_records import (
     ConversationDeleted,
     ConversationItemDeleted,
     ConversationItemsAdded,
     ConversationReader,
     ConversationSaved,
+    ConversationWrite,
     StoredConversation,
 )
+from llmitm.responses_api.items import PageError, input_items, list_page
 from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import IdFactory
 
@@ -77,7 +77,7 @@ class ConversationCall:
 @dataclass(slots=True)
 class Outcome:
     answer: LocalAnswer
-    writes: list[Write] = field(default_factory=list)
+    writes: list[ConversationWrite] = field(default_factory=list)
 
 
 def conversation_call(method: str, path: str) -> ConversationCall | None:
@@ -149,7 +149,7 @@ def create(body: Any, *, ids: IdFactory, now: float, credential: str | None) -> 
     except BadRequest as bad:
         return Outcome(bad.answer)
     conversation = StoredConversation(ids("conv"), now, metadata, credential)
-    writes: list[Write] = [ConversationSaved(conversation)]
+    writes: list[ConversationWrite] = [ConversationSaved(conversation)]
     if items:
         writes.append(ConversationItemsAdded(conversation.id, tuple(items)))
     return Outcome(LocalAnswer(200, conversation_object(conversation)), writes)

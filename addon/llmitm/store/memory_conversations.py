@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from llmitm.store.conversations import (
+from llmitm.responses_api.conversation_records import (
     ConversationDeleted,
     ConversationItemDeleted,
     ConversationItemsAdded,
@@ -15,7 +15,7 @@ from llmitm.store.conversations import (
     ConversationSaved,
     StoredConversation,
 )
-from llmitm.store.responses import readable
+from llmitm.responses_api.records import readable
 
 
 class MemoryConversations(ConversationReader):

@@ -11,7 +11,7 @@ from typing import Any
 import aiosqlite
 import orjson
 
-from llmitm.store.conversations import (
+from llmitm.responses_api.conversation_records import (
     ConversationDeleted,
     ConversationItemDeleted,
     ConversationItemsAdded,

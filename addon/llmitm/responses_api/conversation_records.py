@@ -1,8 +1,9 @@
-"""The Conversations state the store keeps: plain records, the writes that change them and
-the reads the local Conversations API needs. Nothing here names a database.
+"""The Conversations state as records: what is kept, the writes that change it and the reads
+the local Conversations API needs. Nothing here names a database: ``llmitm.store`` applies
+the writes and implements :class:`ConversationReader` (SQLite, or memory).
 
 - :class:`StoredConversation`: a conversation's id, creation time, ``metadata`` and the
-  credential fingerprint that created it (as on stored responses, :mod:`.responses`);
+  credential fingerprint that created it (as on stored responses, :mod:`.records`);
 - its items, in the order they were added (each an item object with an ``id``), appended
   by :class:`ConversationItemsAdded` and removed one by one.
 
@@ -60,6 +61,9 @@ class ConversationItemDeleted:
     item_id: str
 
 
+ConversationWrite = (
+    ConversationSaved | ConversationDeleted | ConversationItemsAdded | ConversationItemDeleted
+)
 CONVERSATION_WRITES: tuple[type, ...] = (
     ConversationSaved,
     ConversationDeleted,
