@@ -30,6 +30,7 @@ from llmitm.responses_api.conversations import (
 from llmitm.store import SqliteStore
 from llmitm.store.memory_conversations import MemoryConversations
 from llmitm.wire.ids import CountingIds
+from llmitm.wire.paths import is_llm_call
 
 
 @pytest.mark.parametrize(
@@ -54,6 +55,22 @@ from llmitm.wire.ids import CountingIds
 )
 def test_calls_are_classified(method: str, path: str, expected: ConversationCall | None) -> None:
     assert conversation_call(method, path) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "llm"),
+    [
+        ("/v1/conversations", True),
+        ("/v1/conversations/conv_1?x=1", True),
+        ("/v1/conversations/conv_1/items/msg_1", True),
+        ("/v1/conversationsx", False),
+        ("/v1/conversations/conv_1/other", False),
+    ],
+)
+def test_conversations_calls_are_llm_calls_for_the_egress_policy(path: str, llm: bool) -> None:
+    """``egress = "local"`` answers what is not an LLM call itself: these must reach llmitm's
+    Conversations API instead."""
+    assert is_llm_call(path) is llm
 
 
 def new(body: Any = None) -> tuple[StoredConversation, list[dict[str, Any]], Any]:
