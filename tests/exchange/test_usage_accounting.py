@@ -229,7 +229,7 @@ def test_flows_without_usage_errors_and_unplanned_flows_are_not_recorded() -> No
 def test_make_addons_puts_usage_before_the_body_translation() -> None:
     names = [addon.name for addon in make_addons()]  # type: ignore[attr-defined]
     assert names.index("llmitm_store") < names.index("llmitm_usage")
-    assert names.index("llmitm_usage") < names.index("llmitm_responses")
+    assert names.index("llmitm_usage") < names.index("llmitm_stream_translator")
 
 
 def store_addon() -> tuple[LlmStore, Any]:

@@ -16,7 +16,6 @@ from typing import Any
 
 from mitmproxy import http
 
-from llmitm.addons.responses import redact_credentials
 from llmitm.addons.responses_state import (
     ResponsesState,
     answer,
@@ -25,6 +24,7 @@ from llmitm.addons.responses_state import (
     point_at_relay,
 )
 from llmitm.addons.state import METADATA_KEY, RESPONSES_CREATE_KEY, FlowState, flow_state
+from llmitm.addons.stream_translator import redact_credentials
 from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.frames import FramesJob
 from llmitm.responses_api import answers, takeover
