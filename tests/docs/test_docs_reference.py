@@ -166,6 +166,43 @@ def test_every_option_a_page_names_exists() -> None:
     assert len(named) > 20  # the pattern finds the options the pages set
 
 
+def test_the_command_line_page_lists_every_option_of_llmitm_run() -> None:
+    from llmitm.cli.run_args import RUN_OPTIONS
+
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = page.split("### Its options\n", 1)[1].split("\n\n```", 1)[0]
+    shown = set(re.findall(r"`(-{1,2}[a-z-]+)(?: [A-Z]+)?`", section))
+    declared = {flag for flags, _metavar, _help in RUN_OPTIONS for flag in flags}
+    assert declared | {"-h", "--help"} <= shown
+    assert shown - declared <= {"-h", "--help", "-vv", "--options", "--set"}
+
+
+def test_the_record_replay_page_names_every_pytest_option() -> None:
+    """Read from the plugin's own ``pytest_addoption``, handed a parser that keeps names."""
+    from llmitm.testing import pytest_plugin
+
+    class Group:
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def addoption(self, *names: str, **_: object) -> None:
+            self.names += names
+
+    group = Group()
+
+    class Parser:
+        def getgroup(self, *_: object, **__: object) -> Group:
+            return group
+
+        def addini(self, *_: object, **__: object) -> None:
+            pass
+
+    pytest_plugin.pytest_addoption(Parser())  # type: ignore[arg-type]
+    page = (ROOT / "docs" / "record-replay.md").read_text(encoding="utf-8")
+    assert group.names
+    assert [name for name in group.names if f"`{name}" not in page] == []
+
+
 def test_the_layout_page_lists_every_package() -> None:
     page = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"^\| `(addon/llmitm/[\w/]+)/` \|", page, flags=re.MULTILINE))
