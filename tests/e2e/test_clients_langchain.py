@@ -144,9 +144,8 @@ def test_real_stream_through_chat_openai(
         # Translated for a chat client, reasoning takes llmitm's default rendering.
         expected.text = f"<think>\n{expected.reasoning}\n</think>\n\n{expected.text}"
     if api == "chat":
-        expected.refusal = (
-            ""  # LangChain's chat stream drops refusal deltas (its Responses shows them)
-        )
+        # LangChain's chat stream drops refusal deltas (its Responses stream shows them).
+        expected.refusal = ""
     assert_means(ask(world, model, api=api, streaming=True), expected)
 
 
