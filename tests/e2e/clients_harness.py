@@ -4,8 +4,9 @@ captured streams, and the meaning a client should get from each.
 
 Routes pick the upstream by model name: ``over-chat…`` and ``over-responses…`` reach the
 fakes (``over-chat-think…`` through an endpoint with ``reasoning_passthrough = "think-tags"``);
-``fx-chat/NAME``, ``fx-responses/NAME`` replay the real fixture ``NAME.sse`` as a chat or a
-Responses upstream (``fx-summary/NAME``: with ``reasoning_summary = true``). What the client
+``fx-chat/NAME``, ``fx-responses/NAME`` replay the real fixture ``NAME.sse`` (or, for a call
+that does not stream, ``NAME.json`` with its recorded status) as a chat or a Responses
+upstream (``fx-summary/NAME``: with ``reasoning_summary = true``). What the client
 should see is read from the same source it was sent: the fake's own non-streamed answer to the
 same request, or the fixture's events, never written down here.
 """
@@ -17,7 +18,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
@@ -107,8 +107,27 @@ def stream_fixtures() -> list[tuple[str, str]]:
     return out
 
 
+def body_fixtures() -> list[tuple[str, str]]:
+    """``(name, api)`` of every non-streamed real response body (``NAME.json``), sorted."""
+    if not REAL.is_dir():
+        return []
+    out = []
+    for path in sorted(REAL.glob("*.json")):
+        if path.name.endswith((".meta.json", ".request.json")):
+            continue
+        meta = orjson.loads(path.with_suffix(".meta.json").read_bytes())
+        out.append((path.stem, meta["api"]))
+    return out
+
+
+def _status(name: str) -> int:
+    meta = orjson.loads((REAL / f"{name}.meta.json").read_bytes())
+    return int((meta.get("http") or {}).get("status") or 200)
+
+
 class _FixtureHandler(http.server.BaseHTTPRequestHandler):
-    """Answers a create call for model ``…/NAME`` with the bytes of ``NAME.sse``."""
+    """Answers a create call for model ``…/NAME`` with the bytes of ``NAME.sse`` when it
+    streams, else of ``NAME.json`` (with the status it was recorded with)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -116,12 +135,14 @@ class _FixtureHandler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         body = orjson.loads(self.rfile.read(length) or b"{}")
         name = str(body.get("model", "")).rpartition("/")[2]
-        path = REAL / f"{name}.sse"
-        if not name or not path.is_file():
+        stream, whole = REAL / f"{name}.sse", REAL / f"{name}.json"
+        if name and body.get("stream") and stream.is_file():
+            self._answer(200, "text/event-stream", stream.read_bytes())
+        elif name and whole.is_file():
+            self._answer(_status(name), "application/json", whole.read_bytes())
+        else:
             payload = orjson.dumps({"error": {"message": f"no fixture {name!r}"}})
             self._answer(404, "application/json", payload)
-            return
-        self._answer(200, "text/event-stream", path.read_bytes())
 
     def _answer(self, status: int, content_type: str, payload: bytes) -> None:
         self.send_response(status)
@@ -211,6 +232,39 @@ def fixture_meaning(name: str, api: str) -> Meaning:
     return meaning
 
 
+def body_meaning(name: str, api: str) -> Meaning:
+    """What the real body ``name`` says (its status >= 400: an error)."""
+    body = orjson.loads((REAL / f"{name}.json").read_bytes())
+    meaning = Meaning(error=_status(name) >= 400)
+    if meaning.error:
+        return meaning
+    if api == "chat":
+        message = body["choices"][0]["message"]
+        meaning.text = message.get("content") or ""
+        meaning.refusal = message.get("refusal") or ""
+        meaning.reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+        meaning.calls = [
+            (call["function"]["name"], _arguments(call["function"]["arguments"]))
+            for call in message.get("tool_calls") or []
+        ]
+        return meaning
+    _output_meaning(body["output"], meaning)
+    return meaning
+
+
+def _output_meaning(output: list[dict[str, Any]], meaning: Meaning) -> None:
+    for item in output:
+        if item["type"] == "message":
+            for part in item["content"]:
+                meaning.text += part.get("text") or ""
+                meaning.refusal += part.get("refusal") or ""
+        elif item["type"] == "function_call":
+            meaning.calls.append((item["name"], _arguments(item["arguments"])))
+        elif item["type"] == "reasoning":
+            parts = item.get("summary") or item.get("content") or []
+            meaning.reasoning += "".join(part.get("text") or "" for part in parts)
+
+
 # --- the fakes' own answers -------------------------------------------------------------------
 
 
@@ -246,20 +300,10 @@ def fake_meaning(
             }
         ]
     answer = httpx.post(f"{upstream_url}/v1/responses", json=body, headers=headers)
-    for item in answer.raise_for_status().json()["output"]:
-        if item["type"] == "message":
-            meaning.text += "".join(part.get("text") or "" for part in item["content"])
-        elif item["type"] == "function_call":
-            meaning.calls.append((item["name"], _arguments(item["arguments"])))
-        elif item["type"] == "reasoning":
-            meaning.reasoning += "".join(part["text"] for part in item.get("summary") or [])
+    _output_meaning(answer.raise_for_status().json()["output"], meaning)
     return meaning
 
 
 def client_calls(calls: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     """A client's reported calls in the same shape as :attr:`Meaning.calls`."""
     return [(call["name"], _arguments(call["arguments"] or "")) for call in calls]
-
-
-def fixtures_present() -> bool:
-    return Path(REAL).is_dir()

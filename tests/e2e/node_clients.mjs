@@ -11,9 +11,11 @@
 //   node-responses-helper openai-node responses.stream() + finalResponse()
 //   ai-chat               the AI SDK's streamText with openai.chat(model)
 //   ai-responses          the AI SDK's streamText with openai.responses(model)
+//   node-chat-json, node-responses-json, ai-chat-json, ai-responses-json: the same without
+//                         streaming (create() without stream; the AI SDK's generateText)
 // The AI SDK has no refusal of its own: it shows a refusal as text.
 import OpenAI from "openai";
-import { jsonSchema, streamText, tool } from "ai";
+import { generateText, jsonSchema, streamText, tool } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 
 const PROMPT = "What is the weather in Paris?";
@@ -117,6 +119,44 @@ async function nodeChatRunTools(c) {
   return { text: text ?? "", reasoning: "", calls: ran };
 }
 
+async function nodeChatJson(c) {
+  const completion = await openaiNode(c).chat.completions.create({
+    model: c.model,
+    messages: messages(),
+    ...(c.tools ? { tools: CHAT_TOOLS } : {}),
+  });
+  const message = completion.choices[0].message;
+  return {
+    text: message.content ?? "",
+    reasoning: message.reasoning_content ?? message.reasoning ?? "",
+    refusal: message.refusal ?? "",
+    calls: (message.tool_calls ?? []).map((call) => ({
+      name: call.function.name,
+      arguments: call.function.arguments,
+    })),
+  };
+}
+
+function responseView(response) {
+  const reasoning = response.output
+    .filter((item) => item.type === "reasoning")
+    .flatMap((item) => item.summary.map((part) => part.text))
+    .join("");
+  const calls = response.output
+    .filter((item) => item.type === "function_call")
+    .map((item) => ({ name: item.name, arguments: item.arguments }));
+  const refusal = response.output
+    .filter((item) => item.type === "message")
+    .flatMap((item) => item.content.filter((part) => part.type === "refusal"))
+    .map((part) => part.refusal)
+    .join("");
+  return { text: response.output_text, reasoning, refusal, calls, status: response.status };
+}
+
+async function nodeResponsesJson(c) {
+  return responseView(await openaiNode(c).responses.create(responsesRequest(c)));
+}
+
 function responsesRequest(c) {
   return { model: c.model, input: PROMPT, ...(c.tools ? { tools: RESPONSES_TOOLS } : {}) };
 }
@@ -142,33 +182,44 @@ async function nodeResponsesCreate(c) {
 
 async function nodeResponsesHelper(c) {
   const stream = openaiNode(c).responses.stream(responsesRequest(c));
-  const final = await stream.finalResponse();
-  const reasoning = final.output
-    .filter((item) => item.type === "reasoning")
-    .flatMap((item) => item.summary.map((part) => part.text))
-    .join("");
-  const calls = final.output
-    .filter((item) => item.type === "function_call")
-    .map((item) => ({ name: item.name, arguments: item.arguments }));
-  const refusal = final.output
-    .filter((item) => item.type === "message")
-    .flatMap((item) => item.content.filter((part) => part.type === "refusal"))
-    .map((part) => part.refusal)
-    .join("");
-  return { text: final.output_text, reasoning, refusal, calls, status: final.status };
+  return responseView(await stream.finalResponse());
+}
+
+function aiModel(c, kind) {
+  const openai = createOpenAI({ baseURL: c.baseURL, apiKey: "sk-ai", headers: headers(c.scenario) });
+  return kind === "chat" ? openai.chat(c.model) : openai.responses(c.model);
+}
+
+function aiTools(c) {
+  return c.tools
+    ? { lookup: tool({ description: "Weather", inputSchema: jsonSchema(PARAMETERS) }) }
+    : undefined;
+}
+
+async function aiSdkJson(c, kind) {
+  const result = await generateText({
+    model: aiModel(c, kind),
+    prompt: PROMPT,
+    tools: aiTools(c),
+    maxRetries: 0,
+  });
+  return {
+    text: result.text,
+    reasoning: result.reasoningText ?? "",
+    calls: result.toolCalls.map((call) => ({
+      name: call.toolName,
+      arguments: JSON.stringify(call.input),
+    })),
+    finish: result.finishReason,
+  };
 }
 
 async function aiSdk(c, kind) {
-  const openai = createOpenAI({ baseURL: c.baseURL, apiKey: "sk-ai", headers: headers(c.scenario) });
-  const model = kind === "chat" ? openai.chat(c.model) : openai.responses(c.model);
-  const tools = c.tools
-    ? { lookup: tool({ description: "Weather", inputSchema: jsonSchema(PARAMETERS) }) }
-    : undefined;
   const errors = [];
   const result = streamText({
-    model,
+    model: aiModel(c, kind),
     prompt: PROMPT,
-    tools,
+    tools: aiTools(c),
     maxRetries: 0,
     onError: ({ error }) => errors.push(String(error?.message ?? error)),
   });
@@ -195,6 +246,10 @@ const CLIENTS = {
   "node-responses-helper": nodeResponsesHelper,
   "ai-chat": (c) => aiSdk(c, "chat"),
   "ai-responses": (c) => aiSdk(c, "responses"),
+  "node-chat-json": nodeChatJson,
+  "node-responses-json": nodeResponsesJson,
+  "ai-chat-json": (c) => aiSdkJson(c, "chat"),
+  "ai-responses-json": (c) => aiSdkJson(c, "responses"),
 };
 
 let input = "";

@@ -25,6 +25,8 @@ from .clients_harness import (
     PARAMETERS,
     PROMPT,
     Meaning,
+    body_fixtures,
+    body_meaning,
     fake_meaning,
     fixture_meaning,
     fixture_server,
@@ -41,6 +43,7 @@ TOOL = {
 APIS = ("chat", "responses")
 UPSTREAMS = ("chat", "responses")
 FIXTURES = stream_fixtures()
+BODIES = body_fixtures()
 LMSTUDIO = "vercel-ai-lmstudio-responses-reasoning-tool-stream"
 
 
@@ -134,19 +137,37 @@ def test_real_stream_through_chat_openai(
 ) -> None:
     """A real backend's stream means the same to LangChain, relayed or translated; one that
     failed raises."""
-    expected = fixture_meaning(name, upstream)
+    judge(world, fixture_meaning(name, upstream), name, upstream, api, streaming=True)
+
+
+@pytest.mark.skipif(not BODIES, reason="the real fixtures are not beside the repository")
+@pytest.mark.parametrize("api", APIS, ids=lambda a: f"client-{a}")
+@pytest.mark.parametrize(("name", "upstream"), BODIES, ids=[name for name, _api in BODIES])
+def test_real_body_through_chat_openai(
+    world: dict[str, str], name: str, upstream: str, api: str
+) -> None:
+    """The same for a real non-streamed answer, with ``invoke``."""
+    judge(world, body_meaning(name, upstream), name, upstream, api, streaming=False)
+
+
+def judge(
+    world: dict[str, str], expected: Meaning, name: str, upstream: str, api: str, *, streaming: bool
+) -> None:
     model = f"fx-{upstream}/{name}"
     if expected.error:
         with pytest.raises(Exception):  # noqa: B017 - any error the app can catch
-            ask(world, model, api=api, streaming=True)
+            ask(world, model, api=api, streaming=streaming)
         return
     if upstream == "responses" and api == "chat" and expected.reasoning:
         # Translated for a chat client, reasoning takes llmitm's default rendering.
         expected.text = f"<think>\n{expected.reasoning}\n</think>\n\n{expected.text}"
-    if api == "chat":
+    if upstream == "chat" and api == "responses" and expected.text.startswith("<think>"):
+        # Translated for a Responses client, inline think tags become a reasoning item.
+        expected.text = expected.text.partition("</think>")[2].lstrip()
+    if api == "chat" and streaming:
         # LangChain's chat stream drops refusal deltas (its Responses stream shows them).
         expected.refusal = ""
-    assert_means(ask(world, model, api=api, streaming=True), expected)
+    assert_means(ask(world, model, api=api, streaming=streaming), expected)
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["invoke", "stream"])

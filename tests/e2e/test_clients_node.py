@@ -1,6 +1,7 @@
 """openai-node 7 and the Vercel AI SDK 7 (``ai`` + ``@ai-sdk/openai`` 4) through llmitm, each
-over a chat-only and a Responses-only upstream and over every real captured stream, judged on
-what the application sees: the text, the tool calls with their arguments, the reasoning.
+over a chat-only and a Responses-only upstream and over every real captured stream and body,
+streamed and not, judged on what the application sees: the text, the tool calls with their
+arguments, the reasoning.
 
 One Node process runs every case (``node_clients.mjs``); the tests then read its report. The
 clients are in their default configuration but for the base URL (llmitm in reverse mode).
@@ -24,6 +25,8 @@ import pytest
 from .clients_harness import (
     CONFIG,
     Meaning,
+    body_fixtures,
+    body_meaning,
     client_calls,
     fake_meaning,
     fixture_meaning,
@@ -37,9 +40,13 @@ pytestmark = pytest.mark.slow
 
 NODE_MODULES = E2E_DIR / "node" / "node_modules"
 SCRIPT = Path(__file__).with_name("node_clients.mjs")
-CHAT_CLIENTS = ("node-chat-create", "node-chat-helper", "ai-chat")
-RESPONSES_CLIENTS = ("node-responses-create", "node-responses-helper", "ai-responses")
-CLIENTS = CHAT_CLIENTS + RESPONSES_CLIENTS
+STREAM_CLIENTS = (
+    "node-chat-create", "node-chat-helper", "ai-chat",
+    "node-responses-create", "node-responses-helper", "ai-responses",
+)  # fmt: skip
+JSON_CLIENTS = ("node-chat-json", "ai-chat-json", "node-responses-json", "ai-responses-json")
+CLIENTS = STREAM_CLIENTS + JSON_CLIENTS
+CHAT_CLIENTS = frozenset(c for c in CLIENTS if "-chat" in c)
 UPSTREAMS = ("chat", "responses")
 
 # Cases: the clients over both fakes, with and without a tool.
@@ -50,6 +57,7 @@ FAKE_CASES = [
     for tools in (False, True)
 ]
 FIXTURES = stream_fixtures()
+BODIES = body_fixtures()
 LMSTUDIO = "vercel-ai-lmstudio-responses-reasoning-tool-stream"
 """A real Responses stream with raw ``reasoning_text``."""
 REASONING_CASES = {
@@ -57,6 +65,8 @@ REASONING_CASES = {
     "helper-raw": ("node-chat-helper", "over-chat", "reasoning"),
     "helper-think": ("node-chat-helper", "over-chat-think", "reasoning"),
     "create-think": ("node-chat-create", "over-chat-think", "reasoning"),
+    "ai-chat-raw": ("ai-chat", "over-chat", "reasoning"),
+    "ai-chat-think": ("ai-chat", "over-chat-think", "reasoning"),
     "ai-responses-over-chat": ("ai-responses", "over-chat", "reasoning"),
     "ai-responses-raw": ("ai-responses", f"fx-responses/{LMSTUDIO}", None),
     "ai-responses-summary": ("ai-responses", f"fx-summary/{LMSTUDIO}", None),
@@ -88,7 +98,12 @@ def cases(base_url: str) -> list[dict[str, Any]]:
     out += [
         {"id": f"{name}-{client}", "client": client, "model": f"fx-{api}/{name}"}
         for name, api in FIXTURES
-        for client in CLIENTS
+        for client in STREAM_CLIENTS
+    ]
+    out += [
+        {"id": f"{name}-{client}", "client": client, "model": f"fx-{api}/{name}"}
+        for name, api in BODIES
+        for client in JSON_CLIENTS
     ]
     out += [
         {"id": key, "client": c, "model": m, "scenario": s}
@@ -172,14 +187,25 @@ def test_openai_node_run_tools_completes_the_loop(world: dict[str, Any], upstrea
 
 
 @pytest.mark.skipif(not FIXTURES, reason="the real fixtures are not beside the repository")
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("client", STREAM_CLIENTS)
 @pytest.mark.parametrize(("name", "api"), FIXTURES, ids=[name for name, _api in FIXTURES])
 def test_real_stream_through_client(
     world: dict[str, Any], name: str, api: str, client: str
 ) -> None:
     """A real backend's stream, relayed or translated, means the same to the client: its
     text and calls; a stream that failed fails in the client too."""
-    expected = fixture_meaning(name, api)
+    judge(world, fixture_meaning(name, api), name, api, client)
+
+
+@pytest.mark.skipif(not BODIES, reason="the real fixtures are not beside the repository")
+@pytest.mark.parametrize("client", JSON_CLIENTS)
+@pytest.mark.parametrize(("name", "api"), BODIES, ids=[name for name, _api in BODIES])
+def test_real_body_through_client(world: dict[str, Any], name: str, api: str, client: str) -> None:
+    """The same for a real non-streamed answer (an error status: the client raises)."""
+    judge(world, body_meaning(name, api), name, api, client)
+
+
+def judge(world: dict[str, Any], expected: Meaning, name: str, api: str, client: str) -> None:
     got = world["reports"][f"{name}-{client}"]
     if expected.error:
         assert not got["ok"], got
@@ -187,6 +213,9 @@ def test_real_stream_through_client(
     if api == "responses" and client in CHAT_CLIENTS and expected.reasoning:
         # Translated for a chat client, reasoning takes llmitm's default rendering.
         expected.text = f"<think>\n{expected.reasoning}\n</think>\n\n{expected.text}"
+    if api == "chat" and client not in CHAT_CLIENTS and expected.text.startswith("<think>"):
+        # Translated for a Responses client, inline think tags become a reasoning item.
+        expected.text = expected.text.partition("</think>")[2].lstrip()
     got = report(world, f"{name}-{client}")
     assert_means(got, expected)
 
@@ -208,6 +237,16 @@ def test_think_tags_bring_the_whole_reasoning_to_openai_node(
     got = report(world, case_id)
     assert got["text"] == f"<think>\n{expected.reasoning}\n</think>\n\n{expected.text}"
     assert got["reasoning"] == ""
+
+
+def test_think_tags_bring_chat_reasoning_into_the_ai_sdks_text(world: dict[str, Any]) -> None:
+    """The AI SDK's chat model ignores ``reasoning_content`` as sent; as think tags the
+    reasoning is in the text the app gets."""
+    expected = fake_meaning(world["chat"], "chat", tools=False, scenario="reasoning")
+    raw = report(world, "ai-chat-raw")
+    assert (raw["text"], raw["reasoning"]) == (expected.text, "")
+    shown = report(world, "ai-chat-think")
+    assert shown["text"] == f"<think>\n{expected.reasoning}\n</think>\n\n{expected.text}"
 
 
 def test_the_ai_sdk_shows_a_chat_backends_reasoning_over_responses(world: dict[str, Any]) -> None:
