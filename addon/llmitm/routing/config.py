@@ -7,6 +7,8 @@ One TOML file (stdlib ``tomllib``)::
     egress = "local"                  # answer what is not a routed LLM call here (default pass)
     responses_scope = "shared"        # stored responses readable by every client key
                                       # (default "credential": only by the key that made them)
+    unmatched = "reject"              # a model no route takes: 404 (default "pass": forward)
+    models = "upstream"               # GET /v1/models: the upstream's (default "config")
 
     [endpoints.local]
     kind = "compatible"               # openai | azure | compatible
@@ -39,19 +41,23 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from llmitm.responses_api.scope import RESPONSES_SCOPES, ResponsesScope
-from llmitm.routing.access import Access, ClientKey
+from llmitm.errors import UserError
+from llmitm.routing.access import RESPONSES_SCOPES, Access, ClientKey, ResponsesScope
 from llmitm.routing.egress import EGRESS_POLICIES, EgressPolicy
 from llmitm.routing.strategies import STRATEGIES, StrategyName
-from llmitm.translate.context import REASONING_MODES, ReasoningMode
+from llmitm.wire.modes import REASONING_MODES, ReasoningMode
 from llmitm.wire.paths import ApiName
 
 EndpointKind = Literal["openai", "azure", "compatible"]
 ENDPOINT_KINDS: tuple[str, ...] = get_args(EndpointKind)
 API_NAMES: tuple[str, ...] = ("chat", "responses")
+UnmatchedPolicy = Literal["pass", "reject"]
+UNMATCHED_POLICIES: tuple[str, ...] = get_args(UnmatchedPolicy)
+ModelsSource = Literal["config", "upstream"]
+MODELS_SOURCES: tuple[str, ...] = get_args(ModelsSource)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration file llmitm cannot use; the message names file, key and expectation."""
 
 
@@ -191,6 +197,12 @@ class Settings:
     (``shared``, a single-tenant proxy) — :mod:`llmitm.responses_api.scope`."""
     allowed_origins: tuple[str, ...] = ()
     """Browser origins (globs) whose requests are served (routing.access)."""
+    unmatched: UnmatchedPolicy = "pass"
+    """A create call no route takes: ``pass`` (to the host it names) or ``reject`` (a 404
+    in OpenAI's shape naming the routes' models)."""
+    models: ModelsSource = "config"
+    """Who answers ``GET /v1/models`` when there are routes: llmitm from the configuration
+    (routing.models), or the upstream the call names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,6 +403,8 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
             "egress",
             "responses_scope",
             "allowed_origins",
+            "unmatched",
+            "models",
         },
     )
     store = raw.get("store")
@@ -412,6 +426,10 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
             raw.get("responses_scope", "credential"), "llmitm.responses_scope", RESPONSES_SCOPES
         ),
         allowed_origins=reader.strings(raw, "allowed_origins", "llmitm", ()),
+        unmatched=reader.choice(
+            raw.get("unmatched", "pass"), "llmitm.unmatched", UNMATCHED_POLICIES
+        ),
+        models=reader.choice(raw.get("models", "config"), "llmitm.models", MODELS_SOURCES),
     )
 
 

@@ -9,7 +9,7 @@ protocol, never a silent clean end. A malformed upstream event ends the stream t
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
@@ -22,11 +22,8 @@ from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
 from llmitm.translate.stream_to_responses import ChatToResponsesStream
 from llmitm.translate.think_summary import ReasoningAsSummary
 from llmitm.wire.errors import ApiError
+from llmitm.wire.modes import Direction
 from llmitm.wire.sse import DONE_DATA, DONE_FRAME, SSEDecoder
-
-Direction = Literal[
-    "responses-to-chat", "chat-to-responses", "normalise-responses", "normalise-chat"
-]
 
 _dumps = orjson.dumps
 _loads = orjson.loads
