@@ -432,7 +432,12 @@ def start_llmitm(
     the console and other options are measured by the ``+twin`` ones, against these), running
     the llmitm of the checkout ``code`` (default: this one)."""
     name = "llmitm-twin" if twin else "llmitm"
-    config_path = procs.tmp / "llmitm.toml"
+    config_path = procs.tmp / f"{name}.toml"
+    if code:
+        # An older checkout knows no ``conformant`` key and never normalised: the trusted
+        # endpoint is a plain one there, relayed by the same guard.
+        kept = [line for line in config.splitlines() if not line.startswith("conformant")]
+        config = "\n".join(kept)
     config_path.write_text(config)
     listenfile = procs.tmp / f"{name}-listen.json"
     process = procs.start(
