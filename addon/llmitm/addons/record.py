@@ -40,7 +40,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,6 +206,9 @@ class LlmRecorder:
         self.fingerprint_key: bytes | None = None
         """Makes ``Interaction.credential`` (replay.fingerprint); from the store."""
         self._started = False
+        self.before_record: Callable[[Interaction], Interaction | None] | None = None
+        """Sees each finished, redacted interaction before it is kept; returns it (edited or
+        not) or ``None`` to keep nothing (the pytest plugin's ``pytest_llmitm_before_record``)."""
 
     # --- options -------------------------------------------------------------------------
 
@@ -307,6 +310,13 @@ class LlmRecorder:
             400,
             "HTTP status of a strict replay miss (400-599; SDKs retry a 5xx, but the miss "
             "says x-should-retry: false).",
+        )
+        loader.add_option(
+            "llmitm_miss_advice",
+            str,
+            "",
+            "What a strict replay miss tells the user to do, in its answer and its log line "
+            "(default: llmitm's own commands and --set options).",
         )
         loader.add_option(
             "llmitm_record_all",
@@ -579,7 +589,8 @@ class LlmRecorder:
 
     def _miss(self, flow: http.HTTPFlow, miss: Miss) -> None:
         where = miss.closest.source if miss.closest is not None else None
-        status, headers, body = miss_error(miss, where, ctx.options.llmitm_miss_status)
+        advice = ctx.options.llmitm_miss_advice
+        status, headers, body = miss_error(miss, where, ctx.options.llmitm_miss_status, advice)
         _answer(flow, status, headers, body, None)
         closest = miss.closest
         diff = canonical_diff(closest.canonical, miss.key.canonical) if closest else []
@@ -596,7 +607,9 @@ class LlmRecorder:
             lines.append(f"  closest : {closest.id} {where or ''}".rstrip())
             lines += [f"  diff    : {line}" for line in diff] or ["  diff    : (same text)"]
         lines.append(
-            "  fix     : --set llmitm_record=replay-or-record to record it, or "
+            f"  fix     : {advice}"
+            if advice
+            else "  fix     : --set llmitm_record=replay-or-record to record it, or "
             "--set llmitm_match_ignore=PATH to ignore a field"
         )
         logger.error("\n".join(lines))
@@ -669,6 +682,15 @@ class LlmRecorder:
 
     def finished(self, interaction: Interaction) -> None:
         """Called by the tap with a finished, redacted interaction."""
+        if self.before_record is not None:
+            try:
+                kept = self.before_record(interaction)
+            except Exception:  # a broken filter must not write what it was meant to filter
+                logger.exception("llmitm: before_record failed; %s not recorded", interaction.id)
+                return
+            if kept is None:
+                return
+            interaction = kept
         self.report.recorded += 1
         self.store.submit(RecordingWrite(interaction))
         if ctx.options.llmitm_recordings:
