@@ -9,6 +9,9 @@ Setups, the baselines once per client API:
   1 direct                   client → fake upstream
   2 mitmdump                 client → plain mitmdump (reverse mode) → fake upstream
   3 llmitm pass              client → llmitm → an endpoint that speaks the client's API
+                             (a compatible one: its stream normalised, by default)
+  3t llmitm pass trusted     the same endpoint with ``conformant = ["chat", "responses"]``:
+                             relayed by the guard, what 3 cost before default normalisation
   4 llmitm responses→chat    Responses client → llmitm → chat-only upstream
   5 llmitm chat→responses    chat client → llmitm → Responses-only upstream
   6 llmitm failover route    chat client → llmitm → relay (failover job) → the same upstream
@@ -106,9 +109,19 @@ kind = "compatible"
 base_url = "{both}/v1"
 apis = ["chat", "responses"]
 
+[endpoints.both-trusted]
+kind = "compatible"
+base_url = "{both}/v1"
+apis = ["chat", "responses"]
+conformant = ["chat", "responses"]
+
 [[routes]]
 models = ["bench-pass"]
 endpoints = ["both"]
+
+[[routes]]
+models = ["bench-trusted"]
+endpoints = ["both-trusted"]
 
 [[routes]]
 models = ["bench-failover"]
@@ -220,6 +233,24 @@ def all_setups() -> list[Setup]:
             "llmitm",
             "bench-pass",
             "both",
+        ),
+        # The same endpoint trusted (conformant = [...]): its streams relayed by the guard, as
+        # every compatible endpoint's were before they were normalised by default.
+        Setup(
+            "llmitm-trusted-chat",
+            "3t llmitm pass trusted · chat",
+            "chat",
+            "llmitm",
+            "bench-trusted",
+            "both-trusted",
+        ),
+        Setup(
+            "llmitm-trusted-responses",
+            "3t llmitm pass trusted · responses",
+            "responses",
+            "llmitm",
+            "bench-trusted",
+            "both-trusted",
         ),
         Setup(
             "llmitm-relay-chat",

@@ -18,6 +18,7 @@ from llmitm.cli import main
 from llmitm.cli.rec.common import RecError, resolve_id, short_ids
 from llmitm.replay import folder as folder_format
 from llmitm.replay.model import new_id
+from llmitm.store import folder as folder_files
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
@@ -59,7 +60,7 @@ def test_resolve_id_refuses_a_missing_or_ambiguous_prefix() -> None:
 def crowded(tmp_path: Path, count: int = 12) -> Path:
     """The examples several times over, all ids minted in one microsecond: they differ only
     in their random tail, so their unique prefixes are long (14+ characters)."""
-    examples = folder_format.read_folder(RECORDINGS)
+    examples = folder_files.read_folder(RECORDINGS)
     interactions = []
     for n in range(count):
         copy = folder_format.interaction_from_json(
@@ -69,7 +70,7 @@ def crowded(tmp_path: Path, count: int = 12) -> Path:
         copy.scope = f"{copy.scope}-{n}"
         interactions.append(copy)
     target = tmp_path / "crowded"
-    folder_format.write_folder(target, interactions)
+    folder_files.write_folder(target, interactions)
     return target
 
 
@@ -110,7 +111,7 @@ def test_ls_ids_at_80_columns_are_accepted_by_show_diff_export_and_prune(
         ["rec", "export", str(exported), "--db", str(db), "--id", shown[2]], capsys
     )
     assert status == 0, err
-    assert [i.id for i in folder_format.read_folder(exported)] == [
+    assert [i.id for i in folder_files.read_folder(exported)] == [
         i for i in full if i.startswith(shown[2])
     ]
     status, out, err = run(["rec", "prune", "--db", str(db), "--id", shown[3]], capsys)
@@ -134,7 +135,7 @@ def test_an_ambiguous_prefix_is_one_line_naming_the_candidates(
         line = err.strip()
         assert "\n" not in line and f"'{common}' starts 3 recording ids: " in line
         assert line.endswith("; give more of the id")
-        for ident in (i.id for i in folder_format.read_folder(folder)):
+        for ident in (i.id for i in folder_files.read_folder(folder)):
             assert ident[: len(common) + 1] in line
     assert not (tmp_path / "x").exists()
 
@@ -142,7 +143,7 @@ def test_an_ambiguous_prefix_is_one_line_naming_the_candidates(
 def test_show_prints_the_conversation_and_raw_and_json_on_request(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    examples = {i.scope: i for i in folder_format.read_folder(RECORDINGS)}
+    examples = {i.scope: i for i in folder_files.read_folder(RECORDINGS)}
     tools = examples["examples/tools"]  # a Responses stream the proxy made from a chat one
     source = ["--folder", str(RECORDINGS)]
     status, out, _ = run(["rec", "show", tools.id[:12], *source], capsys)

@@ -13,9 +13,10 @@ import orjson
 import pytest
 
 from llmitm.cli import main
+from llmitm.exchange.usage import UsageRecord
 from llmitm.routing.config import parse_config
 from llmitm.routing.plan import plan_request
-from llmitm.store import SqliteStore, UsageRecord
+from llmitm.store import SqliteStore
 
 ENDPOINTS = {"endpoints": {"e": {"kind": "openai", "base_url": "https://h"}}}
 LAPTOP = {**ENDPOINTS, "routes": [{"models": ["gpt-*"], "endpoints": ["e"]}]}

@@ -3,14 +3,15 @@
 Three endpoints point at the same llama.cpp server, one per way of using it:
 
 - ``via-responses*``: a chat client over llama.cpp's ``/v1/responses`` (``apis =
-  ["responses"]``, ``non_conformant = ["responses"]``): llmitm translates chat → Responses and
+  ["responses"]``): llmitm translates chat → Responses and
   llama.cpp's non-conformant Responses answers back into chat completions and chunks;
 - ``via-chat*``: a Responses client (the SDK, Codex) over llama.cpp's ``/v1/chat/completions``
   (``apis = ["chat"]``): its chat answers become spec-conformant Responses streams;
-- ``normalised*``: a Responses client over llama.cpp's OWN Responses API, normalised: the
-  SDK's ``responses.stream()`` helper, which crashes on llama.cpp's raw stream (no
-  ``sequence_number``/``output_index``), works; ``raw*`` is the same endpoint without
-  ``non_conformant``, the control on which the helper still fails.
+- ``normalised*``: a Responses client over llama.cpp's OWN Responses API, normalised (as
+  every compatible endpoint's is, by default): the SDK's ``responses.stream()`` helper, which
+  crashes on llama.cpp's raw stream (no ``sequence_number``/``output_index``), works; ``raw*``
+  is the same endpoint trusted with ``conformant = ["responses"]``, the control on which the
+  helper still fails.
 
 The model is tiny and babbles: the tests assert on structure (non-empty text, status, finish
 reasons), never on content. It also never ends a turn by itself (it writes ChatML's end
@@ -43,7 +44,6 @@ CONFIG = """
 kind = "compatible"
 base_url = "{llama}/v1"
 apis = ["responses"]
-non_conformant = ["responses"]
 
 [endpoints.llama-chat]
 kind = "compatible"
@@ -54,6 +54,7 @@ apis = ["chat"]
 kind = "compatible"
 base_url = "{llama}/v1"
 apis = ["responses"]
+conformant = ["responses"]
 
 [[routes]]
 models = ["via-responses*", "normalised*"]
@@ -184,7 +185,8 @@ def test_responses_create_over_llama_chat(client: openai.OpenAI) -> None:
 
 
 def test_responses_stream_helper_over_normalised_llama_responses(client: openai.OpenAI) -> None:
-    """The helper needs ``sequence_number``/``output_index``, which llama.cpp leaves out."""
+    """The helper needs ``sequence_number``/``output_index``, which llama.cpp leaves out: a
+    compatible endpoint's stream is normalised by default."""
     with client.responses.stream(
         model="normalised", input="Say hi", max_output_tokens=16
     ) as stream:
@@ -201,7 +203,7 @@ def test_responses_stream_helper_over_normalised_llama_responses(client: openai.
 
 
 def test_without_normalisation_the_helper_fails(client: openai.OpenAI) -> None:
-    """The control: the same endpoint without ``non_conformant`` passes llama.cpp's stream
+    """The control: the same endpoint trusted (``conformant``) passes llama.cpp's stream
     through as is, and the helper cannot read it (no output_index: a TypeError)."""
     with (
         pytest.raises(TypeError),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llmitm.replay import folder as folder_format
+from llmitm.store import folder as folder_files
 
 from .processes import fake_upstream
 from .test_record_replay import tripwire
@@ -98,7 +98,7 @@ def test_hook_drops_and_edits_and_marker_applies_per_test(
     recorded.assert_outcomes(passed=3, deselected=1)
     # The upstream's own answer went to the test; the hook changed only what was kept.
     assert said(recorded)["edited"] == "Hello from the fake upstream."
-    kept = {i.scope: i for i in folder_format.read_folder(folder)}
+    kept = {i.scope: i for i in folder_files.read_folder(folder)}
     assert sorted(kept) == ["test_suite.py::test_any_prompt", "test_suite.py::test_edited"]
     edited = kept["test_suite.py::test_edited"].legs["client_resp"].body()
     assert b"Hello from the edited upstream." in edited
@@ -162,5 +162,5 @@ def test_a_failing_hook_drops_that_recording(
         )  # fmt: skip
     result.assert_outcomes(passed=2)
     # The call whose filter raised is not written; the other one is.
-    kept = folder_format.read_folder(folder)
+    kept = folder_files.read_folder(folder)
     assert [i.scope for i in kept] == ["test_suite.py::test_call[fine]"]

@@ -1,5 +1,5 @@
-"""Replay policies, sans-IO (record-replay.md §5.3–5.5, 5.8): what an exhausted key serves,
-the miss status, the drift refusal, the host in match keys and the CI guard."""
+"""Replay policies, sans-IO: what an exhausted key serves, the miss status, the drift
+refusal, the host in match keys and the CI guard."""
 
 from __future__ import annotations
 

@@ -175,8 +175,9 @@ def test_non_conformant_responses_endpoint_gets_its_stream_normalised() -> None:
     plan = plan_for_endpoint(ep, "responses", "m")
     assert not plan.translates
     assert plan.stream_direction == "normalise-responses"
-    # A chat client of the same endpoint is relayed byte for byte: its API is conformant.
-    assert plan_for_endpoint(ep, "chat", "m").stream_direction is None
+    # A chat client of the same third-party endpoint gets its stream normalised too (by
+    # default, see tests/exchange/test_chat_normalise_wiring.py).
+    assert plan_for_endpoint(ep, "chat", "m").stream_direction == "normalise-chat"
 
 
 def test_chat_client_translated_to_a_non_conformant_responses_upstream_is_translated() -> None:

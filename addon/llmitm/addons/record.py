@@ -64,7 +64,6 @@ from llmitm.addons.status import STATUS_PATH
 from llmitm.addons.store import LlmStore
 from llmitm.addons.streams import flow_stream
 from llmitm.addons.tap_compactor import TapCompactor
-from llmitm.exchange.tap import StreamTap, pieces
 from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.replay_job import ReplayJob
 from llmitm.relay.server import RelayServer
@@ -92,8 +91,10 @@ from llmitm.replay.redact import (
 )
 from llmitm.replay.rekey import rekey
 from llmitm.replay.serve import Answer, drift_error, from_upstream, miss_error, verbatim
+from llmitm.replay.tap import StreamTap, pieces
 from llmitm.replay.timing import Timing, parse_timing
 from llmitm.store import SqliteStore
+from llmitm.store import folder as folder_files
 from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecord
 from llmitm.wire.ids import Mint
 from llmitm.wire.paths import is_llm_call
@@ -136,6 +137,8 @@ class Capture:
     """The client's request body held nothing to redact (a translated answer echoes it)."""
     credential: str | None = None
     """The fingerprint of the credential the client sent."""
+    recorded: str | None = None
+    """The id of the interaction recorded from this flow, once it is."""
 
 
 # Per-flow state lives beside the flow, not in flow.metadata: mitmproxy serialises metadata
@@ -149,6 +152,13 @@ def replay_hit(flow: http.HTTPFlow) -> bool:
     :class:`LlmRecordTap`, after the router)."""
     capture = _CAPTURES.get(flow)
     return capture is not None and capture.hit is not None
+
+
+def recording_id(flow: http.HTTPFlow) -> str | None:
+    """The id of the interaction recorded from ``flow`` (``None``: not recorded, or not yet:
+    it is recorded in :class:`LlmRecordTap`'s ``response`` or ``error`` hook)."""
+    capture = _CAPTURES.get(flow)
+    return None if capture is None else capture.recorded
 
 
 @dataclass(slots=True)
@@ -431,7 +441,7 @@ class LlmRecorder:
             if folder:
                 path = Path(folder).expanduser()
                 if path.exists() or self.mode == "replay":
-                    interactions = folder_format.read_folder(path)
+                    interactions = folder_files.read_folder(path)
                 self.report.source = str(path)
             else:
                 store = await self.store.ready()
@@ -471,7 +481,7 @@ class LlmRecorder:
         existing: list[Interaction] = []
         if (path / folder_format.MANIFEST).is_file():
             try:
-                existing = folder_format.read_folder(path)
+                existing = folder_files.read_folder(path)
             except folder_format.FolderError as exc:
                 logger.error("llmitm: not writing %s: %s", path, exc)
                 return
@@ -483,7 +493,7 @@ class LlmRecorder:
         fresh = sorted(self.recorded, key=lambda i: (i.started_us, i.id))
         for order, interaction in enumerate(fresh):
             interaction.started_us = base + order
-        written = folder_format.write_folder(
+        written = folder_files.write_folder(
             path,
             [*kept, *fresh],
             {"profile": self.key_options.profile, "ignore": list(self.key_options.ignore)},
@@ -856,6 +866,7 @@ class LlmRecordTap:
         except Exception:
             logger.exception("llmitm: cannot record %s", flow.request.pretty_url)
             return
+        capture.recorded = interaction.id
         self.recorder.finished(interaction)
 
 

@@ -23,8 +23,8 @@ from llmitm.addons.state import RESPONSES_CREATE_KEY, flow_mint, flow_state
 from llmitm.addons.streams import flow_stream, stream_outcome
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.responses_api.create import CreateCall
+from llmitm.responses_api.records import ResponseOwned, ResponseOwner, StoredResponse
 from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
-from llmitm.store.responses import ResponseOwned, ResponseOwner, StoredResponse
 from llmitm.wire.ids import Mint
 from llmitm.wire.sse import SSEDecoder
 
@@ -152,11 +152,14 @@ def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
         return None
     stream = response.stream
     kept = _KEPT.pop(flow, None)
-    if isinstance(stream, StreamRewriter) and not stream.relays_as_is:
+    # A body an addon made whole (a replayed hit answered at once) never went through the
+    # stream owner, even when one was set up for it: it is read from the body.
+    streamed = response.raw_content is None
+    if streamed and isinstance(stream, StreamRewriter) and not stream.relays_as_is:
         return stream.outcome().final_response
     if response.status_code >= 400:
         return None
-    if kept is not None:
+    if streamed and kept is not None:
         return _terminal_response(b"".join(kept))
     content = response.get_content(strict=False)
     if response.headers.get("content-type", "").startswith("text/event-stream"):

@@ -9,12 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llmitm.cli.command_env import mode_kind, mode_problem
+from llmitm.errors import UserError
 from llmitm.transparent.plan import user_modes
 
 OPENAI_ORIGIN = "https://api.openai.com"
 
 
-class RunUsageError(ValueError):
+class RunUsageError(UserError, ValueError):
     """The command line of ``llmitm run`` is wrong."""
 
 

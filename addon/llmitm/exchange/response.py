@@ -14,6 +14,7 @@ import orjson
 from llmitm.routing.plan import Plan
 from llmitm.translate.body_to_chat import response_failure, response_to_chat_completion
 from llmitm.translate.body_to_responses import chat_completion_to_response
+from llmitm.translate.chat_normalise import repair_chat_completion
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.error_bodies import translate_error_body
 from llmitm.translate.guard import StreamGuard
@@ -38,9 +39,10 @@ class StreamOutcome:
 def stream_pipeline(
     plan: Plan, context: TranslationContext, *, strip_usage: bool = False
 ) -> StreamPipeline | StreamGuard:
-    """The translator for the upstream's SSE, or a guard that relays it byte for byte and
-    only makes sure it ends with a terminal event (and, with ``strip_usage``, drops the
-    usage chunk llmitm asked for on the client's behalf)."""
+    """The translator for the upstream's SSE (a normaliser for a third-party server's stream
+    of the client's own API), or a guard that relays it byte for byte and only makes sure it
+    ends with a terminal event. With ``strip_usage``, either drops the usage chunk llmitm
+    asked for on the client's behalf."""
     direction = plan.stream_direction
     if direction is None and context.tools:
         # Calls of tools renamed for a third-party Responses server are restored on the way
@@ -48,7 +50,7 @@ def stream_pipeline(
         direction = "normalise-responses"
     if direction is None:
         return StreamGuard(plan.client_api, strip_usage=strip_usage)
-    return StreamPipeline(direction, context)
+    return StreamPipeline(direction, context, strip_usage=strip_usage)
 
 
 def translate_body(
@@ -62,6 +64,8 @@ def translate_body(
         parsed = _json_or_text(content)
         new_status, body = translate_error_body(parsed, status, plan.client_api)
         return new_status, orjson.dumps(body)
+    if plan.stream_direction == "normalise-chat":
+        return _repaired_chat_body(status, content, context)
     if not plan.translates and not context.tools:
         return None
     body = _json_object(content)
@@ -77,6 +81,22 @@ def translate_body(
             return failure.status, orjson.dumps(openai_error_body(failure))
         return status, orjson.dumps(response_to_chat_completion(body, context))
     return status, orjson.dumps(chat_completion_to_response(body, context))
+
+
+def _repaired_chat_body(
+    status: int, content: bytes | None, context: TranslationContext
+) -> tuple[int, bytes] | None:
+    """A third-party chat server's body with what it left out filled in; ``None`` (its own
+    bytes) when nothing was missing, or when it is no JSON object: a body llmitm cannot read
+    is relayed as it came, as without normalisation (a stream sent with the wrong
+    content type, say)."""
+    try:
+        body = orjson.loads(content or b"")
+    except orjson.JSONDecodeError:
+        return None
+    if type(body) is not dict or not repair_chat_completion(body, context):
+        return None
+    return status, orjson.dumps(body)
 
 
 def _json_object(content: bytes | None) -> dict[str, Any] | tuple[int, bytes]:

@@ -7,6 +7,8 @@ One TOML file (stdlib ``tomllib``)::
     egress = "local"                  # answer what is not a routed LLM call here (default pass)
     responses_scope = "shared"        # stored responses readable by every client key
                                       # (default "credential": only by the key that made them)
+    unmatched = "reject"              # a model no route takes: 404 (default "pass": forward)
+    models = "upstream"               # GET /v1/models: the upstream's (default "config")
 
     [endpoints.local]
     kind = "compatible"               # openai | azure | compatible
@@ -39,19 +41,23 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from llmitm.responses_api.scope import RESPONSES_SCOPES, ResponsesScope
-from llmitm.routing.access import Access, ClientKey
+from llmitm.errors import UserError
+from llmitm.routing.access import RESPONSES_SCOPES, Access, ClientKey, ResponsesScope
 from llmitm.routing.egress import EGRESS_POLICIES, EgressPolicy
 from llmitm.routing.strategies import STRATEGIES, StrategyName
-from llmitm.translate.context import REASONING_MODES, ReasoningMode
+from llmitm.wire.modes import REASONING_MODES, ReasoningMode
 from llmitm.wire.paths import ApiName
 
 EndpointKind = Literal["openai", "azure", "compatible"]
 ENDPOINT_KINDS: tuple[str, ...] = get_args(EndpointKind)
 API_NAMES: tuple[str, ...] = ("chat", "responses")
+UnmatchedPolicy = Literal["pass", "reject"]
+UNMATCHED_POLICIES: tuple[str, ...] = get_args(UnmatchedPolicy)
+ModelsSource = Literal["config", "upstream"]
+MODELS_SOURCES: tuple[str, ...] = get_args(ModelsSource)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration file llmitm cannot use; the message names file, key and expectation."""
 
 
@@ -71,7 +77,9 @@ class Endpoint:
     deployments: Mapping[str, str] = field(default_factory=dict)
     """Azure: model name → deployment name (unlisted models use their own name)."""
     non_conformant: frozenset[ApiName] = frozenset()
-    """APIs whose streams need normalising (llama.cpp's Responses stream)."""
+    """APIs whose streams are normalised even on an ``openai``/``azure`` endpoint."""
+    conformant: frozenset[ApiName] = frozenset()
+    """APIs whose streams a ``compatible`` endpoint gets relayed as they are (trusted)."""
     think_open_missing: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
     weight: float = 1.0
@@ -90,6 +98,13 @@ class Endpoint:
 
     def deployment_for(self, model: str) -> str:
         return self.deployments.get(model, model)
+
+    def normalises(self, api: ApiName) -> bool:
+        """Whether this endpoint's streams of ``api`` are repaired on their way to a client of
+        the same API: by default those of third-party (``compatible``) servers."""
+        if api in self.non_conformant:
+            return True
+        return self.kind == "compatible" and api not in self.conformant
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +197,12 @@ class Settings:
     (``shared``, a single-tenant proxy) — :mod:`llmitm.responses_api.scope`."""
     allowed_origins: tuple[str, ...] = ()
     """Browser origins (globs) whose requests are served (routing.access)."""
+    unmatched: UnmatchedPolicy = "pass"
+    """A create call no route takes: ``pass`` (to the host it names) or ``reject`` (a 404
+    in OpenAI's shape naming the routes' models)."""
+    models: ModelsSource = "config"
+    """Who answers ``GET /v1/models`` when there are routes: llmitm from the configuration
+    (routing.models), or the upstream the call names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +403,8 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
             "egress",
             "responses_scope",
             "allowed_origins",
+            "unmatched",
+            "models",
         },
     )
     store = raw.get("store")
@@ -403,6 +426,10 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
             raw.get("responses_scope", "credential"), "llmitm.responses_scope", RESPONSES_SCOPES
         ),
         allowed_origins=reader.strings(raw, "allowed_origins", "llmitm", ()),
+        unmatched=reader.choice(
+            raw.get("unmatched", "pass"), "llmitm.unmatched", UNMATCHED_POLICIES
+        ),
+        models=reader.choice(raw.get("models", "config"), "llmitm.models", MODELS_SOURCES),
     )
 
 
@@ -415,6 +442,7 @@ _ENDPOINT_KEYS = {
     "api_version",
     "deployments",
     "non_conformant",
+    "conformant",
     "think_open_missing",
     "headers",
     "weight",
@@ -475,6 +503,15 @@ def _endpoint(
     non_conformant = reader.strings(raw, "non_conformant", where, ())
     for api in non_conformant:
         reader.choice(api, f"{where}.non_conformant", API_NAMES)
+    conformant = reader.strings(raw, "conformant", where, ())
+    for api in conformant:
+        reader.choice(api, f"{where}.conformant", API_NAMES)
+        if api in non_conformant:
+            reader.fail(
+                f"{where}.conformant",
+                f"APIs not also listed in non_conformant ({api!r} is in both)",
+                conformant,
+            )
     api_key_env = reader.string(raw, "api_key_env", where)
     api_key = None
     if api_key_env is not None:
@@ -505,6 +542,7 @@ def _endpoint(
         api_version=api_version,
         deployments=deployments,
         non_conformant=frozenset(non_conformant),  # type: ignore[arg-type]
+        conformant=frozenset(conformant),  # type: ignore[arg-type]
         think_open_missing=reader.boolean(raw, "think_open_missing", where, False),
         headers=reader.string_map(raw, "headers", where),
         weight=reader.number(raw, "weight", where, 1.0),

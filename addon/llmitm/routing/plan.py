@@ -12,7 +12,7 @@ from fnmatch import fnmatchcase
 from urllib.parse import urlencode
 
 from llmitm.routing.config import Config, Endpoint, Route
-from llmitm.translate.pipeline import Direction
+from llmitm.wire.modes import Direction
 from llmitm.wire.paths import AZURE_RESPONSES_DEFAULT_VERSION, AZURE_RESPONSES_MIN_VERSION, ApiName
 
 CREDENTIAL_HEADERS = (
@@ -51,9 +51,9 @@ class Plan:
             return "responses-to-chat"
         if self.client_api == "responses" and self.upstream_api == "chat":
             return "chat-to-responses"
-        if self.upstream_api == "responses" and "responses" in self.endpoint.non_conformant:
-            return "normalise-responses"
-        return None
+        if not self.endpoint.normalises(self.upstream_api):
+            return None
+        return "normalise-responses" if self.upstream_api == "responses" else "normalise-chat"
 
     @property
     def label(self) -> str:

@@ -1,6 +1,6 @@
 """A non-streamed ``chat.completion`` body → a Responses ``response`` body (direction 2).
 
-This module owns the mapping of spec §8 for whole bodies: the first choice becomes ordered
+This module owns the mapping of whole bodies: the first choice becomes ordered
 output items — one ``reasoning`` item (from whichever of the four reasoning spellings the
 backend used), one assistant ``message`` item, then one item per tool call, restored to the
 ``custom``/namespaced tool the Responses client declared — and ``finish_reason`` becomes the
@@ -9,6 +9,7 @@ Response status.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -26,6 +27,8 @@ from llmitm.wire.objects import (
 )
 from llmitm.wire.usage import chat_usage_to_responses
 
+logger = logging.getLogger(__name__)
+
 CONTENT_FILTERED_REFUSAL = "The response was blocked by the upstream content filter."
 """Refusal text for a filtered turn with no output, so clients show something (agents SDK)."""
 
@@ -33,11 +36,17 @@ _INCOMPLETE_REASON = {"length": "max_output_tokens", "content_filter": "content_
 
 
 def _first_choice(completion: dict[str, Any]) -> dict[str, Any]:
-    """Choice 0 (``n > 1`` is refused when the request is mapped, so others are ignored)."""
+    """Choice 0: one Response has one answer. A backend that answers several (``n > 1``,
+    which the mapped request does not ask for) has the others dropped, with a warning."""
     choices = completion.get("choices")
     if not isinstance(choices, list):
         return {}
     candidates = [choice for choice in choices if isinstance(choice, dict)]
+    if len(candidates) > 1:
+        logger.warning(
+            "the upstream answered %d choices (n > 1); a Responses client gets choice 0 only",
+            len(candidates),
+        )
     for choice in candidates:
         if choice.get("index", 0) == 0:
             return choice

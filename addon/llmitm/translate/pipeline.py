@@ -9,10 +9,11 @@ protocol, never a silent clean end. A malformed upstream event ends the stream t
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
+from llmitm.translate.chat_normalise import ChatNormaliser
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.normalise import ResponsesNormaliser
 from llmitm.translate.protocol import EventTranslator
@@ -20,9 +21,8 @@ from llmitm.translate.responses_compat import CallRestorer
 from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
 from llmitm.translate.stream_to_responses import ChatToResponsesStream
 from llmitm.wire.errors import ApiError
+from llmitm.wire.modes import Direction
 from llmitm.wire.sse import DONE_DATA, DONE_FRAME, SSEDecoder
-
-Direction = Literal["responses-to-chat", "chat-to-responses", "normalise-responses"]
 
 _dumps = orjson.dumps
 _loads = orjson.loads
@@ -42,13 +42,24 @@ def _malformed(data: bytes) -> ApiError:
 class StreamPipeline:
     """One stream's translation from upstream bytes to client bytes."""
 
-    def __init__(self, direction: Direction, context: TranslationContext | None = None) -> None:
+    def __init__(
+        self,
+        direction: Direction,
+        context: TranslationContext | None = None,
+        *,
+        strip_usage: bool = False,
+    ) -> None:
+        """``strip_usage`` (``normalise-chat`` only): drop the usage chunk llmitm asked for
+        on the client's behalf, after reading it."""
         self.direction = direction
         self.context = context or TranslationContext()
         self._decoder = SSEDecoder()
         self.events_in = 0
         self._chat_in: ChatToResponsesStream | None = None
         """The translator when it takes chat chunks (it starts a stream and reads [DONE])."""
+        self._chat_norm: ChatNormaliser | None = None
+        """The translator when it relays chat chunks as chat: it reads [DONE] and is given
+        each event's raw data, so what needs no repair keeps its bytes."""
         self.translator: EventTranslator
         if direction == "responses-to-chat":
             self.translator = ResponsesToChatStream(self.context)
@@ -56,6 +67,11 @@ class StreamPipeline:
         elif direction == "chat-to-responses":
             self.translator = self._chat_in = ChatToResponsesStream(self.context)
             self._encode = _encode_responses
+        elif direction == "normalise-chat":
+            self.translator = self._chat_norm = ChatNormaliser(
+                self.context, strip_usage=strip_usage
+            )
+            self._encode = b"".join
         elif direction == "normalise-responses":
             normaliser = ResponsesNormaliser(self.context)
             self.translator = RestoringNormaliser(normaliser) if self.context.tools else normaliser
@@ -124,12 +140,19 @@ class StreamPipeline:
     def _translate(self, events: list[tuple[str | None, bytes]]) -> list[Any]:
         translator = self.translator
         chat_in = self._chat_in
+        chat_norm = self._chat_norm
         frames: list[Any] = []
         for _name, data in events:
             self.events_in += 1
             if data == DONE_DATA:
                 if chat_in is not None:
                     frames += chat_in.done()
+                elif chat_norm is not None:
+                    frames += chat_norm.done()
+                continue
+            if chat_norm is not None and chat_norm.plain(data):
+                # Several events in one read: each conformant one still goes out unparsed.
+                frames.append(b"data: " + data + b"\n\n")
                 continue
             try:
                 obj = _loads(data)
@@ -139,7 +162,10 @@ class StreamPipeline:
             if type(obj) is not dict:
                 frames += translator.fail(_malformed(data))
                 continue
-            frames += translator.feed(obj)
+            if chat_norm is not None:
+                frames += chat_norm.feed_data(obj, data)
+            else:
+                frames += translator.feed(obj)
         return frames
 
     def close(self) -> bytes:

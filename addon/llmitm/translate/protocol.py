@@ -2,7 +2,8 @@
 
 :class:`EventTranslator` is a translator's: parsed upstream events in, client frames out (the
 h11-like state machines of :mod:`~llmitm.translate.stream_to_chat`,
-:mod:`~llmitm.translate.stream_to_responses` and :mod:`~llmitm.translate.normalise`).
+:mod:`~llmitm.translate.stream_to_responses`, :mod:`~llmitm.translate.normalise` and
+:mod:`~llmitm.translate.chat_normalise`).
 :class:`ClientStream` is the bytes-level one the proxy's stream callable drives: upstream
 bytes in, client bytes out (:class:`~llmitm.translate.pipeline.StreamPipeline` around a
 translator, or :class:`~llmitm.translate.guard.StreamGuard` relaying bytes as they are).

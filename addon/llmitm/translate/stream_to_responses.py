@@ -1,6 +1,6 @@
 """Chat Completions chunks → Responses stream events (a Responses client over a chat upstream).
 
-A state machine fed one parsed chunk at a time that emits the full lifecycle of the spec's §3:
+A state machine fed one parsed chunk at a time that emits the full lifecycle OpenAI's streams have:
 ``response.created`` and ``response.in_progress`` at once, then one output item at a time —
 reasoning (from ``reasoning_content``, ``reasoning``, ``reasoning_details`` or ``<think>``
 tags), message (text and refusal parts), function calls (keyed by the chunk's tool ``index``,
@@ -14,6 +14,7 @@ finish reason; it is emitted at ``[DONE]`` or when the upstream closes.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -32,6 +33,8 @@ from llmitm.wire.objects import output_text_part, response_object
 from llmitm.wire.usage import chat_usage_to_responses
 
 Event = dict[str, Any]
+
+logger = logging.getLogger(__name__)
 
 _TEXT_DELTA_PREFIX = (
     b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
@@ -104,6 +107,8 @@ class ChatToResponsesStream:
         """The terminal event's Response object (what the store keeps), once finished."""
         self.anomalies: list[str] = []
         """Upstream oddities worth a log line (deltas for a call already closed, …)."""
+        self._other_choices = False
+        """Whether a choice other than 0 (``n > 1``) was seen and dropped (warned once)."""
 
     # -- public -------------------------------------------------------------------------
 
@@ -154,8 +159,8 @@ class ChatToResponsesStream:
         choices = chunk.get("choices")
         if not choices:
             return out  # usage chunk, Azure prompt-filter and async-filter frames
-        choice = choices[0]
-        if not isinstance(choice, dict):
+        choice = self._first_choice(choices)
+        if choice is None:
             return out
         delta = choice.get("delta")
         if delta:
@@ -210,7 +215,12 @@ class ChatToResponsesStream:
         if type(choices) is not list or len(choices) != 1:
             return None
         choice = choices[0]
-        if type(choice) is not dict or choice.get("finish_reason") or choice.get("logprobs"):
+        if (
+            type(choice) is not dict
+            or choice.get("index", 0) != 0  # another choice's (n > 1): the general path drops it
+            or choice.get("finish_reason")
+            or choice.get("logprobs")
+        ):
             return None
         delta = choice.get("delta")
         if type(delta) is not dict:
@@ -228,6 +238,30 @@ class ChatToResponsesStream:
             self._template_tries -= 1
             self._template = StringSlotTemplate.learn(frame, data, _CONTENT_PATH)
         return self._text_delta_frame(message, content)
+
+    def _first_choice(self, choices: Any) -> dict[str, Any] | None:
+        """Choice 0 of a chunk; the others (``n > 1``) have no place in one Response.
+
+        Choices are told apart by their ``index``, not their position: a backend may send
+        choice 1's delta alone in a chunk, or after choice 0's in the same one. Merging them
+        would interleave several answers into one text."""
+        if type(choices) is not list:
+            return None
+        first = None
+        for choice in choices:
+            if type(choice) is not dict:
+                continue
+            if choice.get("index", 0) == 0:
+                if first is None:
+                    first = choice
+            elif not self._other_choices:
+                self._other_choices = True
+                self.anomalies.append("dropped the choices other than 0 (n > 1)")
+                logger.warning(
+                    "the upstream streamed several choices (n > 1); a Responses client gets "
+                    "choice 0 only"
+                )
+        return first
 
     def _text_delta_frame(self, message: _Message, content: str) -> bytes:
         content_index = len(message.content)

@@ -29,6 +29,7 @@ from mitmproxy.addons.errorcheck import ErrorCheck
 from llmitm.addons import make_addons
 from llmitm.addons.patches.master import uninstall_log_handlers, with_llmitm
 from llmitm.addons.record import LlmRecorder
+from llmitm.errors import HostError
 from llmitm.replay.model import Interaction
 from llmitm.replay.pool import SCOPE_HEADERS, split_scope_path
 
@@ -39,7 +40,7 @@ _SCOPE = "llmitm-inprocess-scope"
 _NOTED = "llmitm-inprocess-noted"
 
 
-class InProcessError(RuntimeError):
+class InProcessError(HostError, RuntimeError):
     """The in-process proxy cannot start (another master runs, bad options, start-up errors)."""
 
 

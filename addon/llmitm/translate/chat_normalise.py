@@ -1,0 +1,370 @@
+"""Chat Completions stream → spec-conformant Chat Completions stream (same API in and out).
+
+The chat twin of :mod:`~llmitm.translate.normalise`. Backends that speak chat get a few things
+wrong that strict clients trip on, and a relay byte for byte hands those mistakes on:
+
+- a tool call's ``id`` and ``function.name`` repeated in every chunk of the call (openai-python's
+  stream helper and LangChain concatenate them into ``call_1call_1…``): sent once, in the call's
+  first chunk;
+- tool-call ``index`` values that are sparse, 1-based, missing, or the same for several calls
+  told apart only by their ids: renumbered 0..k-1 in the order the calls start;
+- a first chunk of a call without ``id`` or ``type``: filled (an id is minted);
+- a stream that ends without a ``finish_reason``: a last chunk with ``stop`` (``tool_calls``
+  when the choice made calls) before ``[DONE]``;
+- an error object inside an HTTP 200 stream (OpenRouter): turned into the ``{"error": …}``
+  chunk openai-python raises ``APIError`` on, and the stream ends there.
+
+Reasoning fields (``reasoning_content``, ``reasoning``) and anything else are kept as sent.
+
+Cost: a conformant chunk goes out as the very bytes that came in, never re-serialised. The
+hottest path (:meth:`ChatNormaliser.fast_chunk`) does not even parse it: a chunk that is one
+plain ``data:`` line and holds none of the few markers of something to repair (tool calls, an
+error, usage, a finish reason) is relayed at once. Everything else is parsed and looked at;
+what needs no repair still goes out as its own bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from llmitm.translate.context import TranslationContext
+from llmitm.wire.errors import ApiError, chat_error_chunk, normalise_error
+from llmitm.wire.sse import DONE_FRAME
+
+Frame = bytes
+"""One encoded SSE frame for the client (``data: …\\n\\n``)."""
+
+_dumps = orjson.dumps
+
+
+def _plain(data: bytes, start: int) -> bool:
+    """Whether the chunk JSON in ``data`` (from ``start``) holds none of the few markers of
+    something to look at: tool calls, an error, usage, a finish reason. JSON strings escape
+    their quotes, so no text can forge one. The markers are spelled compactly; a writer that
+    puts a space after its colons (checked at the first key) takes the parsed path.
+
+    Runs once per chunk: a chain of ``find`` calls, each one C scan."""
+    colon = data.find(b'":', start)
+    return (
+        0 <= colon < len(data) - 2
+        and data[colon + 2] != 0x20
+        and data.find(b'"finish_reason":"') < 0
+        and data.find(b'"tool_calls":[') < 0
+        and data.find(b'"usage":{') < 0
+        and data.find(b'"error":') < 0
+    )
+
+
+CUT = ApiError(
+    message="The upstream chat stream ended before its finish reason and [DONE].",
+    type="server_error",
+    code="server_error",
+    status=502,
+)
+
+
+class _Call:
+    """One tool call of a choice, as the client sees it."""
+
+    __slots__ = ("call_id", "index", "name")
+
+    def __init__(self, index: int, call_id: str, name: str) -> None:
+        self.index = index
+        self.call_id = call_id
+        self.name = name
+
+
+class _Choice:
+    """What one choice has streamed: its calls and whether it finished."""
+
+    __slots__ = ("by_id", "by_index", "calls", "finished", "last")
+
+    def __init__(self) -> None:
+        self.calls: list[_Call] = []
+        self.by_index: dict[int, _Call] = {}
+        self.by_id: dict[str, _Call] = {}
+        self.last: _Call | None = None
+        self.finished = False
+
+
+class ChatNormaliser:
+    """Make one upstream chat chunk stream conformant; conformant chunks keep their bytes.
+
+    With ``strip_usage``, a usage-only chunk (empty ``choices``) that llmitm asked for on the
+    client's behalf is read for accounting and not relayed."""
+
+    final_response = None  # a chat client's stream: llmitm stores no Response
+    response_id = None
+
+    def __init__(
+        self, context: TranslationContext | None = None, *, strip_usage: bool = False
+    ) -> None:
+        self.context = context or TranslationContext()
+        self.strip_usage = strip_usage
+        self._choices: dict[int, _Choice] = {}
+        self._head: dict[str, Any] | None = None
+        """The stream's ``id``, ``created`` and ``model``, for a chunk llmitm adds."""
+        self.finished = False
+        self.error: ApiError | None = None
+        self.usage: dict[str, Any] | None = None
+        """The upstream's usage (chat shape), for accounting."""
+        self.repaired = 0
+        """How many upstream chunks were changed or dropped (for tests and logs)."""
+
+    # -- the driver's entry points ------------------------------------------------------------
+
+    def fast_chunk(self, chunk: bytes) -> bytes | None:
+        """``chunk`` itself when it is one plain ``data:`` event with nothing to look at (the
+        hot path: a text or reasoning delta), else ``None`` to have it parsed."""
+        if (
+            self.finished
+            or self._head is None  # the first chunk is parsed: it names the stream
+            or not chunk.startswith(b"data: {")
+            or chunk.find(b"\n") != len(chunk) - 2
+            or chunk[-1] != 0x0A
+            or chunk.find(b"\r") >= 0
+        ):
+            return None
+        return chunk if _plain(chunk, 7) else None
+
+    def plain(self, data: bytes) -> bool:
+        """Whether one event's ``data`` is a chunk with nothing to look at (the same test as
+        :meth:`fast_chunk`'s, for events that arrived several to a read)."""
+        return (
+            not self.finished
+            and self._head is not None
+            and data.startswith(b"{")
+            and _plain(data, 1)
+        )
+
+    def fast_frame(self, event: dict[str, Any], chunk: bytes, data: bytes) -> bytes:
+        """A parsed chunk that arrived as one whole event: its own bytes when it needs no
+        repair, else its repaired frames."""
+        repaired = self._repair(event)
+        if repaired is None:
+            return chunk if chunk.startswith(b"data: ") else b"data: " + data + b"\n\n"
+        return b"".join(repaired)
+
+    def feed_data(self, event: dict[str, Any], data: bytes) -> list[Frame]:
+        """A parsed chunk and its raw ``data`` (the general path: chunks split anywhere)."""
+        repaired = self._repair(event)
+        return [b"data: " + data + b"\n\n"] if repaired is None else repaired
+
+    def feed(self, event: dict[str, Any]) -> list[Frame]:
+        repaired = self._repair(event)
+        return [b"data: " + _dumps(event) + b"\n\n"] if repaired is None else repaired
+
+    def done(self) -> list[Frame]:
+        """The upstream's ``[DONE]``: the finish reasons it left out, then ``[DONE]``."""
+        if self.finished:
+            return []
+        self.finished = True
+        return [*self._missing_finishes(), DONE_FRAME]
+
+    def close(self) -> list[Frame]:
+        """The upstream ended. After a finish reason only ``[DONE]`` (or the usage chunk) can
+        be missing: the answer is whole, so it ends cleanly. Before one, the stream was cut:
+        the client gets an error."""
+        if self.finished:
+            return []
+        first = self._choices.get(0)
+        if first is not None and first.finished:
+            return self.done()
+        return self.fail(CUT)
+
+    def fail(self, error: ApiError) -> list[Frame]:
+        if self.finished:
+            return []
+        self.finished = True
+        self.error = error
+        return [b"data: " + _dumps(chat_error_chunk(error)) + b"\n\n", DONE_FRAME]
+
+    # -- repairs ------------------------------------------------------------------------------
+
+    def _repair(self, event: dict[str, Any]) -> list[Frame] | None:
+        """``None`` when ``event`` goes out as it came; else the frames that replace it
+        (none: dropped)."""
+        if self.finished:
+            return []
+        if self._head is None:
+            self._head = self._new_head(event)
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            # Before the error check: OpenRouter's error chunk carries the failed call's usage.
+            self.usage = usage
+        error = event.get("error")
+        if error:
+            self.repaired += 1
+            return self.fail(normalise_error(error, 500))
+        choices = event.get("choices")
+        if type(choices) is not list:
+            return None
+        if not choices:
+            if self.strip_usage and isinstance(usage, dict):
+                self.repaired += 1
+                return []
+            return None
+        changed = False
+        for choice in choices:
+            if type(choice) is not dict:
+                continue
+            index = choice.get("index", 0)
+            state = self._choices.get(index) if type(index) is int else None
+            if state is None:
+                state = self._choices[index if type(index) is int else 0] = _Choice()
+            delta = choice.get("delta")
+            if type(delta) is dict:
+                calls = delta.get("tool_calls")
+                if type(calls) is list and calls and self._calls(state, calls):
+                    changed = True
+            if choice.get("finish_reason"):
+                state.finished = True
+        if not changed:
+            return None
+        self.repaired += 1
+        return [b"data: " + _dumps(event) + b"\n\n"]
+
+    def _calls(self, state: _Choice, calls: list[Any]) -> bool:
+        """Renumber and trim one chunk's tool-call deltas in place; whether any changed."""
+        changed = False
+        for position, delta in enumerate(calls):
+            if type(delta) is not dict:
+                continue
+            new = self._call_delta(state, delta)
+            if new is not None:
+                calls[position] = new
+                changed = True
+        return changed
+
+    def _call_delta(self, state: _Choice, delta: dict[str, Any]) -> dict[str, Any] | None:
+        """The delta as the client should get it, or ``None`` when it is right as it is."""
+        upstream_index = delta.get("index")
+        if type(upstream_index) is not int:
+            upstream_index = None
+        call_id = delta.get("id")
+        if type(call_id) is not str or not call_id:
+            call_id = None
+        function = delta.get("function")
+        function = function if type(function) is dict else {}
+        name = function.get("name")
+        if type(name) is not str:
+            name = None
+
+        call = self._known_call(state, upstream_index, call_id)
+        if call is None:
+            call = _Call(len(state.calls), call_id or self.context.options.ids("call"), name or "")
+            state.calls.append(call)
+            state.by_id[call.call_id] = call
+            if upstream_index is not None:
+                state.by_index[upstream_index] = call
+            state.last = call
+            if (
+                upstream_index == call.index
+                and call_id is not None
+                and delta.get("type") == "function"
+                and "arguments" in function
+            ):
+                return None  # a conformant first chunk
+            first = {"index": call.index, "id": call.call_id, "type": "function"}
+            first["function"] = {**function, "arguments": function.get("arguments") or ""}
+            return {**_extras(delta), **first}
+        state.last = call
+        repeated_name = name is not None and call.name != "" and name == call.name
+        if name is not None and not repeated_name:
+            call.name += name  # a name streamed in pieces, or sent after the id
+        if upstream_index == call.index and call_id is None and not repeated_name:
+            return None
+        fixed = {**_extras(delta), "index": call.index}
+        if repeated_name or "name" in function:
+            kept = {key: value for key, value in function.items() if key != "name"}
+            if name is not None and not repeated_name:
+                kept["name"] = name
+            fixed["function"] = kept
+        elif "function" in delta:
+            fixed["function"] = delta["function"]
+        return fixed
+
+    def _known_call(
+        self, state: _Choice, upstream_index: int | None, call_id: str | None
+    ) -> _Call | None:
+        """The call a delta continues, or ``None`` when it starts one."""
+        if upstream_index is not None:
+            call = state.by_index.get(upstream_index)
+            if call is not None and (call_id is None or call_id == call.call_id):
+                return call
+            # The same index with another id is another call (some backends send every call
+            # at index 0); an id seen before under another index is that call.
+            return state.by_id.get(call_id) if call_id is not None else None
+        if call_id is not None:
+            return state.by_id.get(call_id)
+        return state.last
+
+    def _new_head(self, event: dict[str, Any]) -> dict[str, Any]:
+        options = self.context.options
+        return {
+            "id": event.get("id") or options.ids("chatcmpl"),
+            "created": event.get("created") or int(options.clock()),
+            "model": event.get("model") or self.context.model or "",
+        }
+
+    def _missing_finishes(self) -> list[Frame]:
+        """A closing chunk for each choice that never said why it stopped."""
+        if not self._choices:
+            self._choices[0] = _Choice()
+        frames = []
+        for index, state in sorted(self._choices.items()):
+            if state.finished:
+                continue
+            state.finished = True
+            self.repaired += 1
+            reason = "tool_calls" if state.calls else "stop"
+            head = self._head or self._new_head({})
+            chunk = {
+                "id": head["id"],
+                "object": "chat.completion.chunk",
+                "created": head["created"],
+                "model": head["model"],
+                "choices": [{"index": index, "delta": {}, "finish_reason": reason}],
+            }
+            frames.append(b"data: " + _dumps(chunk) + b"\n\n")
+        return frames
+
+
+def _extras(delta: dict[str, Any]) -> dict[str, Any]:
+    """A tool-call delta's fields other than the ones the normaliser rewrites."""
+    return {
+        key: value for key, value in delta.items() if key not in ("index", "id", "type", "function")
+    }
+
+
+def repair_chat_completion(completion: dict[str, Any], context: TranslationContext) -> bool:
+    """The same repairs for a whole ``chat.completion`` body, in place; whether any was made.
+
+    A body cannot repeat a call's id or name (each call is one object), and its calls carry no
+    stream ``index``; what can be missing is a call's ``id`` or ``type`` and a choice's
+    ``finish_reason``."""
+    choices = completion.get("choices")
+    if type(choices) is not list:
+        return False
+    changed = False
+    for choice in choices:
+        if type(choice) is not dict:
+            continue
+        message = choice.get("message")
+        calls = message.get("tool_calls") if type(message) is dict else None
+        calls = calls if type(calls) is list else []
+        for tool_call in calls:
+            if type(tool_call) is not dict:
+                continue
+            if type(tool_call.get("id")) is not str or not tool_call["id"]:
+                tool_call["id"] = context.options.ids("call")
+                changed = True
+            if "type" not in tool_call:
+                tool_call["type"] = "function"
+                changed = True
+        if not choice.get("finish_reason"):
+            choice["finish_reason"] = "tool_calls" if calls else "stop"
+            changed = True
+    return changed
