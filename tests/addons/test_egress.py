@@ -20,9 +20,10 @@ from mitmproxy import http
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.test import taddons, tflow
 
-from llmitm.addons import make_addons, record
+from llmitm.addons import make_addons
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.record import Capture
+from llmitm.addons.record import flows as record
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.relay.server import RelayServer

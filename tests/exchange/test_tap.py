@@ -11,7 +11,7 @@ from array import array
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmitm.addons.tap_compactor import TapCompactor
+from llmitm.addons.record.compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.replay.tap import Leg, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline

@@ -14,7 +14,7 @@ from llmitm.addons.metrics import LlmMetrics, LlmMetricsEndpoint
 from llmitm.addons.models import LlmModels, LlmUnmatched
 from llmitm.addons.namespace import LlmNamespace
 from llmitm.addons.patches import LlmPatches
-from llmitm.addons.record import LlmRecorder, LlmRecordingsLoad, LlmRecordTap
+from llmitm.addons.record import LlmFlowRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses_api import LlmResponsesApi
 from llmitm.addons.responses_state import ResponsesState
@@ -39,7 +39,7 @@ def make_addons() -> list[object]:
     # The recorder sees the client's request as sent — before LlmResponsesApi inlines stored
     # chains and the router rewrites it — and the upstream's response before LlmStreamTranslator
     # translates it; its tap, after them, sees the translated result.
-    recorder = LlmRecorder(store, relay)
+    recorder = LlmFlowRecorder(store, relay)
     # LlmEgress answers what is not an LLM call before anything records or replays it;
     # LlmEgressGuard, after the router, what LLM call nothing in llmitm took.
     egress = LlmEgress(settings, relay)

@@ -28,7 +28,7 @@ from mitmproxy.addons.errorcheck import ErrorCheck
 
 from llmitm.addons import make_addons
 from llmitm.addons.patches.master import uninstall_log_handlers, with_llmitm
-from llmitm.addons.record import LlmRecorder
+from llmitm.addons.record import LlmFlowRecorder
 from llmitm.errors import HostError
 from llmitm.replay.model import Interaction
 from llmitm.replay.pool import SCOPE_HEADERS, split_scope_path
@@ -233,7 +233,7 @@ class InProcessProxy:
         # before the recorder strips it from the path); _Ready last.
         llmitm = make_addons()
         for addon in llmitm:
-            if isinstance(addon, LlmRecorder):
+            if isinstance(addon, LlmFlowRecorder):
                 addon.before_record = self.before_record
         chain = with_llmitm(default_addons(), [ReplayLedger(self.on_exchange), *llmitm])
         current.addons.add(*chain, ErrorCheck(), _Ready(self))
