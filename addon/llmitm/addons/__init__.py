@@ -7,13 +7,16 @@ from llmitm.addons.background import LlmBackground
 from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
+from llmitm.addons.conversations import LlmConversations
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
+from llmitm.addons.first_screen import LlmFirstScreen
 from llmitm.addons.health import LlmHealth
 from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.metrics import LlmMetrics, LlmMetricsEndpoint
 from llmitm.addons.models import LlmModels, LlmUnmatched
 from llmitm.addons.namespace import LlmNamespace
 from llmitm.addons.patches import LlmPatches
+from llmitm.addons.quiet import LlmQuiet
 from llmitm.addons.record import LlmFlowRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses_api import LlmResponsesApi
@@ -58,6 +61,7 @@ def make_addons() -> list[object]:
     # LlmWebSocket comes first: a call a socket sends back through the proxy gets its target
     # restored before anyone else (egress and the recorder included) sees it.
     return [
+        LlmQuiet(),  # first: mitmproxy's info lines go before any is logged
         LlmPatches(),  # checks once that the mitmproxy internals llmitm patches are there
         LlmNamespace(),  # answers --transparent's DNS; re-addresses its flows by Host header
         settings,
@@ -69,6 +73,7 @@ def make_addons() -> list[object]:
         egress,
         recorder,
         LlmResponsesApi(state),
+        LlmConversations(state),
         LlmCompaction(state),
         store,
         relay,
@@ -89,5 +94,6 @@ def make_addons() -> list[object]:
         metrics,
         LlmTraces(metrics),  # spans from the facts metrics took (the otel extra, optional)
         LlmContentview(),
+        LlmFirstScreen(settings, store),  # before the listen file: said before a command runs
         ListenFile(),
     ]

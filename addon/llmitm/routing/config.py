@@ -14,6 +14,7 @@ One TOML file (stdlib ``tomllib``)::
     kind = "compatible"               # openai | azure | compatible
     base_url = "http://127.0.0.1:11434/v1"
     apis = ["chat"]                   # the API(s) it speaks
+    state = "auto"                    # Responses state: native | emulate | auto
 
     [[routes]]
     models = ["gpt-*"]                # model globs (and/or hosts = [...])
@@ -51,6 +52,8 @@ from llmitm.wire.paths import ApiName
 EndpointKind = Literal["openai", "azure", "compatible"]
 ENDPOINT_KINDS: tuple[str, ...] = get_args(EndpointKind)
 API_NAMES: tuple[str, ...] = ("chat", "responses")
+StateMode = Literal["native", "emulate", "auto"]
+STATE_MODES: tuple[str, ...] = get_args(StateMode)
 UnmatchedPolicy = Literal["pass", "reject"]
 UNMATCHED_POLICIES: tuple[str, ...] = get_args(UnmatchedPolicy)
 ModelsSource = Literal["config", "upstream"]
@@ -91,6 +94,11 @@ class Endpoint:
     stream_usage: bool = True
     """Ask a chat upstream for the usage chunk (``stream_options.include_usage``) when the
     client did not, for accounting; the chunk is stripped before the client sees it."""
+    state: StateMode = "auto"
+    """Who keeps Responses state (``previous_response_id``, retrieve, ``input_items``,
+    ``background``, cancel) for this endpoint's native Responses API: ``native`` (the
+    server), ``emulate`` (llmitm, sending the server stateless requests) or ``auto``
+    (emulate for ``compatible`` servers, which mostly keep none; native for OpenAI, Azure)."""
 
     @property
     def azure_classic(self) -> bool:
@@ -98,6 +106,13 @@ class Endpoint:
 
     def deployment_for(self, model: str) -> str:
         return self.deployments.get(model, model)
+
+    @property
+    def emulates_state(self) -> bool:
+        """Whether llmitm keeps the Responses state of this endpoint's native Responses API."""
+        if self.state == "auto":
+            return self.kind == "compatible"
+        return self.state == "emulate"
 
     def normalises(self, api: ApiName) -> bool:
         """Whether this endpoint's streams of ``api`` are repaired on their way to a client of
@@ -449,6 +464,7 @@ _ENDPOINT_KEYS = {
     "max_concurrency",
     "max_concurrency_per_model",
     "stream_usage",
+    "state",
 }
 _DEFAULT_APIS: dict[str, tuple[str, ...]] = {
     "openai": API_NAMES,
@@ -549,6 +565,7 @@ def _endpoint(
         max_concurrency=reader.integer(raw, "max_concurrency", where, None),
         max_concurrency_per_model=_caps(reader, raw, where),
         stream_usage=reader.boolean(raw, "stream_usage", where, True),
+        state=reader.choice(raw.get("state", "auto"), f"{where}.state", STATE_MODES),
     )
 
 
