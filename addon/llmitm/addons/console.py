@@ -23,6 +23,7 @@ import sys
 import time
 from collections import deque
 from typing import Any
+from urllib.parse import urlsplit
 
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
@@ -31,6 +32,7 @@ from rich.console import Group
 from llmitm.addons.choices import check_choices
 from llmitm.addons.patches.console_ui import front_end, redirect_output
 from llmitm.addons.responses import FACTS_KEY
+from llmitm.addons.sides import client_request
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.addons.streams import flow_stream
 from llmitm.exchange.request import client_model, parse_body
@@ -135,6 +137,18 @@ class Observer:
         if self.tail:
             self.pending += self.tail
             self.tail.clear()
+
+
+def call_paths(flow: http.HTTPFlow) -> tuple[str, str]:
+    """The path the client called and the one llmitm called upstream (queries left out:
+    they may hold a key)."""
+    upstream = urlsplit(flow.request.path).path
+    client = client_request(flow)
+    state = flow_state(flow)
+    routed = state.routed if state is not None else None
+    if routed is not None and routed.upstream_request is not None:
+        upstream = urlsplit(routed.upstream_request.url).path  # the flow names the relay
+    return (urlsplit(client.path).path if client is not None else upstream), upstream
 
 
 def flow_info(flow: http.HTTPFlow) -> FlowInfo | None:
@@ -264,6 +278,7 @@ class LlmConsole:
             attempts=attempts if isinstance(attempts, int) else 1,
             recorded=flow.metadata.get(RECORDING_KEY),
         )
+        summary.client_path, summary.upstream_path = call_paths(flow)
         end = (response.timestamp_end if response else None) or _now()
         summary.duration = max(0.0, end - info.started)
         if response is not None:
