@@ -9,6 +9,7 @@ import io
 from dataclasses import replace
 
 import orjson
+import pytest
 from mitmproxy import contentviews, http
 from mitmproxy import io as mitmproxy_io
 from mitmproxy.test import taddons, tflow, tutils
@@ -89,10 +90,11 @@ def test_an_untouched_flow_and_a_non_api_call_are_left_alone() -> None:
         assert client_request(other) is None
 
 
-def test_a_planned_stream_keeps_what_went_upstream_and_came_back() -> None:
+@pytest.mark.parametrize("keep_streams", [True, False])
+def test_a_planned_stream_keeps_what_went_upstream_and_came_back(keep_streams: bool) -> None:
     front, back = LlmClientSide(), LlmFlowSides()
     with taddons.context(front, back):
-        back.keep_streams = True  # as under mitmweb, or with flows saved to a file
+        back.keep_streams = keep_streams  # True under mitmweb, or with flows saved to a file
         flow = client_flow()
         front.request(flow)
         plan(flow)
@@ -111,7 +113,8 @@ def test_a_planned_stream_keeps_what_went_upstream_and_came_back() -> None:
     assert (side.client_api, side.upstream_api, side.endpoint) == ("responses", "chat", "local")
     assert side.request.url == "http://up/v1/chat/completions"
     assert side.request.body == UPSTREAM_BODY
-    assert side.response.body == CHUNK * 3 and side.response.status == 200
+    assert side.response.status == 200 and side.response.kept is keep_streams
+    assert side.response.body == (CHUNK * 3 if keep_streams else b"")
     assert flow.request.path == "/v1/responses"
 
 

@@ -5,6 +5,7 @@ never get in, and a loaded state this version cannot read is no side rather than
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -41,6 +42,9 @@ def test_the_state_deep_copies_as_plain_data_sharing_its_bodies() -> None:
     saved = copy.deepcopy(state)
     assert saved["request"]["body"] is body  # kept once: bytes are shared, not copied
     assert UpstreamSide.from_state(saved) == side
+    unkept = replace(side, response=Answered.redacted(200, [], None))
+    assert unkept.response is not None and not unkept.response.kept
+    assert UpstreamSide.from_state(copy.deepcopy(unkept.to_state())) == unkept
 
 
 def test_credentials_are_redacted_on_the_way_in() -> None:

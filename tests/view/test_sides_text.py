@@ -46,7 +46,9 @@ def test_other_bodies_empty_bodies_and_what_was_left_out() -> None:
         [
             Section(UPSTREAM_ANSWERED, "chat", "502 text/plain from local", b"bad gateway\xff"),
             Section(UPSTREAM_ANSWERED, "chat", "200", b"", left_out=12_345),
+            Section(UPSTREAM_ANSWERED, "chat", "200 text/event-stream", b"", kept=False),
         ]
     )
+    assert text.count("(no body)") == 1 and "(not kept: an upstream stream" in text
     assert "bad gateway\ufffd" in text
     assert "(no body)" in text and "(and 12,345 more bytes, not kept)" in text

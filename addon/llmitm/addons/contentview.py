@@ -96,6 +96,7 @@ def both_sides(data: bytes, message: http.Message, side: UpstreamSide) -> str:
                 answered.body,
                 answered.headers,
                 answered.left_out,
+                answered.kept,
             )
         )
     line = f"{message.status_code} {message.headers.get('content-type', '')}".strip()

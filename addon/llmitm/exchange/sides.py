@@ -97,12 +97,14 @@ class Answered:
     body: bytes
     left_out: int = 0
     """Bytes of a long stream past :data:`STREAM_KEEP_LIMIT`, not kept."""
+    kept: bool = True
+    """``False``: a stream nobody could look at, whose body was not kept at all."""
 
     @classmethod
     def redacted(
         cls, status: int, headers: Iterable[tuple[str, str]], body: bytes | None, left_out: int = 0
     ) -> Answered:
-        return cls(status, _headers(headers), body or b"", left_out)
+        return cls(status, _headers(headers), body or b"", left_out, kept=body is not None)
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -110,6 +112,7 @@ class Answered:
             "headers": _headers_state(self.headers),
             "body": self.body,
             "left_out": self.left_out,
+            "kept": self.kept,
         }
 
     @classmethod
@@ -123,6 +126,7 @@ class Answered:
             _headers_from(state.get("headers")),
             _bytes(state.get("body")),
             left_out if isinstance(left_out, int) else 0,
+            state.get("kept") is not False,
         )
 
 

@@ -21,6 +21,9 @@ CLIENT_GOT = "client got"
 
 API_LABELS = {"responses": "Responses API", "chat": "Chat Completions"}
 RULE = "═" * 60
+NOT_KEPT = (
+    "(not kept: an upstream stream is kept in mitmproxy and mitmweb, or when flows are saved)\n"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,8 @@ class Section:
     headers: Sequence[tuple[str, str]] = ()
     """Shown for the upstream's messages, which mitmproxy's own tabs do not show."""
     left_out: int = 0
+    kept: bool = True
+    """``False``: the body was not kept (a stream nobody could look at when it flowed)."""
 
 
 def title(section: Section) -> str:
@@ -61,7 +66,10 @@ def section_text(section: Section) -> str:
     lines += [f"  {name}: {value}" for name, value in section.headers]
     if section.headers:
         lines.append("")
-    text = "\n".join(lines) + "\n" + body_text(section.body)
+    text = "\n".join(lines) + "\n"
+    if not section.kept:
+        return text + NOT_KEPT
+    text += body_text(section.body)
     if section.left_out:
         text += f"(and {section.left_out:,} more bytes, not kept)\n"
     return text
