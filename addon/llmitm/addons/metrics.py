@@ -21,10 +21,10 @@ import orjson
 from mitmproxy import http
 
 from llmitm.addons.access import addressed_to_llmitm
-from llmitm.addons.record import LlmRecorder, replay_hit
-from llmitm.addons.responses import FACTS_KEY
+from llmitm.addons.record import LlmFlowRecorder, replay_hit
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.state import FlowState, flow_state
+from llmitm.addons.stream_translator import FACTS_KEY
 from llmitm.addons.streams import flow_stream, stream_outcome
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.observe.metrics import (
@@ -66,7 +66,7 @@ class LlmMetrics:
 
     name = "llmitm_metrics"
 
-    def __init__(self, router: LlmRouter, recorder: LlmRecorder) -> None:
+    def __init__(self, router: LlmRouter, recorder: LlmFlowRecorder) -> None:
         self.router = router
         self.recorder = recorder
         self.metrics = Metrics()

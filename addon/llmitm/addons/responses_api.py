@@ -36,8 +36,8 @@ from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.create import CreateCall, prepare_create
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
+from llmitm.responses_api.records import ResponseDeleted, ResponseReader, StoredResponse, readable
 from llmitm.routing.plan import plan_for_endpoint
-from llmitm.store.responses import ResponseDeleted, ResponseReader, StoredResponse, readable
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError

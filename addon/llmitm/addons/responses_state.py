@@ -24,18 +24,18 @@ from llmitm.relay.client import UpstreamRequest, send
 from llmitm.relay.frames import FramesJob
 from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
-from llmitm.responses_api.scope import creator, reader_credential
-from llmitm.responses_api.seal import ReasoningSeal
-from llmitm.routing.affinity import TtlLru
-from llmitm.store.api import Write
-from llmitm.store.memory_responses import MemoryResponses
-from llmitm.store.responses import (
+from llmitm.responses_api.records import (
     ResponseOwner,
     ResponseReader,
     ResponseSaved,
     ResponsesPurged,
     StoredResponse,
 )
+from llmitm.responses_api.scope import creator, reader_credential
+from llmitm.responses_api.seal import ReasoningSeal
+from llmitm.routing.affinity import TtlLru
+from llmitm.store.api import Write
+from llmitm.store.memory_responses import MemoryResponses
 from llmitm.wire.ids import IdFactory, random_id
 
 

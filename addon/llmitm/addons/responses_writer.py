@@ -23,8 +23,8 @@ from llmitm.addons.state import RESPONSES_CREATE_KEY, flow_mint, flow_state
 from llmitm.addons.streams import flow_stream, stream_outcome
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.responses_api.create import CreateCall
+from llmitm.responses_api.records import ResponseOwned, ResponseOwner, StoredResponse
 from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
-from llmitm.store.responses import ResponseOwned, ResponseOwner, StoredResponse
 from llmitm.wire.ids import Mint
 from llmitm.wire.sse import SSEDecoder
 

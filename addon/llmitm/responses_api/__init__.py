@@ -2,9 +2,10 @@
 retrieve, delete, ``input_items``, ``background``, cancel, stream resume, reasoning
 continuity) for Responses clients whose endpoint only speaks Chat Completions.
 
-Sans-IO like the translators: dicts and records in, answers and writes out. The store is
-reached only through :class:`llmitm.store.responses.ResponseReader` (reads) and ``submit``
-(writes), the upstream only through an injected opener (:mod:`.background`). The mitmproxy
+Sans-IO like the translators: dicts and records in, answers and writes out. The records,
+the writes and the reader the store implements are :mod:`.records`; the store is reached only
+through a :class:`~.records.ResponseReader` (reads) and ``submit`` (writes), the upstream
+only through an injected opener (:mod:`.background`). The mitmproxy
 shell is three addons sharing ``llmitm.addons.responses_state``: ``responses_api`` (state
 calls and create preparation), ``responses_writer`` (ids and what is stored) and
 ``background``.

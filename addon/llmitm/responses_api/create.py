@@ -24,8 +24,8 @@ from typing import Any
 from llmitm.responses_api.chain import history_items
 from llmitm.responses_api.compaction import restore_compactions
 from llmitm.responses_api.items import input_items
+from llmitm.responses_api.records import ResponseOwner, ResponseReader, readable
 from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
-from llmitm.store.responses import ResponseOwner, ResponseReader, readable
 from llmitm.wire.ids import IdFactory
 
 ENCRYPTED_INCLUDE = "reasoning.encrypted_content"

@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from llmitm.responses_api.scope import RESPONSES_SCOPES, ResponsesScope
-from llmitm.routing.access import Access, ClientKey
+from llmitm.errors import UserError
+from llmitm.routing.access import RESPONSES_SCOPES, Access, ClientKey, ResponsesScope
 from llmitm.routing.egress import EGRESS_POLICIES, EgressPolicy
 from llmitm.routing.strategies import STRATEGIES, StrategyName
-from llmitm.translate.context import REASONING_MODES, ReasoningMode
+from llmitm.wire.modes import REASONING_MODES, ReasoningMode
 from llmitm.wire.paths import ApiName
 
 EndpointKind = Literal["openai", "azure", "compatible"]
@@ -57,7 +57,7 @@ ModelsSource = Literal["config", "upstream"]
 MODELS_SOURCES: tuple[str, ...] = get_args(ModelsSource)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration file llmitm cannot use; the message names file, key and expectation."""
 
 

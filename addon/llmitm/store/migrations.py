@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import aiosqlite
 
+from llmitm.errors import StoreError
+
 log = logging.getLogger(__name__)
 
 
@@ -26,7 +28,7 @@ class Migration:
     statements: tuple[str, ...]
 
 
-class SchemaTooNew(RuntimeError):
+class SchemaTooNew(StoreError, RuntimeError):
     """The database was written by a newer llmitm; this one must not touch it."""
 
 

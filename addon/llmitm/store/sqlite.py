@@ -37,19 +37,10 @@ from typing import Any
 
 import aiosqlite
 
+from llmitm.exchange.usage import UsageRecord
 from llmitm.file_modes import make_dir
 from llmitm.replay.model import Interaction
-from llmitm.store import sqlite_recordings as recordings
-from llmitm.store.api import GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
-from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew, migrate, user_version
-from llmitm.store.recordings import (
-    DeleteRecordings,
-    DeleteScope,
-    PruneRecordings,
-    RecordingWrite,
-    ReplayMissRecord,
-)
-from llmitm.store.responses import (
+from llmitm.responses_api.records import (
     ResponseDeleted,
     ResponseEvents,
     ResponseOwned,
@@ -58,6 +49,16 @@ from llmitm.store.responses import (
     ResponseSaved,
     ResponsesPurged,
     StoredResponse,
+)
+from llmitm.store import sqlite_recordings as recordings
+from llmitm.store.api import GroupBy, Store, StoreStats, UsageRow, Write
+from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew, migrate, user_version
+from llmitm.store.recordings import (
+    DeleteRecordings,
+    DeleteScope,
+    PruneRecordings,
+    RecordingWrite,
+    ReplayMissRecord,
 )
 from llmitm.store.sqlite_responses import (
     apply_deleted,
@@ -216,7 +217,7 @@ class SqliteStore(Store, ResponseReader):
             writer, reader = self._writer, self._reader
             self._writer = self._reader = None
             # Closing matters: an unclosed aiosqlite connection's thread outlives the loop
-            # and prints "Event loop is closed" at exit (mitmproxy-notes.md, E8).
+            # and prints "Event loop is closed" at exit.
             for connection in (reader, writer):
                 if connection is not None:
                     await connection.close()
@@ -242,7 +243,7 @@ class SqliteStore(Store, ResponseReader):
             return []  # read-only over a file no llmitm has migrated yet: nothing recorded
         return await usage_rows(reader, since, group_by)
 
-    # -- Responses state (store.responses): read after the writes submitted before the call,
+    # -- Responses state (responses_api.records): read after the writes submitted before the call,
     # so a client that retrieves right after its create sees it.
 
     async def _responses_reader(self) -> aiosqlite.Connection | None:
