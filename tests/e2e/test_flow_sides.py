@@ -1,7 +1,8 @@
 """Both sides of a translated flow, as mitmproxy saves it (``-w``, what mitmweb's export and
 ``save_stream_file`` write): the flow's request is the client's own call again, the upstream's
 request and answer are kept beside it, the llmitm content view shows all four from the loaded
-file, and neither the endpoint's key nor the client's reaches the file."""
+file, neither the endpoint's key nor the client's reaches the file, and the console's
+summary line names both paths."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def test_a_saved_translated_flow_keeps_both_sides(tmp_path: Path) -> None:
         assert client.responses.create(model="over-chat", input="Again").output_text
         log = proxy.log_text()
     assert "Traceback" not in log, log
+    # The console's summary line names the client's path and the upstream's.
+    assert log.count(" responses→chat /v1/responses→/v1/chat/completions 200 ") == 2, log
     raw = saved.read_bytes()
     assert ENDPOINT_KEY.encode() not in raw and CLIENT_KEY.encode() not in raw
 
