@@ -7,6 +7,7 @@ from llmitm.addons.background import LlmBackground
 from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
+from llmitm.addons.conversations import LlmConversations
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.first_screen import LlmFirstScreen
 from llmitm.addons.health import LlmHealth
@@ -74,6 +75,7 @@ def make_addons() -> list[object]:
         egress,
         recorder,
         LlmResponsesApi(state),
+        LlmConversations(state),
         LlmCompaction(state),
         store,
         relay,
