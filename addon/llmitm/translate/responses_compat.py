@@ -269,6 +269,16 @@ class CallRestorer:
         self._custom: set[str] = set()
         self._seq = 0
 
+    @property
+    def next_sequence(self) -> int:
+        """The ``sequence_number`` the next event gets."""
+        return self._seq
+
+    def relayed_around(self) -> None:
+        """An event went out without passing here (nothing in it to restore): it took the
+        next sequence number."""
+        self._seq += 1
+
     def events(self, events: list[Event]) -> list[Event]:
         out: list[Event] = []
         for event in events:
