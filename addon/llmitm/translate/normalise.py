@@ -77,6 +77,8 @@ _DELTAS = {
 # after this many, a stream stops looking for a template.
 _LEARN_MISSES = 16
 _dumps = orjson.dumps
+_loads = orjson.loads
+_SORTED = orjson.OPT_SORT_KEYS
 # The spec gives these no item_id: filling one would invent a field (see the module docstring).
 _UNSCOPED = frozenset(
     {
@@ -234,18 +236,24 @@ class ResponsesNormaliser:
         template.sink.append(delta)
         return template.line + data + b"\n\n"
 
-    def feed_event(self, event: dict[str, Any], name: str | None, data: bytes) -> list[Event]:
-        """:meth:`feed` for a parsed event given with its ``event:`` name and raw data: a delta
-        that comes out as it came in teaches the template."""
-        out = self.feed(event)
-        if (
-            self._learn_misses
-            and len(out) == 1
-            and out[0] is event
-            and name == event["type"]
-            and name in _DELTAS
-        ):
-            self._learn(event, data, _DELTAS[name])
+    def feed_event(
+        self, event: dict[str, Any], name: str | None, data: bytes, *, keep_bytes: bool = True
+    ) -> list[Event | bytes]:
+        """:meth:`feed` for a parsed event given with its ``event:`` name and raw data.
+
+        A delta that comes out as it came in teaches the template. With ``keep_bytes``, any
+        other event the general path writes as it came, but for the order of its keys, goes
+        out as its own bytes (a frame in the list): the upstream's spelling is the truth."""
+        kind = _DELTAS.get(name)  # type: ignore[arg-type]
+        if kind is not None or not keep_bytes or name != event.get("type"):
+            out: list[Event | bytes] = self.feed(event)  # type: ignore[assignment]
+            if kind is not None and self._learn_misses and len(out) == 1 and out[0] is event:
+                self._learn(event, data, kind)
+            return out
+        upstream = _loads(data)  # feed() changes the event in place
+        out = self.feed(event)  # type: ignore[assignment]
+        if len(out) == 1 and _dumps(upstream) == data and _same(out[0], upstream):
+            return [b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"]  # type: ignore[union-attr]
         return out
 
     def _learn(self, event: Event, data: bytes, kind: int) -> None:
@@ -692,6 +700,14 @@ def _part(kind: str, text: str, annotations: list[Any] | None = None) -> dict[st
             "logprobs": [],
         }
     return {"type": kind, "text": text}
+
+
+def _same(written: Any, upstream: Any) -> bool:
+    """Whether the normalised event is the upstream's but for key order (``1``, ``1.0`` and
+    ``true`` told apart, unlike ``==``)."""
+    return type(written) is dict and _dumps(written, option=_SORTED) == _dumps(
+        upstream, option=_SORTED
+    )
 
 
 def _fill_part(part: Any) -> None:

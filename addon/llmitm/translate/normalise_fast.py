@@ -18,6 +18,7 @@ event with just those values changed — the same item, position and indexes, wh
 path leaves as they are. The general path then writes that event with orjson. ``match`` only
 accepts the sequence number the normaliser would write, in its canonical digits, and string
 literals that are orjson's own spelling of their value, so orjson's output is again the input.
+(``_loads`` of a literal ending at the slot's closing quote can only yield a string.)
 Each slot's key occurs once in the learned bytes, so it is the top-level key, not a nested one.
 """
 
@@ -137,7 +138,9 @@ class DeltaTemplate:
                 value = _loads(literal)
             except _JSONDecodeError:
                 return None
-            if type(value) is not str or _dumps(value) != literal:
+            # Without a backslash a valid literal is orjson's spelling (it escapes only quotes,
+            # backslashes and control characters, which a valid literal holds escaped).
+            if literal.find(b"\\") >= 0 and _dumps(value) != literal:
                 return None
             if kind == _DELTA:
                 delta = value

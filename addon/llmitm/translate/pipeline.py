@@ -145,7 +145,12 @@ class StreamPipeline:
                     frames = self.translator.feed(obj)
                     return self._encode(frames) if frames else b""
         frames = self._translate(decoder.feed(chunk))
-        return self._encode(frames) if frames else b""
+        if not frames:
+            return b""
+        out = self._encode(frames)
+        # A read of events all relayed as they came is passed on as the very object: a
+        # recorder then keeps one leg, not two.
+        return chunk if self._responses_norm is not None and out == chunk else out
 
     def _normalised_frame(self, event: dict[str, Any], chunk: bytes, data: bytes) -> bytes:
         """The parsed-event path of ``normalise-responses``: the general path, which learns
@@ -154,7 +159,10 @@ class StreamPipeline:
         if chunk.startswith(b"event: "):
             name = chunk[7 : chunk.find(b"\n")].decode("utf-8", "replace")
         frames = self._responses_norm.feed_event(event, name, data)  # type: ignore[union-attr]
-        return self._encode(frames) if frames else b""
+        if not frames:
+            return b""
+        out = self._encode(frames)
+        return chunk if out == chunk else out
 
     def _translate(self, events: list[tuple[str | None, bytes]]) -> list[Any]:
         translator = self.translator
@@ -269,7 +277,9 @@ class RestoringNormaliser:
         return out
 
     def feed_event(self, event: dict[str, Any], name: str | None, data: bytes) -> list[Any]:
-        return self.restorer.events(self.normaliser.feed_event(event, name, data))
+        # Only parsed events: the restorer may change any that is not a delta.
+        events = self.normaliser.feed_event(event, name, data, keep_bytes=False)
+        return self.restorer.events(events)  # type: ignore[arg-type]
 
     def feed(self, event: dict[str, Any]) -> list[Any]:
         return self.restorer.events(self.normaliser.feed(event))
