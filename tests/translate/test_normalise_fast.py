@@ -84,6 +84,21 @@ def pipeline_output(chunks: list[bytes], tools: bool = False) -> bytes:
     return b"".join(out)
 
 
+def count_unparsed(pipeline: StreamPipeline) -> list[int]:
+    """A counter of the chunks ``pipeline`` relays without parsing them (one number)."""
+    count = [0]
+    fast_chunk = pipeline._fast_chunk
+    assert fast_chunk is not None
+
+    def counting(chunk: bytes) -> bytes | None:
+        out = fast_chunk(chunk)
+        count[0] += out is not None
+        return out
+
+    pipeline._fast_chunk = counting
+    return count
+
+
 def sse_events(body: bytes) -> list[Event]:
     return [orjson.loads(data) for _name, data in SSEDecoder().feed(body)]
 
@@ -292,17 +307,7 @@ def test_the_deltas_of_a_conformant_stream_are_the_chunks_that_came_in(
     events: list[Event],
 ) -> None:
     pipeline = StreamPipeline("normalise-responses", context())
-    unparsed = 0
-    fast_chunk = pipeline._fast_chunk
-    assert fast_chunk is not None
-
-    def counting(chunk: bytes) -> bytes | None:
-        nonlocal unparsed
-        out = fast_chunk(chunk)
-        unparsed += out is not None
-        return out
-
-    pipeline._fast_chunk = counting
+    unparsed = count_unparsed(pipeline)
     for event in events:
         chunk = frame(event)
         out = pipeline.feed(chunk)
@@ -311,7 +316,7 @@ def test_the_deltas_of_a_conformant_stream_are_the_chunks_that_came_in(
     pipeline.close()
     firsts = {event["item_id"] for event in events if event["type"] in DELTA_TYPES}
     deltas = sum(event["type"] in DELTA_TYPES for event in events)
-    assert unparsed == deltas - len(firsts)  # all but each item's first went unparsed
+    assert unparsed == [deltas - len(firsts)]  # all but each item's first went unparsed
 
 
 def test_the_sdk_reads_the_relayed_deltas_as_the_text_streamed() -> None:
@@ -496,3 +501,46 @@ def test_a_conformant_openai_stream_is_relayed_as_it_came_but_its_usage() -> Non
     assert terminal["type"] == "response.completed"
     assert terminal["response"]["usage"]["input_tokens_details"]["cache_write_tokens"] == 0
     assert pipeline.feed(b"".join(chunks[:-1])) == b""  # finished: nothing more goes out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '","logprobs":[],"obfuscation":',  # the bytes after the delta, as text
+        '"}',
+        "\\",
+        '\\"',
+        "\u2028\x00\x1f",
+        "é\U0001f600",
+    ],
+)
+def test_a_delta_holding_the_bytes_around_it_is_read_whole(text: str) -> None:
+    """The literal's end is found with the bytes that follow it; a text that spells those
+    bytes (escaped, as JSON must) still ends where the literal does."""
+    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    events = [
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
+        *[
+            {
+                "type": "response.output_text.delta",
+                **ids,
+                "delta": piece,
+                "logprobs": [],
+                "obfuscation": "x1",
+            }
+            for piece in ("a", text, text + "b")
+        ],
+        {"type": "response.output_item.added", "output_index": 1, "item": {**item, "id": "m2"}},
+    ]
+    body = b"".join(frame({**e, "sequence_number": k}) for k, e in enumerate(events))
+    _assert_same_as_general(body, [5, 300, 700])
+    pipeline = StreamPipeline("normalise-responses", context())
+    unparsed = count_unparsed(pipeline)
+    sse = b"".join(pipeline.feed(chunk) for chunk in events_of(body)) + pipeline.close()
+    assert unparsed == [2]  # the deltas after the first
+    out = sse_events(sse)
+    (done,) = [e for e in out if e["type"] == "response.output_text.done"]
+    assert done["text"] == "a" + text + text + "b"

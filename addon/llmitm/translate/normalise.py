@@ -211,7 +211,7 @@ class ResponsesNormaliser:
         if (
             template is None
             or not chunk.startswith(template.line)
-            or chunk[-2:] != b"\n\n"
+            or not chunk.endswith(b"\n\n")
             or template.item.closed
             or self.finished
         ):

@@ -59,7 +59,7 @@ class DeltaTemplate:
     def __init__(
         self,
         event_type: str,
-        parts: tuple[tuple[bytes, int], ...],
+        parts: tuple[tuple[bytes, int, int, bytes | None], ...],
         tail: bytes,
         item: Any,
         sink: list[str],
@@ -68,7 +68,11 @@ class DeltaTemplate:
         self.line = b"event: " + event_type.encode() + b"\ndata: "
         """The frame's start as the encoder writes it: an ``event:`` line naming the type."""
         self.parts = parts
-        """(constant bytes, the slot after them), in the order the upstream writes them."""
+        """(constant bytes, their length, the slot after them, the bytes that close a string
+        slot), in the order the upstream writes them. The closer is the closing quote and the
+        whole next constant: one ``find`` then both ends the literal and checks what follows
+        it. (It cannot be found inside a literal: the constant's first quote follows a comma,
+        a literal's quotes follow a backslash; the literal is validated all the same.)"""
         self.tail = tail
         self.item = item
         """The normaliser's record of the item: the template holds while it is open."""
@@ -103,33 +107,47 @@ class DeltaTemplate:
                     return None
             slots.append((start, end, kind))
         slots.sort()
-        parts = []
+        constants = []
         position = 0
-        for start, end, kind in slots:
-            parts.append((data[position:start], kind))
+        for start, end, _kind in slots:
+            constants.append(data[position:start])
             position = end
-        return cls(event["type"], tuple(parts), data[position:], item, sink)
+        constants.append(data[position:])
+        parts = []
+        for k, (_start, _end, kind) in enumerate(slots):
+            following = constants[k + 1]
+            closer = b'"' + following if kind != _SEQ and b'"' in following[1:] else None
+            parts.append((constants[k], len(constants[k]), kind, closer))
+        return cls(event["type"], tuple(parts), constants[-1], item, sink)
 
     def match(self, buffer: bytes, start: int, end: int, sequence: int) -> str | None:
         """The delta text when ``buffer[start:end]`` is this template's data with ``sequence``
         as its sequence number and canonical literals in the other slots; else ``None``."""
         position = start
         delta = None
-        for constant, kind in self.parts:
-            if not buffer.startswith(constant, position):
+        checked = False  # whether the constant at position was found with the closer
+        for constant, size, kind, closer in self.parts:
+            if not checked and not buffer.startswith(constant, position):
                 return None
-            position += len(constant)
+            position += size
+            checked = False
             if kind == _SEQ:
                 digits = b"%d" % sequence
                 if not buffer.startswith(digits, position):
                     return None  # (a longer number fails at the next constant's first byte)
                 position += len(digits)
                 continue
-            if buffer[position : position + 1] != b'"':
+            if not buffer.startswith(b'"', position):
                 return None
-            after = string_end(buffer, position)
-            if after < 0 or after > end:
-                return None
+            if closer is not None:
+                after = buffer.find(closer, position + 1, end) + 1
+                if not after:
+                    return None
+                checked = True
+            else:
+                after = string_end(buffer, position)
+                if after < 0 or after > end:
+                    return None
             literal = buffer[position:after]
             position = after
             if kind == _OTHER and literal[1:-1].isalnum():
@@ -145,6 +163,6 @@ class DeltaTemplate:
             if kind == _DELTA:
                 delta = value
         tail = self.tail
-        if end - position != len(tail) or not buffer.startswith(tail, position):
+        if end - position != len(tail) or not (checked or buffer.startswith(tail, position)):
             return None
         return delta
