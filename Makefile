@@ -1,9 +1,14 @@
 # The README's commands. Each target creates .venv on first use (and again when
 # pyproject.toml changes), so a fresh clone needs nothing but Python 3.12 and make.
+# Two install levels: `make run` installs llmitm and its runtime dependencies only; the test,
+# lint and bench targets add the dev and e2e extras (pytest, the real clients, llama.cpp and
+# its model) on top. The run level skips compiling every installed module up front (about
+# half of its time on a warm cache): Python compiles what it imports when it first does.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+STAMP     := $(VENV)/.installed-test
 # Node clients for tests/e2e: Codex CLI (npm's package ships the Linux x64 binary) and
 # openai-node, kept in a git-ignored folder, installed once per version (the stamp names the
 # versions, so a bump reinstalls). One npm command for both: a second `npm install --no-save`
@@ -13,20 +18,27 @@ CODEX_VERSION       := 0.171.0
 OPENAI_NODE_VERSION := 7.55.0
 NODE_STAMP := .e2e/node/.installed-codex-$(CODEX_VERSION)-openai-$(OPENAI_NODE_VERSION)
 
-.PHONY: run demo test unit lint bench clean e2e-deps chromium netns-tools
+.PHONY: run install demo test unit lint bench clean e2e-deps chromium netns-tools
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "llmitm needs Python >= 3.12 (found " + sys.version.split()[0] + ")")'
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,e2e]'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -e .
+	@touch $@
+
+$(STAMP): $(RUN_STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,e2e,otel]'
 	@touch $@
 
 # The proxy with the embedded defaults (or CONFIG=llmitm.toml): 127.0.0.1:8080, regular mode.
-run: $(STAMP)
-	$(BIN)/llmitm run $(if $(CONFIG),--config $(CONFIG))
+# ARGS='…' adds llmitm run options (ARGS='--listen-port 9090', ARGS='-v').
+run: $(RUN_STAMP)
+	$(BIN)/llmitm run $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 
-demo: $(STAMP)
+# llmitm and its runtime dependencies only, without starting anything.
+install: $(RUN_STAMP)
+
+demo: $(RUN_STAMP)
 	$(BIN)/llmitm translate --to chat examples/azure-responses-stream.sse
 
 $(NODE_STAMP):

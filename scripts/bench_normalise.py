@@ -26,9 +26,10 @@ from bench_translate import chat_stream, chunked, responses_stream
 
 from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.guard import StreamGuard
-from llmitm.translate.pipeline import Direction, StreamPipeline
+from llmitm.translate.pipeline import StreamPipeline
 from llmitm.translate.protocol import ClientStream
 from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.modes import Direction
 from llmitm.wire.paths import ApiName
 
 Factory = Callable[[], ClientStream]

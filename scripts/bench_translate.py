@@ -21,8 +21,9 @@ from collections.abc import Callable
 import orjson
 
 from llmitm.translate.context import TranslateOptions, TranslationContext
-from llmitm.translate.pipeline import Direction, StreamPipeline
+from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.modes import Direction
 
 WORDS = ("The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", ".")
 

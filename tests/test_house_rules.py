@@ -34,20 +34,13 @@ SANS_IO = ("wire", "translate", "routing", "exchange", "responses_api", "replay"
 """The packages below the shells: given bytes and objects, they return bytes and objects."""
 
 KNOWN_IO = {
-    # The recordings folder's file I/O; it is being moved to store/folder.py, and this entry
-    # goes with it.
-    "llmitm.replay.folder",
     # load_config reads the routing file; reading it belongs in the shell (the caller passes
     # the text), and this entry goes when it does.
     "llmitm.routing.config",
 }
 """Modules of :data:`SANS_IO` known to do file I/O today, each to be removed when fixed."""
 
-KNOWN_CYCLES = {
-    # routing.config takes egress policy names from routing.egress, which names the Config
-    # type under TYPE_CHECKING; the cycle is being cut, and this entry goes with it.
-    frozenset({"llmitm.routing.config", "llmitm.routing.egress"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 """Import cycles known today, each to be removed when fixed."""
 
 PRIVATE_IDENTIFIER = re.compile(r"(?<!\w)_\w+")

@@ -15,10 +15,10 @@ from mitmproxy.test import taddons, tflow
 from openai.types.responses import Response
 
 from llmitm.addons import make_addons
-from llmitm.addons.responses import LlmResponses
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import METADATA_KEY, FlowState
+from llmitm.addons.stream_translator import LlmStreamTranslator
 from llmitm.exchange.stream import StreamRewriter
 from tests.helpers.oracle import sdk_responses_stream
 
@@ -56,7 +56,7 @@ class Proxy:
         self.tctx = tctx
         self.settings = next(a for a in addons if isinstance(a, LlmitmSettings))
         self.router = next(a for a in addons if isinstance(a, LlmRouter))
-        self.responses = next(a for a in addons if isinstance(a, LlmResponses))
+        self.responses = next(a for a in addons if isinstance(a, LlmStreamTranslator))
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_make_addons_composes_distinct_addons_in_dataflow_order() -> None:
     names = [addon.name for addon in addons]  # type: ignore[attr-defined]
     assert len(set(names)) == len(names)
     assert names.index("llmitm_settings") < names.index("llmitm_router")
-    assert names.index("llmitm_router") < names.index("llmitm_responses")
+    assert names.index("llmitm_router") < names.index("llmitm_stream_translator")
 
 
 def test_responses_request_is_routed_and_translated_to_chat(proxy: Proxy) -> None:

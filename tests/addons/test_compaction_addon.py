@@ -94,7 +94,7 @@ def test_the_addons_sit_where_the_flow_needs_them() -> None:
         < names.index("llmitm_router")
     )
     assert (
-        names.index("llmitm_responses")
+        names.index("llmitm_stream_translator")
         < names.index("llmitm_compaction_answer")
         < names.index("llmitm_responses_state")
         < names.index("llmitm_record_tap")

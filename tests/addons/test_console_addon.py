@@ -15,13 +15,9 @@ from mitmproxy.addons.termlog import TermLog
 from mitmproxy.test import taddons, tflow, tutils
 from rich.console import Console
 
-from llmitm.addons.console import (
-    TIMED_CHUNKS,
-    LlmConsole,
-    Observer,
-    resolve_mode,
-)
-from llmitm.addons.responses import FACTS_KEY
+from llmitm.addons.console import LlmConsole, resolve_mode
+from llmitm.addons.console_watch import TIMED_CHUNKS, Observer
+from llmitm.addons.stream_translator import FACTS_KEY
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.pipeline import StreamPipeline

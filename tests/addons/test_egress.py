@@ -20,18 +20,19 @@ from mitmproxy import http
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.test import taddons, tflow
 
-from llmitm.addons import make_addons, record
+from llmitm.addons import make_addons
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.record import Capture
+from llmitm.addons.record import flows as record
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import METADATA_KEY, FlowState
 from llmitm.relay.server import RelayServer
-from llmitm.replay.folder import read_folder
 from llmitm.replay.keys import match_key
 from llmitm.replay.model import Message
 from llmitm.replay.pool import Hit
 from llmitm.routing.config import ConfigError, parse_config
 from llmitm.routing.egress import local_answer, telemetry_kind
+from llmitm.store.folder import read_folder
 from llmitm.wire.paths import is_llm_call
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from mitmproxy import connection
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.test import taddons, tflow
 
-from llmitm.addons.record import LlmRecorder
+from llmitm.addons.record import LlmFlowRecorder
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.store import LlmStore
@@ -23,7 +23,7 @@ def hook(host: str, port: int) -> ServerConnectionHookData:
 
 async def test_replay_refuses_every_dial_but_the_relay() -> None:
     relay = LlmRelay()
-    addon = LlmRecorder(LlmStore(LlmitmSettings()), relay)
+    addon = LlmFlowRecorder(LlmStore(LlmitmSettings()), relay)
     with taddons.context(addon) as tctx:
         relay.running()
         server = await relay.ready()
@@ -45,7 +45,7 @@ async def test_replay_refuses_every_dial_but_the_relay() -> None:
 
 @pytest.mark.parametrize("path", ["/v1/models", "/health", "/v1/embeddings"])
 def test_replay_answers_a_request_that_is_no_llm_call(path: str) -> None:
-    addon = LlmRecorder(LlmStore(LlmitmSettings()), LlmRelay())
+    addon = LlmFlowRecorder(LlmStore(LlmitmSettings()), LlmRelay())
     with taddons.context(addon) as tctx:
         tctx.configure(addon, llmitm_record="replay")
         flow = tflow.tflow()

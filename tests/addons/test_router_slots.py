@@ -124,14 +124,14 @@ async def test_an_aborted_flow_frees_its_slot_once_the_upstream_connection_close
 
 async def test_the_facts_are_in_the_headers_and_the_metadata(router: LlmRouter) -> None:
     from llmitm.addons.patches.headers import IndexedHeaders
-    from llmitm.addons.responses import FACTS_KEY, LlmResponses
+    from llmitm.addons.stream_translator import FACTS_KEY, LlmStreamTranslator
 
     f = flow()
     body = orjson.loads(f.request.content or b"")
     f.request.content = orjson.dumps({**body, "stream": True})
     await request(router, f)
     f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
-    LlmResponses().responseheaders(f)
+    LlmStreamTranslator().responseheaders(f)
     headers = f.response.headers
     assert isinstance(headers, IndexedHeaders)  # streamed: looked up per chunk
     assert (headers["x-llmitm-endpoint"], headers["x-llmitm-attempts"]) == ("small", "1")

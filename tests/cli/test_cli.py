@@ -162,7 +162,7 @@ def test_the_example_configuration_is_valid() -> None:
 
     config = load_config(ROOT / "examples" / "llmitm.toml", environ={})
     assert set(config.endpoints) == {"ollama", "llamacpp"}
-    assert config.endpoints["llamacpp"].non_conformant == {"responses"}
+    assert config.endpoints["llamacpp"].normalises("responses")  # compatible: by default
 
 
 def test_rec_show_timeline_draws_the_committed_recordings_stream() -> None:

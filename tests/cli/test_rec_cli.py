@@ -23,6 +23,7 @@ from llmitm.replay.keys import KeyOptions
 from llmitm.replay.rekey import request_key
 from llmitm.replay.why import explain, parse_request
 from llmitm.store import blob_codec
+from llmitm.store import folder as folder_files
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
@@ -175,7 +176,7 @@ class _nothing:
 
 
 def keys_of(folder: Path) -> list[str]:
-    return [i.key for i in folder_format.read_folder(folder)]
+    return [i.key for i in folder_files.read_folder(folder)]
 
 
 def test_migrate_a_folder_to_new_ignore_paths_and_back(folder: Path, capsys) -> None:
@@ -185,7 +186,7 @@ def test_migrate_a_folder_to_new_ignore_paths_and_back(folder: Path, capsys) -> 
         ["rec", "migrate", str(folder), "--ignore", "messages.*.content"], capsys
     )
     assert status == 0 and f"of {len(before)} recording(s)" in out
-    manifest = folder_format.read_manifest(folder)
+    manifest = folder_files.read_manifest(folder)
     assert manifest["settings"] == {"profile": "default", "ignore": ["messages.*.content"]}
     after = keys_of(folder)
     assert after != before and len(after) == len(before)
@@ -221,7 +222,7 @@ def test_migrate_brings_an_old_key_version_folder_up(folder: Path, capsys) -> No
     assert status == 1 and "match_key_version 0" in out and "llmitm rec migrate" in out
     status, out, _ = run_main(["rec", "migrate", str(folder)], capsys)
     assert status == 0 and "re-keyed 1 of" in out
-    assert folder_format.read_manifest(folder)["match_key_version"] == 1
+    assert folder_files.read_manifest(folder)["match_key_version"] == 1
     assert main(["rec", "verify", str(folder)]) == 0
     assert "0" * 16 not in keys_of(folder)
 
@@ -267,7 +268,7 @@ def test_export_refuses_a_high_entropy_secret_and_writes_nothing(folder: Path, c
 
 def many(tmp_path: Path, count: int = 30) -> Path:
     """A folder of ``count`` recordings (the examples, repeated in scopes of their own)."""
-    base = folder_format.read_folder(RECORDINGS)
+    base = folder_files.read_folder(RECORDINGS)
     interactions = []
     for n in range(count):
         one = folder_format.interaction_from_json(
@@ -276,7 +277,7 @@ def many(tmp_path: Path, count: int = 30) -> Path:
         one.id, one.scope, one.started_us = f"{one.id}{n:03d}", f"{one.scope}/{n // len(base)}", n
         interactions.append(one)
     target = tmp_path / "many"
-    folder_format.write_folder(target, interactions)
+    folder_files.write_folder(target, interactions)
     return target
 
 

@@ -15,6 +15,7 @@ from llmitm.cli import main
 from llmitm.replay import folder as folder_format
 from llmitm.replay.scan import scan_text
 from llmitm.replay.scan_fields import interaction_fields, locate
+from llmitm.store import folder as folder_files
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
@@ -30,7 +31,7 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 def with_extra(tmp_path: Path) -> Path:
     """The examples plus two flows an app sends beside its model calls, as
     ``llmitm_record_all`` records them: an OTLP export and a plugin look-up."""
-    interactions = folder_format.read_folder(RECORDINGS)
+    interactions = folder_files.read_folder(RECORDINGS)
     template = interactions[0]
     for n, url in enumerate(
         ("https://ab.chatgpt.com/otlp/v1/metrics", "https://api.github.com/repos/openai/plugins")
@@ -40,7 +41,7 @@ def with_extra(tmp_path: Path) -> Path:
         extra.legs["client_req"].url = url
         interactions.append(extra)
     target = tmp_path / "source"
-    folder_format.write_folder(target, interactions)
+    folder_files.write_folder(target, interactions)
     return target
 
 
@@ -52,14 +53,14 @@ def imported(tmp_path: Path, source: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_fields_name_legs_from_the_clients_side() -> None:
-    interaction = folder_format.read_folder(RECORDINGS)[0]
+    interaction = folder_files.read_folder(RECORDINGS)[0]
     names = {name for name, _ in interaction_fields(interaction)}
     assert {"request.url", "request.body", "response.body", "upstream_request.body"} <= names
     assert "request.headers.content-type" in names
 
 
 def test_a_finding_is_named_by_recording_and_field() -> None:
-    interactions = folder_format.read_folder(RECORDINGS)
+    interactions = folder_files.read_folder(RECORDINGS)
     leaky = interactions[1]
     leaky.legs["client_req"].headers.append(("X-Upload-Token", PLANTED))
     findings = scan_text(f"anything {PLANTED} around it")
@@ -129,7 +130,7 @@ def test_export_names_each_hit_and_prune_by_id_clears_the_way(
     status, out, _ = run(["rec", "prune", "--db", str(db), "--id", ident[:-1]], capsys)
     assert status == 0 and "pruned 1; 5 recording(s) left" in out
     assert run(["rec", "export", str(target), "--db", str(db)], capsys)[0] == 0
-    assert len(folder_format.read_folder(target)) == 5
+    assert len(folder_files.read_folder(target)) == 5
 
 
 def test_prune_by_host_and_by_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

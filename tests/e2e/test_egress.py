@@ -28,7 +28,7 @@ from wsproto.connection import Connection as WSConnection
 from wsproto.connection import ConnectionType
 from wsproto.events import TextMessage as Message
 
-from llmitm.replay.folder import read_folder
+from llmitm.store.folder import read_folder
 
 from .conftest import CODEX_UNATTENDED, codex_env
 from .processes import LLMITM, ROOT, Upstream, fake_upstream, llmitm_proxy

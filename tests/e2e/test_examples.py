@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from llmitm.replay.folder import read_folder
+from llmitm.store.folder import read_folder
 
 from .processes import LLMITM, ROOT, TWO_ENDPOINTS
 from .test_record_replay import tripwire

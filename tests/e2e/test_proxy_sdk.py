@@ -258,8 +258,8 @@ def test_untranslatable_request_is_a_400_naming_the_field(client: openai.OpenAI)
 def test_other_paths_pass_through(stack) -> None:
     proxy, _chat, _responses = stack
     # Not a create call: forwarded to the reverse target (nothing listens there): an error,
-    # but from mitmproxy's passthrough, not an llmitm 400.
-    reply = httpx.get(f"{proxy.base_url()}/models")
+    # but from mitmproxy's passthrough, not an llmitm 400. (The model list is llmitm's own.)
+    reply = httpx.get(f"{proxy.base_url()}/files")
     assert reply.status_code == 502
 
 

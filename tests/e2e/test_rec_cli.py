@@ -1,7 +1,7 @@
-"""``llmitm rec`` over recordings made by a real llmitm in front of the fake upstream
-(record-replay.md §5.9, §5.10): export → import into a fresh store → replay from that store
-gives the same answers; prune by scope and by age removes what it should and replay then
-misses it; ``rec why`` and ``rec migrate`` on a database; ``llmitm run --junit``.
+"""``llmitm rec`` over recordings made by a real llmitm in front of the fake upstream: export →
+import into a fresh store → replay from that store gives the same answers; prune by scope and
+by age removes what it should and replay then misses it; ``rec why`` and ``rec migrate`` on a
+database; ``llmitm run --junit``.
 
 Every replay runs behind a tripwire (no upstream connection allowed), as in
 ``test_record_replay``.

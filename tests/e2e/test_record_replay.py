@@ -1,4 +1,4 @@
-"""Record and replay through real llmitm processes (record-replay.md §5.11).
+"""Record and replay through real llmitm processes.
 
 Recording runs against the deterministic fake upstream; every replay runs with the fake
 stopped and a *tripwire* listening where every upstream was (the reverse target and both
@@ -128,6 +128,8 @@ class Recorded:
     tmp: Path
     db: Path
     bodies: list[bytes] = field(default_factory=list)
+    console: str = ""
+    """What the recording process printed: its console's summary lines among them."""
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +143,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
                 response = raw_post(proxy, path, body, **headers)
                 assert response.status_code == 200, response.text
                 result.bodies.append(response.content)
+    result.console = proxy.log_text()  # after the process ended: all of it flushed
     return result
 
 
@@ -193,6 +196,16 @@ def test_recording_keeps_four_legs_timing_and_no_secret(recorded: Recorded) -> N
 
 
 LEGS = ("client_req", "upstream_req", "upstream_resp", "client_resp")
+
+
+def test_each_recorded_flow_names_its_recording_on_its_summary_line(recorded: Recorded) -> None:
+    with sqlite3.connect(recorded.db) as db:
+        ids = [row[0] for row in db.execute("SELECT id FROM rec_interactions")]
+    assert len(ids) == len(CALLS)
+    lines = [line for line in recorded.console.splitlines() if " rec " in line]
+    assert len(lines) == len(CALLS), recorded.console
+    for ident in ids:
+        assert sum(line.endswith(f" rec {ident}") for line in lines) == 1, (ident, lines)
 
 
 def test_replay_from_client_is_byte_identical_in_order_then_exhausted(recorded: Recorded) -> None:

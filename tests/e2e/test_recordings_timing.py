@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from llmitm.replay.folder import read_manifest
+from llmitm.store.folder import read_manifest
 
 from .processes import fake_upstream, llmitm_proxy
 from .test_record_replay import MESSAGES, PACED, ROUNDS, Recorded, llmitm, read_stream, replaying

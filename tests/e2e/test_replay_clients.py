@@ -1,4 +1,4 @@
-"""Real clients recorded once, then replayed with no upstream at all (record-replay.md §5.11).
+"""Real clients recorded once, then replayed with no upstream at all.
 
 Codex CLI's tool loop (Responses client, chat-only upstream) and openai-agents runs (both
 translation directions, ``run`` and ``run_streamed``) go through llmitm against the fake
@@ -35,7 +35,7 @@ from agents import (
 )
 from mitmproxy import io
 
-from llmitm.replay.folder import read_folder
+from llmitm.store.folder import read_folder
 
 from .conftest import CodexResult
 from .processes import LLMITM, TWO_ENDPOINTS, Proxy, fake_upstream, llmitm_proxy

@@ -1,6 +1,5 @@
-"""Replay policies through real llmitm processes (record-replay.md §5.3–5.5, 5.8): what a hit
-on an exhausted key gets, the miss status, strict drift, the host in match keys and the CI
-guard on recording.
+"""Replay policies through real llmitm processes: what a hit on an exhausted key gets, the miss
+status, strict drift, the host in match keys and the CI guard on recording.
 
 One recording session against the fake upstream; every replay runs with a tripwire where
 every upstream was (see test_record_replay.py), so no policy ever reaches the network.
@@ -20,7 +19,7 @@ import openai
 import orjson
 import pytest
 
-from llmitm.replay.folder import write_folder
+from llmitm.store.folder import write_folder
 
 from .processes import LLMITM, TWO_ENDPOINTS, Proxy, fake_upstream, llmitm_proxy
 from .test_record_replay import SECRET, Recorded, raw_post, sdk, tripwire
@@ -97,7 +96,7 @@ def polls(proxy: Proxy, times: int) -> list[bytes]:
     return out
 
 
-# --- an exhausted key (§5.4) -----------------------------------------------------------------
+# --- an exhausted key ------------------------------------------------------------------------
 
 
 def test_repeat_last_and_cycle_serve_an_exhausted_key_again(recorded: Recorded) -> None:
@@ -117,7 +116,7 @@ def test_repeat_last_and_cycle_serve_an_exhausted_key_again(recorded: Recorded) 
     assert [m["reason"] for m in report(recorded, "error")["misses"]] == ["exhausted"]
 
 
-# --- the miss status (§5.8) ------------------------------------------------------------------
+# --- the miss status -------------------------------------------------------------------------
 
 
 def test_a_5xx_miss_status_is_not_retried_by_the_sdk(recorded: Recorded) -> None:
@@ -143,7 +142,7 @@ def test_a_miss_status_that_is_not_an_error_is_refused_at_start(tmp_path: Path) 
     assert "llmitm_miss_status must be an HTTP error status" in done.stdout + done.stderr
 
 
-# --- drift (§5.8) ----------------------------------------------------------------------------
+# --- drift -----------------------------------------------------------------------------------
 
 
 def test_strict_drift_refuses_before_any_byte_and_names_the_recording(recorded: Recorded) -> None:
@@ -191,7 +190,7 @@ def test_drift_without_strict_still_serves_and_is_reported(recorded: Recorded) -
     assert report(recorded, "no-drift")["drift"] == []
 
 
-# --- the host in match keys (§5.3) -----------------------------------------------------------
+# --- the host in match keys ------------------------------------------------------------------
 
 
 def test_the_host_counts_in_the_key_only_with_match_host(recorded: Recorded) -> None:
@@ -208,7 +207,7 @@ def test_the_host_counts_in_the_key_only_with_match_host(recorded: Recorded) -> 
         assert polls(proxy, 1) == [recorded.bodies[0]]
 
 
-# --- the CI guard (§5.5) ---------------------------------------------------------------------
+# --- the CI guard ----------------------------------------------------------------------------
 
 
 def llmitm_run(tmp: Path, *options: str, ci: str | None = "true") -> subprocess.CompletedProcess:

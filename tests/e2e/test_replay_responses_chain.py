@@ -1,6 +1,6 @@
 """Replay of a Responses conversation chained by ``previous_response_id`` over a chat-only
-upstream (record-replay.md §5.3, §5.11): recorded in one llmitm process, replayed in a fresh
-one — its own empty Responses store, no upstream (a tripwire where it was).
+upstream: recorded in one llmitm process, replayed in a fresh one — its own empty Responses
+store, no upstream (a tripwire where it was).
 
 The second turn's request names the first answer's id, which llmitm minted at record time.
 For the replay to hold, the second request must still *match* (the default profile keys

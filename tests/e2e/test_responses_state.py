@@ -1,5 +1,5 @@
 """Responses server state over a chat-only upstream, through a real llmitm process, with the
-openai SDK as client (issue 5; translation-spec §10, checklist items 31–34).
+openai SDK as client (issue 5).
 
 The chat-only fake upstream answers ``Echo: <last user text>`` (scenario ``echo``), so every
 turn's answer differs and the messages it received show exactly which conversation llmitm

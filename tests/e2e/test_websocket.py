@@ -17,7 +17,7 @@ import openai
 import orjson
 import pytest
 
-from llmitm.replay.folder import read_folder
+from llmitm.store.folder import read_folder
 
 from .conftest import CODEX_PACKAGE, codex_env, find_codex_bin
 from .processes import LLMITM, Proxy, Upstream, fake_upstream, llmitm_proxy

@@ -18,11 +18,10 @@ from llmitm.exchange.request import (
     relayable_headers,
     rewrite_headers,
 )
-from llmitm.exchange.usage import usage_record
+from llmitm.exchange.usage import UsageRecord, usage_record
 from llmitm.responses_api.takeover import finished_usage
 from llmitm.routing.config import Endpoint
 from llmitm.routing.plan import Plan, plan_for_endpoint
-from llmitm.store.api import UsageRecord
 from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.errors import TranslationError
 

@@ -9,7 +9,7 @@ from mitmproxy.test import tflow, tutils
 
 from llmitm.addons.streams import flow_stream, stream_outcome
 from llmitm.exchange.stream import StreamRewriter
-from llmitm.exchange.tap import StreamTap
+from llmitm.replay.tap import StreamTap
 from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.sse import SSEDecoder

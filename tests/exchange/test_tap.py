@@ -11,9 +11,9 @@ from array import array
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmitm.addons.tap_compactor import TapCompactor
+from llmitm.addons.record.compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
-from llmitm.exchange.tap import Leg, StreamTap, pieces
+from llmitm.replay.tap import Leg, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline
 from tests.exchange.test_exchange import RESPONSES_SSE, context, splits
 

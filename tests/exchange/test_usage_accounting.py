@@ -25,10 +25,10 @@ from llmitm.addons.store import LlmStore
 from llmitm.addons.usage import LlmUsage
 from llmitm.cli.usage import UsageError, parse_since
 from llmitm.exchange.stream import StreamRewriter
-from llmitm.exchange.usage import body_tokens, stream_tokens
+from llmitm.exchange.usage import UsageRecord, body_tokens, stream_tokens
 from llmitm.routing.config import Endpoint
 from llmitm.routing.plan import plan_for_endpoint
-from llmitm.store import SqliteStore, UsageRecord, default_store_path
+from llmitm.store import SqliteStore, default_store_path
 from llmitm.testing import fake_upstream as fu
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.guard import StreamGuard
@@ -229,7 +229,7 @@ def test_flows_without_usage_errors_and_unplanned_flows_are_not_recorded() -> No
 def test_make_addons_puts_usage_before_the_body_translation() -> None:
     names = [addon.name for addon in make_addons()]  # type: ignore[attr-defined]
     assert names.index("llmitm_store") < names.index("llmitm_usage")
-    assert names.index("llmitm_usage") < names.index("llmitm_responses")
+    assert names.index("llmitm_usage") < names.index("llmitm_stream_translator")
 
 
 def store_addon() -> tuple[LlmStore, Any]:

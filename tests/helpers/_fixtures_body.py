@@ -17,8 +17,9 @@ from openai import BaseModel as SdkModel
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from llmitm.translate.context import ReasoningMode, TranslateOptions, TranslationContext
+from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.modes import ReasoningMode
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 NOW = 1_800_000_000.0

@@ -1,4 +1,4 @@
-"""A small Codex-style Responses stream consumer (spec §5), written independently of llmitm.
+"""A small Codex-style Responses stream consumer, written independently of llmitm.
 
 It mirrors what ``codex-rs/codex-api/src/sse/responses.rs`` (``process_sse``) does with a
 Responses SSE body, so tests can check that llmitm's output would drive Codex:

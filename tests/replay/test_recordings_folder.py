@@ -11,17 +11,11 @@ import orjson
 import pytest
 
 from llmitm.cli import main
-from llmitm.replay.folder import (
-    BLOB_MIN_BYTES,
-    FORMAT_VERSION,
-    folder_problems,
-    read_folder,
-    read_manifest,
-    write_folder,
-)
+from llmitm.replay.folder import BLOB_MIN_BYTES, FORMAT_VERSION
 from llmitm.replay.keys import match_key
 from llmitm.replay.model import Interaction, Message
 from llmitm.replay.timing import parse_timing, schedule
+from llmitm.store.folder import folder_problems, read_folder, read_manifest, write_folder
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "recordings"
 FORMAT_1 = Path(__file__).resolve().parent / "data" / "recordings-format-1"

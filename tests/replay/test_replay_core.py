@@ -7,13 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmitm.replay.folder import (
-    FolderError,
-    interaction_from_json,
-    interaction_to_json,
-    read_folder,
-    write_folder,
-)
+from llmitm.replay.folder import FolderError, interaction_from_json, interaction_to_json
 from llmitm.replay.keys import KeyOptions, match_key, route_of
 from llmitm.replay.model import Interaction, Message
 from llmitm.replay.pool import Hit, Miss, ReplayPool, canonical_diff
@@ -26,6 +20,7 @@ from llmitm.replay.redact import (
     redact_url,
 )
 from llmitm.replay.serve import from_upstream, miss_error, verbatim
+from llmitm.store.folder import read_folder, write_folder
 
 KEY = "sk-proj-" + "A1b2C3d4" * 5
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"

@@ -9,7 +9,7 @@ import orjson
 from mitmproxy import io
 
 from llmitm.cli import main
-from llmitm.replay.folder import read_folder
+from llmitm.store.folder import read_folder
 
 FOLDER = Path(__file__).resolve().parents[2] / "recordings"
 

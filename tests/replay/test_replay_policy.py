@@ -1,5 +1,5 @@
-"""Replay policies, sans-IO (record-replay.md §5.3–5.5, 5.8): what an exhausted key serves,
-the miss status, the drift refusal, the host in match keys and the CI guard."""
+"""Replay policies, sans-IO: what an exhausted key serves, the miss status, the drift
+refusal, the host in match keys and the CI guard."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from mitmproxy import exceptions
 from mitmproxy.test import taddons
 
-from llmitm.addons.record import LlmRecorder
+from llmitm.addons.record import LlmFlowRecorder
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.store import LlmStore
@@ -168,9 +168,9 @@ def test_ci_never_refuses_replay_or_off() -> None:
 # --- the options, in mitmproxy ---------------------------------------------------------------
 
 
-def recorder() -> LlmRecorder:
+def recorder() -> LlmFlowRecorder:
     settings = LlmitmSettings()
-    return LlmRecorder(LlmStore(settings), LlmRelay())
+    return LlmFlowRecorder(LlmStore(settings), LlmRelay())
 
 
 def test_options_reach_the_recorder_and_bad_values_are_refused(

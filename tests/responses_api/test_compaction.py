@@ -86,7 +86,7 @@ def codex_body(**extra: object) -> dict:
 
 
 def summarised(text: str = "The user listed files: README.md, setup.py.") -> dict:
-    """The translated answer of the summarisation call, as LlmResponses hands it on."""
+    """The translated answer of the summarisation call, as LlmStreamTranslator hands it on."""
     response = response_object(
         response_id="resp_0001", created_at=1_700_000_000, model="gpt-test", status="completed"
     )

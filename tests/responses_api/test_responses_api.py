@@ -18,11 +18,7 @@ from llmitm.responses_api.chain import history_items
 from llmitm.responses_api.create import prepare_create
 from llmitm.responses_api.items import PageError, input_items, list_page
 from llmitm.responses_api.paths import classify_state_path, owner_url
-from llmitm.responses_api.seal import ReasoningSeal, reasoning_text, restore_reasoning
-from llmitm.routing.config import Endpoint
-from llmitm.store import SqliteStore
-from llmitm.store.memory_responses import MemoryResponses
-from llmitm.store.responses import (
+from llmitm.responses_api.records import (
     ResponseDeleted,
     ResponseEvents,
     ResponseOwned,
@@ -30,6 +26,10 @@ from llmitm.store.responses import (
     ResponseSaved,
     StoredResponse,
 )
+from llmitm.responses_api.seal import ReasoningSeal, reasoning_text, restore_reasoning
+from llmitm.routing.config import Endpoint
+from llmitm.store import SqliteStore
+from llmitm.store.memory_responses import MemoryResponses
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.request_to_chat import responses_request_to_chat
 from llmitm.wire.ids import CountingIds

@@ -22,19 +22,19 @@ from llmitm.addons.responses_api import LlmResponsesApi
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.replay.fingerprint import fingerprint
 from llmitm.responses_api.create import prepare_create
-from llmitm.responses_api.scope import ANONYMOUS, creator, reader_credential
-from llmitm.responses_api.seal import ReasoningSeal
-from llmitm.routing.config import ConfigError, parse_config
-from llmitm.store import SqliteStore
-from llmitm.store.memory_responses import MemoryResponses
-from llmitm.store.migrations import MIGRATIONS
-from llmitm.store.responses import (
+from llmitm.responses_api.records import (
     ResponseOwned,
     ResponseOwner,
     ResponseReader,
     ResponseSaved,
     StoredResponse,
 )
+from llmitm.responses_api.scope import ANONYMOUS, creator, reader_credential
+from llmitm.responses_api.seal import ReasoningSeal
+from llmitm.routing.config import ConfigError, parse_config
+from llmitm.store import SqliteStore
+from llmitm.store.memory_responses import MemoryResponses
+from llmitm.store.migrations import MIGRATIONS
 from llmitm.wire.ids import CountingIds
 
 KEY = b"k" * 32

@@ -13,8 +13,8 @@ import pytest
 
 from llmitm.cli import main
 from llmitm.file_modes import make_dir, write_file
-from llmitm.replay import folder as folder_format
 from llmitm.store import SqliteStore
+from llmitm.store import folder as folder_files
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings"
@@ -74,11 +74,11 @@ def tree_modes(root: Path) -> tuple[set[int], set[int]]:
 
 
 def test_a_written_recordings_folder_is_owner_only(tmp_path: Path, umask_000: None) -> None:
-    interactions = folder_format.read_folder(RECORDINGS)
-    folder_format.write_folder(tmp_path / "out", interactions)
+    interactions = folder_files.read_folder(RECORDINGS)
+    folder_files.write_folder(tmp_path / "out", interactions)
     dirs, files = tree_modes(tmp_path / "out")
     assert dirs == {0o700} and files == {0o600}
-    folder_format.write_folder(tmp_path / "shared", interactions, private=False)
+    folder_files.write_folder(tmp_path / "shared", interactions, private=False)
     assert tree_modes(tmp_path / "shared") == ({0o777}, {0o666})
 
 

@@ -20,12 +20,12 @@ from typing import ClassVar
 import aiosqlite
 import pytest
 
+from llmitm.exchange.usage import UsageRecord
 from llmitm.store import (
     MIGRATIONS,
     Migration,
     SchemaTooNew,
     SqliteStore,
-    UsageRecord,
     UsageRow,
 )
 
@@ -290,7 +290,8 @@ async def test_two_stores_share_one_file(tmp_path: Path) -> None:
 WRITER = """
 import asyncio, sys
 from datetime import UTC, datetime
-from llmitm.store import SqliteStore, UsageRecord
+from llmitm.exchange.usage import UsageRecord
+from llmitm.store import SqliteStore
 
 async def main():
     store = SqliteStore(sys.argv[1], batch_size=20)

@@ -1,7 +1,7 @@
 """normalise-responses: a third-party Responses stream made conformant for strict consumers.
 
 Every real Responses fixture goes through the pipeline; the output must satisfy the openai SDK
-(``client.responses.stream``), the §3 invariants (checked here on the bytes, parsed
+(``client.responses.stream``), the event-order invariants (checked here on the bytes, parsed
 independently), a Codex-style consumer, and say what the source said (text, items, usage).
 Synthetic streams cover what real servers get wrong in ways the fixtures do not show.
 """
@@ -60,12 +60,11 @@ def data_events(raw: bytes) -> list[dict[str, Any]]:
     return out
 
 
-# -- the §3 invariants -----------------------------------------------------------------------
+# -- the event-order invariants -------------------------------------------------------------
 
 
 def assert_conformant(raw: bytes) -> list[dict[str, Any]]:
-    """Check §3 / §14 items 1–2, 4–6, 8, 10–12 on an encoded Responses stream; returns its
-    events."""
+    """Check the event-order invariants on an encoded Responses stream; returns its events."""
     frames = iter_sse(raw)
     events = [json.loads(data) for _name, data in frames]
     # Framing: every event has an event line repeating its JSON type; no [DONE].
@@ -161,13 +160,13 @@ def test_fixture_list_is_not_empty() -> None:
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_is_conformant(name: str) -> None:
-    """§3 invariants hold on the normalised output of every real Responses stream."""
+    """The event-order invariants hold on the normalised output of every real Responses stream."""
     assert_conformant(normalise_bytes(read_fixture(name)))
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_is_accepted_by_the_sdk(name: str) -> None:
-    """§14.3: ``client.responses.stream`` accepts the output; ``get_final_response()`` works for
+    """``client.responses.stream`` accepts the output; ``get_final_response()`` works for
     completed streams and its output is the stream's items; a failing stream raises the
     upstream's ``APIError``."""
     raw = read_fixture(name)
@@ -227,7 +226,7 @@ def test_fixture_keeps_text_items_and_usage(name: str) -> None:
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_checklist_42_codex_consumer_accepts_fixture(name: str) -> None:
-    """§14.42: a Codex-style consumer gets one OutputItemDone per item and Completed with the
+    """A Codex-style consumer gets one OutputItemDone per item and Completed with the
     response id and usage (failing fixtures: the upstream's error code, not a generic one)."""
     raw = read_fixture(name)
     source = data_events(raw)
@@ -241,7 +240,7 @@ def test_checklist_42_codex_consumer_accepts_fixture(name: str) -> None:
     done = [e for e in codex if isinstance(e, OutputItemDone)]
     src_added = [e for e in source if e["type"] == "response.output_item.added"]
     # One done per item (OpenRouter finishes its reasoning after the message: order of
-    # completion is the upstream's, see the report on §14.9).
+    # completion is the upstream's).
     assert sorted(e.item["id"] for e in done) == sorted(e["item"]["id"] for e in src_added)
     completed = codex[-1]
     assert isinstance(completed, Completed)
@@ -309,7 +308,7 @@ def test_openrouter_terminal_output_keeps_the_streamed_ids() -> None:
 
 def test_error_fixture_becomes_error_then_failed() -> None:
     """OpenAI's mid-stream ``error`` + ``response.failed``: one error event carrying the nested
-    and the flat fields (§14.22), then one ``response.failed`` with the upstream code."""
+    and the flat fields, then one ``response.failed`` with the upstream code."""
     events = data_events(normalise_bytes(read_fixture("vercel-ai-responses-error-stream.sse")))
     assert [e["type"] for e in events] == [
         "response.created",
@@ -393,7 +392,7 @@ def test_upstream_output_indexes_are_renumbered_consistently() -> None:
 
 
 def test_function_call_arguments_done_gains_the_name() -> None:
-    """§2: the SDK type requires ``name`` on ``function_call_arguments.done``; the live API
+    """The SDK type requires ``name`` on ``function_call_arguments.done``; the live API
     omits it. It is filled from the item."""
     item = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "get_time"}
     upstream = [
@@ -427,7 +426,7 @@ def test_first_event_not_created_gets_a_synthesized_created() -> None:
 
 
 def test_partial_usage_becomes_null() -> None:
-    """§4: usage without the three totals is unknown: ``null``, never a partial object."""
+    """Usage without the three totals is unknown: ``null``, never a partial object."""
     events = normalise([_created(), _completed(usage={"input_tokens": 3})])
     assert events[-1]["response"]["usage"] is None
 
@@ -451,7 +450,7 @@ def test_incomplete_is_a_terminal_with_status_incomplete() -> None:
 
 
 def test_stream_without_terminal_ends_with_response_failed() -> None:
-    """§14.20: the upstream stops mid-item: ``response.failed`` with ``server_error``; the
+    """The upstream stops mid-item: ``response.failed`` with ``server_error``; the
     items finished so far are in its output."""
     upstream = [_created(), *_message_events("msg_1", "done"), *_message_events("msg_2", "ha")[:3]]
     events = normalise(upstream)
@@ -464,7 +463,7 @@ def test_stream_without_terminal_ends_with_response_failed() -> None:
 
 def test_error_event_without_failed_ends_with_that_error() -> None:
     """An ``error`` event and then nothing: the closing ``response.failed`` carries the error's
-    own code (context length here, §14.23), not a generic one."""
+    own code (context length here), not a generic one."""
     error = {"type": "error", "code": 400, "message": "request exceeds the available context size"}
     events = normalise([_created(), error])
     assert [e["type"] for e in events] == ["response.created", "error", "response.failed"]
@@ -481,7 +480,7 @@ def test_error_event_without_failed_ends_with_that_error() -> None:
     ],
 )  # fmt: skip
 def test_checklist_22_nested_and_flat_error_events_read_alike(error: dict[str, Any]) -> None:
-    """§14.22: the nested (live API) and flat (spec) error events give the same error event
+    """The nested (live API) and flat (API reference) error events give the same error event
     out, with both spellings filled; the flat event's own ``type`` is not the error's type."""
     events = normalise([_created(), {"type": "error", **error}])
     out = events[1]

@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from llmitm.translate.context import ToolOrigin, TranslateOptions, TranslationContext
-from llmitm.translate.pipeline import Direction, StreamPipeline
+from llmitm.translate.pipeline import StreamPipeline
 from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.modes import Direction
 from tests.helpers.codex_parser import iter_sse, sse_json_events
 from tests.helpers.oracle import sdk_chat_stream, sdk_responses_stream
 from tests.translate.test_stream_to_responses import assert_conformant
@@ -125,7 +126,7 @@ def _normalise_cases() -> list[Any]:
 
 @pytest.mark.parametrize(("name", "direction"), _normalise_cases())
 def test_normalised_real_responses_streams_are_conformant(name: str, direction: Direction) -> None:
-    """The normaliser's output for every real Responses capture passes the same §14 checker
+    """The normaliser's output for every real Responses capture passes the same conformance checker
     as the chat→Responses translator's."""
     assert_conformant(sse_json_events(_reference(name, direction)))
 

@@ -1,4 +1,4 @@
-"""responses_request_to_chat: Responses requests for chat-only upstreams (spec §7, §14)."""
+"""responses_request_to_chat: Responses requests for chat-only upstreams."""
 
 from __future__ import annotations
 

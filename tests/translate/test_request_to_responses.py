@@ -1,4 +1,4 @@
-"""chat_request_to_responses: chat requests for Responses-only upstreams (spec §7, §14).
+"""chat_request_to_responses: chat requests for Responses-only upstreams.
 
 Also the round trips chat → Responses → chat and Responses → chat → Responses, on real
 requests and on generated conversations.

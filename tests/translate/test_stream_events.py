@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseStreamEvent
 
-from llmitm.translate.context import REASONING_MODES, TranslateOptions, TranslationContext
+from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.normalise import ResponsesNormaliser
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.translate.request_to_chat import responses_request_to_chat
@@ -40,6 +40,7 @@ from llmitm.translate.stream_to_chat import (
     ResponsesToChatStream,
 )
 from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.modes import REASONING_MODES
 from llmitm.wire.objects import response_object
 from tests.helpers.oracle import sdk_chat_stream, sdk_responses_stream
 

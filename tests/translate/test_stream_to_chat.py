@@ -20,11 +20,12 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from llmitm.translate.context import REASONING_MODES, TranslateOptions, TranslationContext
+from llmitm.translate.context import TranslateOptions, TranslationContext
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
 from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.modes import REASONING_MODES
 from tests.helpers.oracle import sdk_chat_raw_chunks, sdk_chat_stream
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
@@ -493,7 +494,7 @@ def test_error_fixture_raises_the_upstream_message(name: str, mode: str) -> None
         sdk_chat_stream(out)
 
 
-# -- §14 checklist, direction 1 --------------------------------------------------------------
+# -- the conformance checklist, direction 1 -------------------------------------------------
 
 
 def _text_and_two_calls() -> list[dict[str, Any]]:
@@ -508,7 +509,7 @@ def _text_and_two_calls() -> list[dict[str, Any]]:
 
 
 def test_checklist_35_chunk_object_role_once_and_tool_identity_once() -> None:
-    """§14.35: every chunk is ``chat.completion.chunk``; ``role`` only in the first chunk; a
+    """Every chunk is ``chat.completion.chunk``; ``role`` only in the first chunk; a
     tool call's ``id``, ``type`` and ``name`` only in its first delta (the SDK concatenates
     repeats)."""
     frames = translate(_text_and_two_calls(), context(include_usage=True))
@@ -535,7 +536,7 @@ def test_checklist_35_chunk_object_role_once_and_tool_identity_once() -> None:
 
 
 def test_checklist_36_tool_indices_independent_of_output_index() -> None:
-    """§14.36: calls at output_index 2 and 3 (after a reasoning item and a message) become
+    """Calls at output_index 2 and 3 (after a reasoning item and a message) become
     tool call indices 0 and 1."""
     events = _text_and_two_calls()
     added = [e for e in events if e["type"] == "response.output_item.added"]
@@ -560,7 +561,7 @@ def test_checklist_36_tool_indices_independent_of_output_index() -> None:
 
 @pytest.mark.parametrize("include_usage", [True, False])
 def test_checklist_37_usage_chunk_only_when_requested_and_last(include_usage: bool) -> None:
-    """§14.37: the ``choices: []`` usage chunk exists iff the client asked, and is the last
+    """The ``choices: []`` usage chunk exists iff the client asked, and is the last
     JSON chunk before ``[DONE]``; the finish chunk precedes it."""
     frames = translate(Responses().message("Hi").completed(), context(include_usage=include_usage))
     assert frames[-1] == DONE
@@ -583,7 +584,7 @@ def test_checklist_37_usage_chunk_only_when_requested_and_last(include_usage: bo
 
 @pytest.mark.parametrize("mode", REASONING_MODES)
 def test_checklist_38_reasoning_goes_where_configured(mode: str) -> None:
-    """§14.38: reasoning reaches the configured field, or the ``<think>`` wrapper; it is never
+    """Reasoning reaches the configured field, or the ``<think>`` wrapper; it is never
     mixed into ``content`` otherwise, and ``drop`` sends it nowhere."""
     events = Responses().reasoning("Think hard.").message("Answer.").completed()
     frames = translate(events, context(mode))
@@ -604,7 +605,7 @@ def test_checklist_38_reasoning_goes_where_configured(mode: str) -> None:
 
 
 def test_checklist_38_think_tags_close_before_a_tool_call() -> None:
-    """§14.38 / §9: the ``</think>`` close comes before the first tool call delta, so a chat UI
+    """The ``</think>`` close comes before the first tool call delta, so a chat UI
     never shows an open think block above the call."""
     events = Responses().reasoning("Need a tool.").function_call("call_1", "f", "{}").completed()
     frames = translate(events, context("think-tags"))
@@ -623,7 +624,7 @@ def test_checklist_38_think_block_closed_even_without_text() -> None:
 
 
 def test_checklist_41_azure_quirks_do_not_crash() -> None:
-    """§14.41: Azure's extra fields (``content_filters``), unknown and hosted-tool event types,
+    """Azure's extra fields (``content_filters``), unknown and hosted-tool event types,
     events without ``type``, ``item: null`` and a terminal with ``response: null`` neither crash
     the translator nor reach the client."""
     r = Responses(model="gpt-5-azure")
@@ -647,7 +648,7 @@ def test_checklist_41_azure_quirks_do_not_crash() -> None:
 
 
 def test_checklist_20_stream_without_terminal_ends_in_error_never_clean() -> None:
-    """§14.2/§14.20 (direction 1): the upstream stops after some text without a terminal event:
+    """The upstream stops after some text without a terminal event:
     the client gets an error chunk and ``[DONE]``; the SDK raises instead of returning a
     truncated answer as if it were complete."""
     events = Responses().message("Partial ans").events[:-2]  # cut before the item is done
@@ -708,7 +709,7 @@ def test_checklist_20_stream_closed_inside_a_think_block_closes_the_tag_first() 
 def test_checklist_22_nested_and_flat_error_events_are_both_read(
     error_event: dict[str, Any],
 ) -> None:
-    """§14.22: the live API nests the error object, the spec documents it flat; both become
+    """The live API nests the error object, the API reference documents it flat; both become
     the same chat error chunk (the event's own ``type: "error"`` is not taken for the error's
     type), followed by ``[DONE]``."""
     events = [*Responses().message("so far").events, error_event]
@@ -734,7 +735,7 @@ def test_checklist_22_error_then_failed_yields_one_error() -> None:
 
 
 def test_checklist_23_context_length_error_event() -> None:
-    """§14.23: llama.cpp's real context-size error (its own ``type``, an integer ``code``) in a
+    """llama.cpp's real context-size error (its own ``type``, an integer ``code``) in a
     mid-stream error event becomes ``code: context_length_exceeded``."""
     body = json.loads(read_fixture("llamacpp-gemma270m-responses-ctx-error.json"))
     events = [*Responses().events, {"type": "error", **body}]
@@ -746,7 +747,7 @@ def test_checklist_23_context_length_error_event() -> None:
 
 
 def test_checklist_23_context_length_response_failed() -> None:
-    """§14.23: a ``response.failed`` whose error says the context window was exceeded."""
+    """A ``response.failed`` whose error says the context window was exceeded."""
     events = Responses().failed(
         "context_length_exceeded", "Your input exceeds the context window of this model."
     )
@@ -851,7 +852,7 @@ def test_interleaved_argument_deltas_are_attributed_by_item_id() -> None:
 
 
 def test_function_call_without_argument_deltas_sends_arguments_from_done() -> None:
-    """§9: a call whose arguments arrive only in ``output_item.done`` (LM Studio does this)
+    """A call whose arguments arrive only in ``output_item.done`` (LM Studio does this)
     still reaches the client with its full arguments, once."""
     events = Responses().function_call("call_1", "lookup", arguments='{"q":"llmitm"}').completed()
     frames = translate(events)
@@ -919,7 +920,7 @@ def test_custom_tool_call_becomes_function_call_with_input_json(deltas: tuple[st
 
 @pytest.mark.parametrize("mode", REASONING_MODES)
 def test_reasoning_with_two_summary_parts_is_separated(mode: str) -> None:
-    """§9: two summary parts are separated by a blank line in every mode that shows them."""
+    """Two summary parts are separated by a blank line in every mode that shows them."""
     events = Responses().reasoning("First part.", "Second part.").message("Done.").completed()
     frames = translate(events, context(mode))
     message = sdk_final(frames).choices[0].message

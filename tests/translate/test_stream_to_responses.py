@@ -1,9 +1,9 @@
 """Chat chunks → Responses events (direction 2: a Responses client over a chat upstream).
 
-Every translated stream is checked by :func:`assert_conformant` (spec §14 items 1, 2, 4–12),
-judged by the openai SDK's ``responses.stream()`` and, where it matters, by a Codex-style
-consumer (``codex_parser``). Real captures are compared for meaning against their source
-chunks, which are parsed here independently of the translator.
+Every translated stream is checked by :func:`assert_conformant` (the invariants of OpenAI's own
+streams), judged by the openai SDK's ``responses.stream()`` and, where it matters, by a
+Codex-style consumer (``codex_parser``). Real captures are compared for meaning against their
+source chunks, which are parsed here independently of the translator.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ Event = dict[str, Any]
 
 
 # =============================================================================================
-# The conformance checker (spec §14 items 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+# The conformance checker: what every Responses event stream OpenAI sends keeps
 # =============================================================================================
 
 
@@ -68,7 +68,7 @@ class _ItemState:
 
 
 def assert_conformant(events: list[Event]) -> None:
-    """Assert the spec §14 invariants a Responses event stream must keep.
+    """Assert the invariants a Responses event stream must keep.
 
     1 created first (in_progress, empty output), sequence numbers 0,1,2… without gaps;
     2 exactly one terminal event, last (an ``error`` event may only sit right before a
@@ -690,7 +690,7 @@ def test_real_refusal_stream() -> None:
 
 
 # =============================================================================================
-# Spec §14 checklist, direction 2
+# The conformance checklist, direction 2
 # =============================================================================================
 
 RICH = [

@@ -1,4 +1,4 @@
-"""ThinkTagSplitter: incremental ``<think>`` splitting of streamed content (spec §6, §14.14)."""
+"""ThinkTagSplitter: incremental ``<think>`` splitting of streamed content."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_whole_block_in_one_delta() -> None:
 
 
 def test_tags_split_at_every_position() -> None:
-    """§14.14: wherever one cut falls — inside ``<think>``, inside ``</think>``, in the
+    """Wherever one cut falls — inside ``<think>``, inside ``</think>``, in the
     whitespace around them — no tag text leaks and nothing is lost."""
     for cut in range(len(STREAM) + 1):
         reasoning, text, kinds = split(cuts(STREAM, cut))

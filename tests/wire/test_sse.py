@@ -1,4 +1,5 @@
-"""SSEDecoder and the SSE encoders: framing that survives any chunking (DESIGN.md, stream rules)."""
+"""SSEDecoder and the SSE encoders: framing that survives any chunking (mitmproxy hands a stream
+callable pieces cut anywhere, even inside a UTF-8 character or a blank line)."""
 
 from __future__ import annotations
 

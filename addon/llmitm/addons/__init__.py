@@ -7,13 +7,18 @@ from llmitm.addons.background import LlmBackground
 from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
+from llmitm.addons.conversations import LlmConversations
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
+from llmitm.addons.first_screen import LlmFirstScreen
+from llmitm.addons.health import LlmHealth
 from llmitm.addons.listenfile import ListenFile
+from llmitm.addons.metrics import LlmMetrics, LlmMetricsEndpoint
+from llmitm.addons.models import LlmModels, LlmUnmatched
 from llmitm.addons.namespace import LlmNamespace
 from llmitm.addons.patches import LlmPatches
-from llmitm.addons.record import LlmRecorder, LlmRecordingsLoad, LlmRecordTap
+from llmitm.addons.quiet import LlmQuiet
+from llmitm.addons.record import LlmFlowRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
-from llmitm.addons.responses import LlmResponses
 from llmitm.addons.responses_api import LlmResponsesApi
 from llmitm.addons.responses_state import ResponsesState
 from llmitm.addons.responses_writer import LlmResponsesStateWriter
@@ -22,6 +27,8 @@ from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.stall import LlmStallWatch
 from llmitm.addons.status import LlmStatus
 from llmitm.addons.store import LlmStore
+from llmitm.addons.stream_translator import LlmStreamTranslator
+from llmitm.addons.traces import LlmTraces
 from llmitm.addons.usage import LlmUsage
 from llmitm.addons.websocket import LlmWebSocket
 
@@ -33,47 +40,60 @@ def make_addons() -> list[object]:
     relay = LlmRelay()  # started in running: failover, background runs and resumes use it
     state = ResponsesState(settings, store, relay)
     # The recorder sees the client's request as sent — before LlmResponsesApi inlines stored
-    # chains and the router rewrites it — and the upstream's response before LlmResponses
+    # chains and the router rewrites it — and the upstream's response before LlmStreamTranslator
     # translates it; its tap, after them, sees the translated result.
-    recorder = LlmRecorder(store, relay)
+    recorder = LlmFlowRecorder(store, relay)
     # LlmEgress answers what is not an LLM call before anything records or replays it;
     # LlmEgressGuard, after the router, what LLM call nothing in llmitm took.
     egress = LlmEgress(settings, relay)
     router = LlmRouter(settings, relay)
+    # LlmMetrics measures calls as they end, after the translator; its scrape (like the model
+    # list and the health answers) is served before the recorder or egress takes the path
+    # for a foreign one.
+    metrics = LlmMetrics(router, recorder)
     # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
-    # a non-streamed body before LlmResponses translates it; LlmResponsesStateWriter stores the
-    # translated one, and LlmBackground takes a background call over once it has its id.
+    # a non-streamed body before LlmStreamTranslator translates it; LlmResponsesStateWriter
+    # stores the translated one, and LlmBackground takes a background call over once it has its id.
     # LlmCompaction turns compaction calls into summarisation calls before the router plans
     # them; LlmCompactionAnswer makes the summary the client's answer before
     # LlmResponsesStateWriter stores it.
     # LlmWebSocket comes first: a call a socket sends back through the proxy gets its target
     # restored before anyone else (egress and the recorder included) sees it.
     return [
+        LlmQuiet(),  # first: mitmproxy's info lines go before any is logged
         LlmPatches(),  # checks once that the mitmproxy internals llmitm patches are there
         LlmNamespace(),  # answers --transparent's DNS; re-addresses its flows by Host header
         settings,
+        LlmHealth(settings, store, relay),  # before access: a probe carries no client key
         LlmAccess(settings),  # refuses browsers, non-JSON calls and missing client keys
         LlmWebSocket(relay),
+        LlmModels(settings),
+        LlmMetricsEndpoint(metrics),
         egress,
         recorder,
         LlmResponsesApi(state),
+        LlmConversations(state),
         LlmCompaction(state),
         store,
         relay,
         LlmRecordingsLoad(recorder),  # replay pools, once the store is open
         LlmStatus(router, relay),  # the status route, on llmitm's own address
         router,
+        LlmUnmatched(settings),  # unmatched = "reject": what the router left alone
         LlmAccessStrip(settings),  # a client key never goes upstream
         LlmEgressGuard(egress),
         LlmUsage(store),
-        LlmResponses(),
-        LlmStallWatch(settings),  # after LlmResponses, which installs the stream callable
+        LlmStreamTranslator(),
+        LlmStallWatch(settings),  # after LlmStreamTranslator, which installs the stream callable
         LlmCompactionAnswer(state),
         LlmResponsesStateWriter(state),
         LlmBackground(state),
         LlmRecordTap(recorder),  # before the console, which wraps what it finds
-        LlmConsole(),  # after LlmResponses: it taps the stream callable installed there
+        LlmConsole(),  # after LlmStreamTranslator: it taps the stream callable installed there
+        metrics,
+        LlmTraces(metrics),  # spans from the facts metrics took (the otel extra, optional)
         LlmContentview(),
+        LlmFirstScreen(settings, store),  # before the listen file: said before a command runs
         ListenFile(),
     ]

@@ -16,7 +16,6 @@ from typing import Any
 
 from mitmproxy import http
 
-from llmitm.addons.responses import redact_credentials
 from llmitm.addons.responses_state import (
     ResponsesState,
     answer,
@@ -25,13 +24,14 @@ from llmitm.addons.responses_state import (
     point_at_relay,
 )
 from llmitm.addons.state import METADATA_KEY, RESPONSES_CREATE_KEY, FlowState, flow_state
+from llmitm.addons.stream_translator import redact_credentials
 from llmitm.relay.client import UpstreamRequest
 from llmitm.relay.frames import FramesJob
 from llmitm.responses_api import answers, takeover
 from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.create import CreateCall
-from llmitm.store.responses import ResponseEvents
+from llmitm.responses_api.records import ResponseEvents
 
 
 class LlmBackground:

@@ -115,7 +115,8 @@ class LlmEgress:
         return server is not None and (host, port) == ("127.0.0.1", server.port)
 
     def is_endpoint(self, host: str, port: int) -> bool:
-        return (host.lower(), port) in endpoint_addresses(self.settings.config)
+        endpoints = self.settings.config.endpoints.values()
+        return (host.lower(), port) in endpoint_addresses(e.base_url for e in endpoints)
 
 
 class LlmEgressGuard:

@@ -1,7 +1,9 @@
 """The relay's lifecycle inside mitmproxy: llmitm's loopback server, started in ``running``
 (the returned task is awaited by mitmproxy, so no flow arrives before it listens) and closed
 in ``done``. Other addons register jobs with :attr:`LlmRelay.server` and re-point their flows
-at the URL it returns (DESIGN.md, "One relay"). When a pointed flow ends (``response`` or
+at the URL it returns: one relay per process serves every kind of job (paced replays,
+failover, WebSocket sessions), because mitmproxy sends a response an addon makes in one
+piece and only a real upstream can stream one. When a pointed flow ends (``response`` or
 ``error``: answered, answered locally, aborted by its client, killed), its registration is
 forgotten, so one that was never used does not keep its job, and the request it holds, alive.
 

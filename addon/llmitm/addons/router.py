@@ -4,13 +4,13 @@ In ``request``: classify the path, read the body, pick the route, then one of tw
 
 - **direct**: a route with one endpoint and no retries. The flow's URL, credentials and body
   are rewritten for that endpoint and mitmproxy forwards it itself (the cheapest path per
-  streamed event). Its concurrency slot is taken here — waiting in the bounded queue when
-  the endpoint is at its cap, a 429 with ``Retry-After`` when the wait times out — and
-  released in ``response`` or ``error``, whichever ends the flow.
+  streamed event). Its concurrency slot is taken here (``addons.direct``: waiting in the
+  bounded queue when the endpoint is at its cap, a 429 with ``Retry-After`` when the wait
+  times out) and released in ``response`` or ``error``, whichever ends the flow.
 - **relayed**: a route with several endpoints, or retries. Every candidate's request is
   prepared here (so a request no endpoint can take gets its 400 at once; ``addons.relayed``)
   and the flow is re-pointed at llmitm's relay, whose failover job tries the endpoints in
-  turn (``relay.failover``); ``LlmResponses`` learns from the job which one answered.
+  turn (``relay.failover``); ``LlmStreamTranslator`` learns from the job which one answered.
 
 Requests llmitm cannot forward faithfully are answered here with a 400 in OpenAI's shape.
 Everything else — other paths, other hosts, requests no route matches — passes untouched.
@@ -29,14 +29,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
-from typing import Any
 
-import orjson
 from mitmproxy import http
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.access import client_key_of
+from llmitm.addons.direct import answer_error, point_at_endpoint, prepare_direct, wait_for_endpoint
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.relayed import hand_over, relayed_headers
 from llmitm.addons.settings import LlmitmSettings
@@ -45,28 +43,24 @@ from llmitm.addons.state import (
     RESPONSES_CREATE_KEY,
     FlowState,
     Routed,
-    flow_mint,
     flow_state,
 )
-from llmitm.addons.streams import stream_outcome
+from llmitm.addons.streams import answered_response_id
 from llmitm.exchange.request import (
     PreparedRequest,
     client_model,
     parse_body,
-    prepare_for_endpoint,
-    rewrite_headers,
 )
 from llmitm.relay.server import RelayServer
 from llmitm.routing.access import route_refusal
 from llmitm.routing.affinity import conversation_key, remembers_turn
-from llmitm.routing.config import Config, Route
+from llmitm.routing.config import Config
 from llmitm.routing.engine import Routing
 from llmitm.routing.outcomes import direct_outcome, transport_outcome
 from llmitm.routing.plan import Plan, match_route
-from llmitm.routing.wait import over_cap_error, wait_for_slot
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.validation import validate_request
-from llmitm.wire.errors import ApiError, openai_error_body
+from llmitm.wire.errors import ApiError
 from llmitm.wire.paths import classify_path
 
 logger = logging.getLogger(__name__)
@@ -81,17 +75,6 @@ _PREPARE_FAILED = ApiError(
     code="llmitm_error",
     status=500,
 )
-
-
-def answer_error(
-    flow: http.HTTPFlow, error: ApiError, headers: dict[str, str] | None = None
-) -> None:
-    """Answer the client locally; the request is not forwarded."""
-    flow.response = http.Response.make(
-        error.status,
-        orjson.dumps(openai_error_body(error)),
-        {"content-type": "application/json", "x-should-retry": "false", **(headers or {})},
-    )
 
 
 class LlmRouter:
@@ -163,7 +146,9 @@ class LlmRouter:
             routed.previous_owner = getattr(create, "previous_owner", None)
 
         def prepare(name: str) -> tuple[Plan, PreparedRequest]:
-            return self._prepare(flow, name, api, content, body, model, route)
+            endpoint = self.settings.config.endpoints[name]
+            options = self.settings.translate_options(endpoint)
+            return prepare_direct(flow, endpoint, api, content, body, model, route, options)
 
         relay = self.relay.listening() if self.relay is not None else None
         if self.routing.relayed(route) and relay is not None:
@@ -172,72 +157,13 @@ class LlmRouter:
             self._relayed(flow, api, prepare, routed, relay, started)
             return None
         order = self.routing.choose(route, routed.model, time.monotonic(), single_attempt=True)
-        state = self._rewrite(flow, *prepare(order.endpoints[0]), routed)
+        state = point_at_endpoint(flow, *prepare(order.endpoints[0]), routed)
         lease = self.routing.limiter.try_acquire(state.plan.endpoint.name, routed.model)
         if lease is not None:
             routed.lease = lease
             routed.overhead = time.perf_counter() - started
             return None
-        return self._wait_for_slot(flow, state, routed, started)
-
-    def _prepare(
-        self,
-        flow: http.HTTPFlow,
-        name: str,
-        api: str,
-        content: bytes,
-        body: dict[str, Any],
-        model: str,
-        route: Route,
-    ) -> tuple[Plan, PreparedRequest]:
-        endpoint = self.settings.config.endpoints[name]
-        options = self.settings.translate_options(endpoint)
-        mint = flow_mint(flow)
-        if mint is not None:  # recorded or replayed: ids and times come from the flow's mint
-            options = replace(options, ids=mint.id, clock=mint.now)
-        plan, prepared = prepare_for_endpoint(endpoint, api, route, content, body, model, options)
-        for warning in prepared.warnings:
-            logger.warning("llmitm: %s → %s: %s", model, endpoint.name, warning)
-        return plan, prepared
-
-    def _rewrite(
-        self, flow: http.HTTPFlow, plan: Plan, prepared: PreparedRequest, routed: Routed
-    ) -> FlowState:
-        flow.request.url = plan.url
-        rewrite_headers(flow.request.headers, plan, new_body=True)
-        flow.request.content = prepared.content
-        routed.endpoint = plan.endpoint.name
-        state = FlowState(
-            plan, prepared.context, prepared.stream, strip_usage=prepared.strip_usage, routed=routed
-        )
-        flow.metadata[METADATA_KEY] = state
-        return state
-
-    async def _wait_for_slot(
-        self, flow: http.HTTPFlow, state: FlowState, routed: Routed, started: float
-    ) -> None:
-        """The direct path's endpoint is at its cap: wait in the bounded queue, or answer
-        429 with ``Retry-After``."""
-        limiter = self.routing.limiter
-        lease = await wait_for_slot(limiter, [(state.plan.endpoint.name, routed.model)])
-        if lease is None:
-            error, retry_after = over_cap_error(state.plan.endpoint.name, limiter.wait.retry_after)
-            answer_error(
-                flow,
-                error,
-                {
-                    "retry-after": str(retry_after),
-                    "x-llmitm-endpoint": "llmitm",
-                    "x-llmitm-attempts": "0",
-                    "x-llmitm-overhead-ms": f"{(time.perf_counter() - started) * 1000:.2f}",
-                },
-            )
-            routed.endpoint = None
-            return
-        routed.lease = lease
-        if not flow.live or flow.error:
-            routed.release()  # the client left while it waited
-        routed.overhead = time.perf_counter() - started
+        return wait_for_endpoint(flow, state, routed, self.routing.limiter, started)
 
     def _relayed(
         self,
@@ -267,7 +193,7 @@ class LlmRouter:
             return
         routed = state.routed
         routed.release()
-        routed.forget()  # LlmResponses adopted the winner's plan in responseheaders
+        routed.forget()  # LlmStreamTranslator adopted the winner's plan in responseheaders
         endpoint = routed.endpoint
         response = flow.response
         if endpoint is None or response is None:
@@ -284,7 +210,10 @@ class LlmRouter:
             return
         if remembers_turn(routed.route.affinity, routed.fingerprint, state.plan.upstream_api):
             routing.served(
-                endpoint, now, response_id=_response_id(flow, state), fingerprint=routed.fingerprint
+                endpoint,
+                now,
+                response_id=answered_response_id(flow, state),
+                fingerprint=routed.fingerprint,
             )
 
     def error(self, flow: http.HTTPFlow) -> None:
@@ -312,24 +241,3 @@ class LlmRouter:
     def server_disconnected(self, data: ServerConnectionHookData) -> None:
         for routed in self._on_disconnect.pop(data.server.id, ()):
             routed.release()
-
-
-def _response_id(flow: http.HTTPFlow, state: FlowState) -> str | None:
-    """The id of a Responses answer (for ``previous_response_id`` affinity)."""
-    if state.plan.client_api != "responses" or state.plan.upstream_api != "responses":
-        return None
-    response = flow.response
-    if response is None:
-        return None
-    if state.streamed:
-        outcome = stream_outcome(flow)
-        return outcome.response_id if outcome is not None else None
-    content = response.get_content(strict=False)
-    if not content:
-        return None
-    try:
-        body = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return None
-    value = body.get("id") if isinstance(body, dict) else None
-    return value if isinstance(value, str) else None

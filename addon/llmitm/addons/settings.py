@@ -20,7 +20,8 @@ from llmitm.routing.config import (
     load_config,
     with_stream_idle_timeout,
 )
-from llmitm.translate.context import REASONING_MODES, TranslateOptions
+from llmitm.translate.context import TranslateOptions
+from llmitm.wire.modes import REASONING_MODES
 
 logger = logging.getLogger(__name__)
 

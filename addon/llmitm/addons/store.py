@@ -2,7 +2,8 @@
 
 The path is the option when set, else the configuration's ``[llmitm] store``, else the
 user's data folder (``store.location``); ``""`` disables the store. Hooks stay sync so
-``-s`` hot reload keeps working (mitmproxy-notes.md finding 9), yet nothing is lost at
+``-s`` hot reload keeps working (an async ``running`` or ``done`` stops mitmproxy's script
+watcher, and the old code keeps serving), yet nothing is lost at
 start or exit: ``running`` and ``done`` *return* the task that opens or closes the store.
 mitmproxy's master awaits an awaitable a hook returns, so at start-up flows wait for the
 open and at shutdown (SIGINT, SIGTERM) the process exits only after every submitted write

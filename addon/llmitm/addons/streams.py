@@ -9,8 +9,10 @@ stream a rewriter that relays it as it is; nobody replaces or wraps ``response.s
 
 from __future__ import annotations
 
+import orjson
 from mitmproxy import http
 
+from llmitm.addons.state import FlowState
 from llmitm.exchange.response import StreamOutcome
 from llmitm.exchange.stream import StreamRewriter
 
@@ -35,3 +37,25 @@ def stream_outcome(flow: http.HTTPFlow) -> StreamOutcome | None:
     response = flow.response
     stream = response.stream if response is not None else None
     return stream.outcome() if isinstance(stream, StreamRewriter) else None
+
+
+def answered_response_id(flow: http.HTTPFlow, state: FlowState) -> str | None:
+    """The id of a Responses answer the upstream made itself (for ``previous_response_id``
+    affinity): from the stream's outcome, or the body."""
+    if state.plan.client_api != "responses" or state.plan.upstream_api != "responses":
+        return None
+    response = flow.response
+    if response is None:
+        return None
+    if state.streamed:
+        outcome = stream_outcome(flow)
+        return outcome.response_id if outcome is not None else None
+    content = response.get_content(strict=False)
+    if not content:
+        return None
+    try:
+        body = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    value = body.get("id") if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None

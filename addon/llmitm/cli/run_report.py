@@ -19,11 +19,12 @@ def write_junit(args: RunArgs, report: Path) -> None:
         return
     from llmitm.replay import folder as folder_format
     from llmitm.replay.junit import junit_xml
+    from llmitm.store import folder as folder_files
 
     scopes: dict[str, int] = {}
     scope_of: dict[str, str] = {}
     try:
-        for interaction in folder_format.read_folder(Path(args.replay)):
+        for interaction in folder_files.read_folder(Path(args.replay)):
             scopes[interaction.scope] = scopes.get(interaction.scope, 0) + 1
             scope_of[interaction.id] = interaction.scope
     except folder_format.FolderError as exc:

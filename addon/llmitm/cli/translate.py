@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmitm.translate.context import REASONING_MODES, TranslateOptions
+from llmitm.translate.context import TranslateOptions
 from llmitm.translate.document import UnreadableInput, translate_document
 from llmitm.translate.errors import TranslationError
 from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.modes import REASONING_MODES
 
 EXIT_UNREADABLE = 2
 

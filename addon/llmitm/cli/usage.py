@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from llmitm.errors import UserError
 from llmitm.store import GROUP_BY, SchemaTooNew, SqliteStore, UsageRow, default_store_path
 
 EXIT_USAGE = 2
@@ -24,7 +25,7 @@ _UNITS = {"d": "days", "h": "hours", "m": "minutes"}
 _COLUMNS = ("requests", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
 
 
-class UsageError(ValueError):
+class UsageError(UserError, ValueError):
     """Bad arguments or an unreadable database: one line for the user."""
 
 

@@ -22,10 +22,10 @@ import logging
 import zlib
 from collections.abc import Callable
 from time import monotonic
+from time import time as now
 from typing import Any
 
 from llmitm.exchange.response import StreamOutcome
-from llmitm.exchange.tap import Note, now
 from llmitm.translate.protocol import ClientStream
 from llmitm.wire.errors import ApiError
 
@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 Decoder = Callable[[bytes], bytes]
 Watcher = Callable[[bytes], object]
+Note = Callable[[tuple[float, bytes, bytes]], object]
+"""What the rewriter calls per chunk for recording, with ``(time, chunk in, bytes out)``:
+usually a tap's ``list.extend`` (:mod:`llmitm.replay.tap`)."""
 """Gets every upstream chunk before it is translated (a C call where it can be)."""
 
 

@@ -10,16 +10,38 @@ that no flow carries).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import ClassVar
 
 import orjson
 
 from llmitm.exchange.response import StreamOutcome
-from llmitm.store.api import UsageRecord
 from llmitm.translate.protocol import StreamFacts
 from llmitm.wire.usage import usage_tokens
 
 Tokens = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """The tokens one upstream response consumed.
+
+    ``at`` should be timezone-aware; a naive datetime is taken as UTC (a hook must not
+    raise over it). Use ``""`` for a value llmitm does not know (no route matched, no
+    model in the body).
+    """
+
+    kind: ClassVar[str] = "usage"
+
+    at: datetime
+    endpoint: str
+    model: str
+    route: str
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 def body_tokens(content: bytes | None) -> Tokens | None:

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import h11
 
+from llmitm.errors import TransportError
 from llmitm.relay.framing import BodyDecoder, CloseDecoder, FramingError, body_decoder
 
 READ_SIZE = 65536
@@ -34,11 +35,11 @@ HOP_BY_HOP = frozenset(
 )
 
 
-class UpstreamError(Exception):
+class UpstreamError(TransportError):
     """The upstream could not be reached or answered unreadably before its headers."""
 
 
-class UpstreamCut(Exception):
+class UpstreamCut(TransportError):
     """The upstream's body ended early: connection lost or framing broken."""
 
 

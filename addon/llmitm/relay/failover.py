@@ -70,6 +70,8 @@ class FailoverResult:
     """The answer is llmitm's own error (nothing succeeded); no endpoint's plan applies."""
     request: UpstreamRequest | None = None
     """What the answering endpoint was sent (the recorder keeps it as the upstream leg)."""
+    log: AttemptLog | None = None
+    """Every attempt so far, for traces (one span per attempt)."""
 
 
 @dataclass(slots=True)
@@ -102,7 +104,7 @@ class FailoverJob:
     async def _serve(self, reply: RelayReply) -> None:
         routing, route, model = self.routing, self.route, self.model
         started = self.clock()
-        log = AttemptLog(started=started)
+        log = self.result.log = AttemptLog(started=started)
         policy = routing.retry_policy(route)
         first_byte_timeout = routing.first_byte_timeout(route)
         upstream_time = 0.0

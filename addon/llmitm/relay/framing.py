@@ -4,8 +4,10 @@ as streaming servers send them) it is a find and two slices."""
 
 from __future__ import annotations
 
+from llmitm.errors import TransportError
 
-class FramingError(ValueError):
+
+class FramingError(TransportError, ValueError):
     """The body's framing is broken."""
 
 

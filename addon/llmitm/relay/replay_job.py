@@ -9,11 +9,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llmitm.errors import TransportError
 from llmitm.relay.jobs import RelayReply
 from llmitm.replay.timing import Timing, schedule
 
 
-class ReplayCut(ConnectionError):
+class ReplayCut(TransportError, ConnectionError):
     """Raised to end the relay's connection without the body's terminating chunk."""
 
 

@@ -1,4 +1,4 @@
-"""The CI guard of record/replay (record-replay.md §5.5): where a CI job may not record.
+"""The CI guard of record/replay: where a CI job may not record.
 
 A CI run is meant to *replay* the recordings a developer committed. The harm a recording mode
 does there is to the committed folder: ``once`` and ``replay-or-record`` answer a miss from

@@ -1,5 +1,5 @@
 """A replay report as JUnit XML (``llmitm run --replay DIR --junit PATH``), for CI systems
-that show test results (record-replay.md §5.8: "write replay-report.json, optionally JUnit").
+that show test results; ``replay-report.json`` says the same for tools that read JSON.
 
 One testcase per scope (``classname`` ``llmitm.replay``, ``name`` the scope): the scopes of
 the recordings that were loaded, plus any scope a request asked for and found nothing in. A

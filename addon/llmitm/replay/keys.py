@@ -1,4 +1,5 @@
-"""Canonical, versioned match keys for recorded requests (record-replay.md §5.3).
+"""Canonical, versioned match keys for recorded requests: what makes two requests "the
+same call" for replay, and a version that changes whenever that rule does.
 
 The key of a request is ``sha256(canonical)[:16]`` where ``canonical`` is sorted-key JSON of:
 the method, the logical route (``chat.completions``, ``responses``, or the method and path of

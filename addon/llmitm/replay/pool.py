@@ -1,14 +1,14 @@
 """Replay pools: ``{scope: {key: FIFO of interactions}}``, built once at start-up.
 
-FIFO per key and no order across keys (record-replay.md §5.4): retries and agent loops replay
-in recorded order, concurrent requests with different keys never disturb each other, and
-scopes (one per test) never share answers. One asyncio loop pops, so each pop is atomic.
+FIFO per key and no order across keys: retries and agent loops replay in recorded order,
+concurrent requests with different keys never disturb each other, and scopes (one per test)
+never share answers. One asyncio loop pops, so each pop is atomic.
 
 A lookup returns a :class:`Hit`, or a :class:`Miss` that says why — no recording for this
 key, or the key's recordings are all used (*exhausted*, with the count) — and names the
 closest recording (same method and route first, then by similarity of canonical text).
 
-What a hit on an exhausted key gets is the caller's policy (§5.4, ``llmitm_replay_exhausted``):
+What a hit on an exhausted key gets is the caller's policy (``llmitm_replay_exhausted``):
 ``error`` (the default: a miss, as strict CI wants), ``repeat_last`` (the key's last recording
 again: a poll or health check that a test makes more often than when it was recorded) or
 ``cycle`` (the key's recordings again from the first, in order). A repeat never counts a

@@ -4,9 +4,9 @@ become placeholders before anything is written, matched or exported.
 Placeholders, never deletion: a header or field keeps its name and its shape
 (``authorization: Bearer <redacted>``), so a request still says *that* it carried a key and
 the match key, computed from the redacted request, is the same whatever key a later run uses
-(record-replay.md §5.3: the same redaction runs at record and at replay, so redaction can
-never cause a miss). Values are replaced by a fixed placeholder with no hash of the secret,
-so nothing derived from a credential reaches disk either.
+(the same redaction runs at record and at replay, so redaction can never cause a miss).
+Values are replaced by a fixed placeholder with no hash of the secret, so nothing derived
+from a credential reaches disk either.
 
 Pure functions over bytes, strings and JSON values; no I/O. :data:`REDACTION_VERSION` goes
 into every recording so a change of rules can be detected.

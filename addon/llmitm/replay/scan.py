@@ -1,5 +1,5 @@
-"""The secret scan of ``rec check-secrets``, ``rec verify`` and ``rec export``
-(record-replay.md §5.7): credential *patterns* (the redactor's own: ``sk-`` keys, JWTs,
+"""The secret scan of ``rec check-secrets``, ``rec verify`` and ``rec export``, the last
+line of defence behind the redactor: credential *patterns* (the redactor's own: ``sk-`` keys, JWTs,
 ``Bearer`` values) plus *high-entropy tokens* — long runs of base64/url-safe characters
 whose Shannon entropy is what random key material has and prose, code, paths and names
 have not.

@@ -8,7 +8,7 @@ Headers come from the recorded client response (what the client saw), without fr
 
 A miss answers with :func:`miss_error`: a 400 in OpenAI's error shape that the SDKs do not
 retry (``x-should-retry: false``) and whose message says everything needed to fix it. Its
-status is the caller's (``llmitm_miss_status``, §5.8): a 5xx stands out in a test's output
+status is the caller's (``llmitm_miss_status``): a 5xx stands out in a test's output
 but is what the SDKs retry — the header still tells them not to. Under
 ``llmitm_strict_drift``, a hit whose upstream request llmitm builds differently today answers
 with :func:`drift_error`, a 400 of the same shape that names the recording.

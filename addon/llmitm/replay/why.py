@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from llmitm.errors import InputError
 from llmitm.replay import folder as folder_format
 from llmitm.replay.keys import (
     DROPPED_FIELDS,
@@ -35,7 +36,7 @@ CHAT_PATH = "/v1/chat/completions"
 RESPONSES_PATH = "/v1/responses"
 
 
-class RequestError(ValueError):
+class RequestError(InputError, ValueError):
     """A request file that cannot be read as a request."""
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from llmitm.responses_api.items import PageError, list_page
 from llmitm.responses_api.paths import StateCall
-from llmitm.store.responses import StoredResponse
+from llmitm.responses_api.records import StoredResponse
 from llmitm.wire.errors import ApiError, openai_error_body
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "incomplete", "cancelled"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmitm.store.responses import StoredResponse
+from llmitm.responses_api.records import StoredResponse
 
 # Keys of stored items that are bookkeeping, not conversation.
 _DROP = ("id", "status")

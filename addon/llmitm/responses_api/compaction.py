@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import orjson
 
+from llmitm.errors import InputError
 from llmitm.responses_api.seal import ReasoningSeal
 from llmitm.wire.errors import ApiError
 from llmitm.wire.ids import IdFactory
@@ -88,7 +89,7 @@ class CompactionCall:
         return {"form": self.form, "stream": self.stream}
 
 
-class CompactionError(Exception):
+class CompactionError(InputError):
     """A compaction request llmitm cannot run, as the OpenAI error the client gets."""
 
     def __init__(self, error: ApiError) -> None:

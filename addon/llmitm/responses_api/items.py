@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from llmitm.errors import InputError
 from llmitm.wire.ids import IdFactory
 
 _ID_PREFIX = {
@@ -56,7 +57,7 @@ def _item(item: dict[str, Any], ids: IdFactory) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class PageError(Exception):
+class PageError(InputError):
     """A list parameter OpenAI would refuse (400)."""
 
     message: str

@@ -14,12 +14,10 @@ their state with each other, and with no one else.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, get_args
 
 from llmitm.replay.fingerprint import credential, fingerprint
+from llmitm.routing.access import ResponsesScope
 
-ResponsesScope = Literal["credential", "shared"]
-RESPONSES_SCOPES: tuple[str, ...] = get_args(ResponsesScope)
 ANONYMOUS = "anonymous"
 
 

@@ -12,11 +12,10 @@ from typing import Any
 
 import orjson
 
-from llmitm.exchange.usage import usage_record
+from llmitm.exchange.usage import UsageRecord, usage_record
 from llmitm.responses_api.answers import TERMINAL_STATUSES
 from llmitm.responses_api.create import CreateCall
-from llmitm.store.api import UsageRecord
-from llmitm.store.responses import StoredResponse
+from llmitm.responses_api.records import StoredResponse
 from llmitm.translate.context import TranslationContext
 from llmitm.wire.objects import response_object
 from llmitm.wire.usage import usage_tokens

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from ipaddress import ip_address
+from typing import Literal, get_args
 
 from llmitm.wire.errors import ApiError
 
@@ -29,6 +30,11 @@ CLIENT_KEY_HEADERS = ("authorization", "api-key", "x-api-key")
 """Where a client presents a client key (the spellings the OpenAI and Azure SDKs use)."""
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+ResponsesScope = Literal["credential", "shared"]
+"""Whose stored Responses state a request may see: the records its own credential created,
+or every record (a single-tenant proxy); :mod:`llmitm.responses_api.scope` applies it."""
+RESPONSES_SCOPES: tuple[str, ...] = get_args(ResponsesScope)
 
 Header = Callable[[str], str | None]
 """A request's header by lower-case name (``None``: absent)."""

@@ -7,11 +7,14 @@ One TOML file (stdlib ``tomllib``)::
     egress = "local"                  # answer what is not a routed LLM call here (default pass)
     responses_scope = "shared"        # stored responses readable by every client key
                                       # (default "credential": only by the key that made them)
+    unmatched = "reject"              # a model no route takes: 404 (default "pass": forward)
+    models = "upstream"               # GET /v1/models: the upstream's (default "config")
 
     [endpoints.local]
     kind = "compatible"               # openai | azure | compatible
     base_url = "http://127.0.0.1:11434/v1"
     apis = ["chat"]                   # the API(s) it speaks
+    state = "auto"                    # Responses state: native | emulate | auto
 
     [[routes]]
     models = ["gpt-*"]                # model globs (and/or hosts = [...])
@@ -39,19 +42,25 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from llmitm.responses_api.scope import RESPONSES_SCOPES, ResponsesScope
-from llmitm.routing.access import Access, ClientKey
+from llmitm.errors import UserError
+from llmitm.routing.access import RESPONSES_SCOPES, Access, ClientKey, ResponsesScope
 from llmitm.routing.egress import EGRESS_POLICIES, EgressPolicy
 from llmitm.routing.strategies import STRATEGIES, StrategyName
-from llmitm.translate.context import REASONING_MODES, ReasoningMode
+from llmitm.wire.modes import REASONING_MODES, ReasoningMode
 from llmitm.wire.paths import ApiName
 
 EndpointKind = Literal["openai", "azure", "compatible"]
 ENDPOINT_KINDS: tuple[str, ...] = get_args(EndpointKind)
 API_NAMES: tuple[str, ...] = ("chat", "responses")
+StateMode = Literal["native", "emulate", "auto"]
+STATE_MODES: tuple[str, ...] = get_args(StateMode)
+UnmatchedPolicy = Literal["pass", "reject"]
+UNMATCHED_POLICIES: tuple[str, ...] = get_args(UnmatchedPolicy)
+ModelsSource = Literal["config", "upstream"]
+MODELS_SOURCES: tuple[str, ...] = get_args(ModelsSource)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration file llmitm cannot use; the message names file, key and expectation."""
 
 
@@ -85,6 +94,11 @@ class Endpoint:
     stream_usage: bool = True
     """Ask a chat upstream for the usage chunk (``stream_options.include_usage``) when the
     client did not, for accounting; the chunk is stripped before the client sees it."""
+    state: StateMode = "auto"
+    """Who keeps Responses state (``previous_response_id``, retrieve, ``input_items``,
+    ``background``, cancel) for this endpoint's native Responses API: ``native`` (the
+    server), ``emulate`` (llmitm, sending the server stateless requests) or ``auto``
+    (emulate for ``compatible`` servers, which mostly keep none; native for OpenAI, Azure)."""
 
     @property
     def azure_classic(self) -> bool:
@@ -92,6 +106,13 @@ class Endpoint:
 
     def deployment_for(self, model: str) -> str:
         return self.deployments.get(model, model)
+
+    @property
+    def emulates_state(self) -> bool:
+        """Whether llmitm keeps the Responses state of this endpoint's native Responses API."""
+        if self.state == "auto":
+            return self.kind == "compatible"
+        return self.state == "emulate"
 
     def normalises(self, api: ApiName) -> bool:
         """Whether this endpoint's streams of ``api`` are repaired on their way to a client of
@@ -179,6 +200,12 @@ class Settings:
     (``shared``, a single-tenant proxy) — :mod:`llmitm.responses_api.scope`."""
     allowed_origins: tuple[str, ...] = ()
     """Browser origins (globs) whose requests are served (routing.access)."""
+    unmatched: UnmatchedPolicy = "pass"
+    """A create call no route takes: ``pass`` (to the host it names) or ``reject`` (a 404
+    in OpenAI's shape naming the routes' models)."""
+    models: ModelsSource = "config"
+    """Who answers ``GET /v1/models`` when there are routes: llmitm from the configuration
+    (routing.models), or the upstream the call names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +406,8 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
             "egress",
             "responses_scope",
             "allowed_origins",
+            "unmatched",
+            "models",
         },
     )
     store = raw.get("store")
@@ -400,6 +429,10 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
             raw.get("responses_scope", "credential"), "llmitm.responses_scope", RESPONSES_SCOPES
         ),
         allowed_origins=reader.strings(raw, "allowed_origins", "llmitm", ()),
+        unmatched=reader.choice(
+            raw.get("unmatched", "pass"), "llmitm.unmatched", UNMATCHED_POLICIES
+        ),
+        models=reader.choice(raw.get("models", "config"), "llmitm.models", MODELS_SOURCES),
     )
 
 
@@ -419,6 +452,7 @@ _ENDPOINT_KEYS = {
     "max_concurrency",
     "max_concurrency_per_model",
     "stream_usage",
+    "state",
 }
 _DEFAULT_APIS: dict[str, tuple[str, ...]] = {
     "openai": API_NAMES,
@@ -519,6 +553,7 @@ def _endpoint(
         max_concurrency=reader.integer(raw, "max_concurrency", where, None),
         max_concurrency_per_model=_caps(reader, raw, where),
         stream_usage=reader.boolean(raw, "stream_usage", where, True),
+        state=reader.choice(raw.get("state", "auto"), f"{where}.state", STATE_MODES),
     )
 
 

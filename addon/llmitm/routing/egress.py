@@ -15,18 +15,15 @@ Pure functions over method, path, headers and the configuration; the addon
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import orjson
 
 from llmitm.wire.errors import ApiError, openai_error_body
 from llmitm.wire.paths import is_llm_call
-
-if TYPE_CHECKING:  # the configuration imports this module for its policy names
-    from llmitm.routing.config import Config
 
 EgressPolicy = Literal["pass", "local"]
 EGRESS_POLICIES: tuple[str, ...] = get_args(EgressPolicy)
@@ -78,11 +75,12 @@ def describe(policy: EgressPolicy) -> str:
     )
 
 
-def endpoint_addresses(config: Config) -> frozenset[tuple[str, int]]:
-    """``(host, port)`` of every configured endpoint: what ``local`` still connects to."""
+def endpoint_addresses(base_urls: Iterable[str]) -> frozenset[tuple[str, int]]:
+    """``(host, port)`` of every configured endpoint's base URL: what ``local`` still
+    connects to. Takes the URLs, not the configuration, which imports this module."""
     addresses = set()
-    for endpoint in config.endpoints.values():
-        parts = urlsplit(endpoint.base_url)
+    for base_url in base_urls:
+        parts = urlsplit(base_url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         addresses.add(((parts.hostname or "").lower(), port))
     return frozenset(addresses)

@@ -12,7 +12,7 @@ from fnmatch import fnmatchcase
 from urllib.parse import urlencode
 
 from llmitm.routing.config import Config, Endpoint, Route
-from llmitm.translate.pipeline import Direction
+from llmitm.wire.modes import Direction
 from llmitm.wire.paths import AZURE_RESPONSES_DEFAULT_VERSION, AZURE_RESPONSES_MIN_VERSION, ApiName
 
 CREDENTIAL_HEADERS = (

@@ -5,7 +5,7 @@ programs against; ``sqlite`` is the embedded SQLite implementation; ``writer`` i
 non-blocking write queue every backend shares; ``migrations`` holds the SQLite schema steps.
 """
 
-from llmitm.store.api import GROUP_BY, GroupBy, Store, StoreStats, UsageRecord, UsageRow, Write
+from llmitm.store.api import GROUP_BY, GroupBy, Store, StoreStats, UsageRow, Write
 from llmitm.store.location import default_store_path
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew
 from llmitm.store.sqlite import DEFAULT_APPLIERS, SqliteApplier, SqliteStore
@@ -21,7 +21,6 @@ __all__ = [
     "SqliteStore",
     "Store",
     "StoreStats",
-    "UsageRecord",
     "UsageRow",
     "Write",
     "default_store_path",

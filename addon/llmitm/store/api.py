@@ -2,8 +2,8 @@
 
 This module owns the contract, not an implementation. Nothing here names SQLite: a write is
 a plain dataclass, a read returns plain dataclasses, so a shared server database can
-implement the same interface later (DESIGN.md, "Data and scale"). ``store.sqlite`` is the
-embedded implementation.
+implement the same interface later, for a fleet of proxies sharing one store.
+``store.sqlite`` is the embedded implementation.
 
 The contract that matters most is ``submit``: it is called from mitmproxy hooks and stream
 callables, so it never awaits, never blocks and returns at once even when the database is
@@ -32,27 +32,6 @@ class Write(Protocol):
     """
 
     kind: ClassVar[str]
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRecord:
-    """The tokens one upstream response consumed.
-
-    ``at`` should be timezone-aware; a naive datetime is taken as UTC (a hook must not
-    raise over it). Use ``""`` for a value llmitm does not know (no route matched, no
-    model in the body).
-    """
-
-    kind: ClassVar[str] = "usage"
-
-    at: datetime
-    endpoint: str
-    model: str
-    route: str
-    input_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from llmitm.store.responses import (
+from llmitm.responses_api.records import (
     ResponseDeleted,
     ResponseEvents,
     ResponseOwned,
@@ -33,7 +33,7 @@ class MemoryResponses(ResponseReader):
         self._owners: OrderedDict[str, ResponseOwner] = OrderedDict()
 
     def apply(self, write: object) -> None:
-        """Apply one write of ``store.responses`` (others are not this store's)."""
+        """Apply one write of ``responses_api.records`` (others are not this store's)."""
         if isinstance(write, ResponseSaved):
             self._responses[write.record.id] = write.record
             self._responses.move_to_end(write.record.id)

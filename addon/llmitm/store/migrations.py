@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import aiosqlite
 
+from llmitm.errors import StoreError
+
 log = logging.getLogger(__name__)
 
 
@@ -26,7 +28,7 @@ class Migration:
     statements: tuple[str, ...]
 
 
-class SchemaTooNew(RuntimeError):
+class SchemaTooNew(StoreError, RuntimeError):
     """The database was written by a newer llmitm; this one must not touch it."""
 
 
@@ -94,6 +96,31 @@ _RECORDINGS: tuple[str, ...] = (
     """,
 )
 
+
+# The Conversations API (store.sqlite_conversations). New tables only, each IF NOT EXISTS:
+# like the recordings step, it commutes with any other feature's step whatever its number.
+_CONVERSATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE IF NOT EXISTS conversations (
+        id TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        metadata BLOB NOT NULL,
+        credential TEXT
+    )
+    """,
+    # Items in the order they were added; a JSON blob each, read only by the sans-IO API.
+    """
+    CREATE TABLE IF NOT EXISTS conversation_items (
+        conversation_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        item_id TEXT NOT NULL,
+        item BLOB NOT NULL,
+        PRIMARY KEY (conversation_id, position)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX IF NOT EXISTS conversation_items_id ON conversation_items "
+    "(conversation_id, item_id)",
+)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -212,6 +239,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE response_owners ADD COLUMN credential TEXT",
         ),
     ),
+    Migration(7, "conversations", _CONVERSATIONS),
 )
 
 

@@ -11,12 +11,13 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+from llmitm.errors import StoreError
 from llmitm.store import blob_codec
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-class UnreadableDatabase(Exception):
+class UnreadableDatabase(StoreError):
     """The file is not a database SQLite can read."""
 
 

@@ -1,4 +1,4 @@
-"""Write kinds of the record/replay layer (backend-neutral, like ``api.UsageRecord``).
+"""Write kinds of the record/replay layer (backend-neutral, like ``UsageRecord``).
 
 A recorder hands a finished :class:`~llmitm.replay.model.Interaction` (already redacted) to
 ``Store.submit`` as a :class:`RecordingWrite`; a ``rewrite`` run first submits a

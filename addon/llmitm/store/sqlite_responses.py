@@ -1,5 +1,5 @@
-"""Responses state in SQLite: how the writes of ``store.responses`` are applied and its reads
-answered. Owns the SQL of the tables migration 2 creates (``responses``,
+"""Responses state in SQLite: how the writes of ``responses_api.records`` are applied and
+its reads answered. Owns the SQL of the tables migration 2 creates (``responses``,
 ``response_events``, ``response_owners``, ``llmitm_secrets``) and of the ``credential``
 columns migration 6 adds to the first and third; ``store.sqlite`` calls it.
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import aiosqlite
 import orjson
 
-from llmitm.store.responses import (
+from llmitm.responses_api.records import (
     ResponseDeleted,
     ResponseEvents,
     ResponseOwned,

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 import aiosqlite
 
-from llmitm.store.api import GROUP_BY, GroupBy, UsageRecord, UsageRow
+from llmitm.exchange.usage import UsageRecord
+from llmitm.store.api import GROUP_BY, GroupBy, UsageRow
 
 # Fixed SQL per grouping: the column expression is chosen from this table, never formatted
 # from the caller's value.

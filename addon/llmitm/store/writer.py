@@ -2,10 +2,10 @@
 batches, by one writer task.
 
 This module owns the rules of the hook path and nothing about any database: ``submit`` never
-blocks or awaits (an awaited write in mitmproxy's ``response`` hook delays the client's end
-of stream, mitmproxy-notes.md finding 5), works from other threads, and drops with a counted,
-rate-limited warning when the queue is full. A backend passes in the coroutine that applies
-one batch.
+blocks or awaits (an awaited write in mitmproxy's ``response`` hook delays the client's end of
+stream: mitmproxy runs that hook before it sends the terminating chunk), works from other
+threads, and drops with a counted, rate-limited warning when the queue is full. A backend
+passes in the coroutine that applies one batch.
 """
 
 from __future__ import annotations

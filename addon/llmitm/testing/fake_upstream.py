@@ -543,7 +543,8 @@ def chat_completion(plan: Plan, reply: Reply) -> JSON:
 
 
 class ResponsesEvents:
-    """The spec-exact Responses event sequence for a plan (translation-spec §2–§4).
+    """The Responses event sequence for a plan, exactly as OpenAI sends it: the events, their
+    order and the Response object they carry.
 
     Iterating yields event dicts with consecutive ``sequence_number`` from 0; the last one
     is the terminal event whose ``response`` is also the non-streamed answer.

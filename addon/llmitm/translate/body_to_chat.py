@@ -1,6 +1,6 @@
 """A non-streamed Responses ``response`` body → a ``chat.completion`` body (direction 1).
 
-This module owns the mapping of spec §8 for whole bodies: all output items fold into one
+This module owns the mapping of whole bodies: all output items fold into one
 choice (text concatenated, every call in ``tool_calls`` in output order, reasoning rendered
 the way the chat client was configured for) and the terminal status becomes
 ``finish_reason``.

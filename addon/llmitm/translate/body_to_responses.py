@@ -1,6 +1,6 @@
 """A non-streamed ``chat.completion`` body → a Responses ``response`` body (direction 2).
 
-This module owns the mapping of spec §8 for whole bodies: the first choice becomes ordered
+This module owns the mapping of whole bodies: the first choice becomes ordered
 output items — one ``reasoning`` item (from whichever of the four reasoning spellings the
 backend used), one assistant ``message`` item, then one item per tool call, restored to the
 ``custom``/namespaced tool the Responses client declared — and ``finish_reason`` becomes the

@@ -11,16 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from llmitm.wire.ids import Clock, IdFactory, random_id, system_clock
-
-ReasoningMode = Literal["think-tags", "reasoning_content", "reasoning", "drop"]
-"""How reasoning reaches a chat client: ``<think>`` tags inside ``content`` (the default,
-understood by most chat UIs), the ``reasoning_content`` field (DeepSeek, llama.cpp), the
-``reasoning`` field (vLLM, Ollama, OpenRouter), or not at all."""
-
-REASONING_MODES: tuple[str, ...] = get_args(ReasoningMode)
+from llmitm.wire.modes import REASONING_MODES, ReasoningMode
 
 
 @dataclass(frozen=True, slots=True)

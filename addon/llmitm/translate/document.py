@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import orjson
 
+from llmitm.errors import InputError
 from llmitm.translate.body_to_chat import response_failure, response_to_chat_completion
 from llmitm.translate.body_to_responses import chat_completion_to_response
 from llmitm.translate.context import TranslateOptions, TranslationContext
@@ -36,7 +37,7 @@ Kind = Literal[
 ]
 
 
-class UnreadableInput(ValueError):
+class UnreadableInput(InputError, ValueError):
     """The input is none of the documents llmitm knows."""
 
 

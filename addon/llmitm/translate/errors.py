@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmitm.errors import InputError
 from llmitm.wire.errors import ApiError, openai_error_body
 
 
-class TranslationError(Exception):
+class TranslationError(InputError):
     """The input cannot be translated faithfully."""
 
     def __init__(

@@ -420,7 +420,8 @@ class ResponsesNormaliser:
         self._last_item_id = item["id"]
 
     def _close_open_items(self, out: list[Event]) -> None:
-        """Items never interleave (§3): an item still open when the next one starts is closed
+        """Items never interleave (OpenAI finishes one before the next starts): an item still
+        open when the next one starts is closed
         here from what it streamed. OpenRouter, for one, sends a reasoning item's done events
         only after the message that follows it; those late events are then dropped."""
         for item_id, item in self._items.items():

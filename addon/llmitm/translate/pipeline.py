@@ -9,7 +9,7 @@ protocol, never a silent clean end. A malformed upstream event ends the stream t
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
@@ -21,11 +21,8 @@ from llmitm.translate.responses_compat import CallRestorer
 from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
 from llmitm.translate.stream_to_responses import ChatToResponsesStream
 from llmitm.wire.errors import ApiError
+from llmitm.wire.modes import Direction
 from llmitm.wire.sse import DONE_DATA, DONE_FRAME, SSEDecoder
-
-Direction = Literal[
-    "responses-to-chat", "chat-to-responses", "normalise-responses", "normalise-chat"
-]
 
 _dumps = orjson.dumps
 _loads = orjson.loads

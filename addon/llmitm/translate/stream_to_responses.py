@@ -1,6 +1,6 @@
 """Chat Completions chunks → Responses stream events (a Responses client over a chat upstream).
 
-A state machine fed one parsed chunk at a time that emits the full lifecycle of the spec's §3:
+A state machine fed one parsed chunk at a time that emits the full lifecycle OpenAI's streams have:
 ``response.created`` and ``response.in_progress`` at once, then one output item at a time —
 reasoning (from ``reasoning_content``, ``reasoning``, ``reasoning_details`` or ``<think>``
 tags), message (text and refusal parts), function calls (keyed by the chunk's tool ``index``,

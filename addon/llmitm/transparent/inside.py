@@ -27,6 +27,8 @@ from pathlib import Path
 
 import orjson
 
+from llmitm.errors import HostError
+
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
@@ -38,7 +40,7 @@ EXIT_NOT_EXECUTABLE = 126
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-class SetupError(Exception):
+class SetupError(HostError):
     """One step of the namespace's set-up failed; the message says which."""
 
 

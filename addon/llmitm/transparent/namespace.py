@@ -25,6 +25,7 @@ from types import FrameType
 
 import orjson
 
+from llmitm.errors import HostError
 from llmitm.transparent import plan as planning
 from llmitm.transparent.plan import NamespacePlan
 
@@ -34,7 +35,7 @@ INTERRUPT_GRACE_S = 2.0  # after SIGINT, how long before the command is sent SIG
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 
 
-class NamespaceError(RuntimeError):
+class NamespaceError(HostError, RuntimeError):
     """The namespace could not be set up; the message is one line for the user."""
 
 

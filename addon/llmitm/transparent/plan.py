@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
+from llmitm.errors import UserError
+
 LINK_BLOCK = IPv4Network("198.18.0.0/15")
 LINK_PREFIX = 30  # one /30 per run: .1 on the host side, .2 in the namespace
 DRAWS = 64  # random tries for a free /30 before giving up
@@ -54,7 +56,7 @@ PROXY_VARIABLES = frozenset(
 ) | {"NODE_USE_ENV_PROXY"}  # set by llmitm run for the proxy variables; nothing to use inside
 
 
-class PlanError(ValueError):
+class PlanError(UserError, ValueError):
     """No plan fits this machine or this command line."""
 
 

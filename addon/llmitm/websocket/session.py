@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from llmitm.errors import InputError
 from llmitm.wire.errors import ApiError, normalise_error
 from llmitm.wire.ids import random_id
 from llmitm.wire.objects import response_object
@@ -383,7 +384,7 @@ class ResponsesSocket:
         return orjson.dumps(event)
 
 
-class _Refused(Exception):
+class _Refused(InputError):
     def __init__(self, action: Send) -> None:
         self.action = action
 

@@ -28,6 +28,7 @@ from mitmproxy.addons.errorcheck import ErrorCheck
 
 from llmitm.addons import make_addons
 from llmitm.addons.patches.master import uninstall_log_handlers, with_llmitm
+from llmitm.errors import HostError
 from llmitm.replay.pool import SCOPE_HEADERS, split_scope_path
 
 THREAD_NAME = "llmitm"
@@ -37,7 +38,7 @@ _SCOPE = "llmitm-inprocess-scope"
 _NOTED = "llmitm-inprocess-noted"
 
 
-class InProcessError(RuntimeError):
+class InProcessError(HostError, RuntimeError):
     """The in-process proxy cannot start (another master runs, bad options, start-up errors)."""
 
 

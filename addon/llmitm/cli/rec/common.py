@@ -12,10 +12,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import track
 
-from llmitm.replay import folder as folder_format
+from llmitm.errors import UserError
 from llmitm.replay.keys import PROFILES, KeyOptions, parse_ignore
 from llmitm.replay.model import Interaction
 from llmitm.store import SchemaTooNew, SqliteStore, default_store_path
+from llmitm.store import folder as folder_files
 from llmitm.store.sqlite import SqliteApplier
 
 EXIT_FOUND = 1
@@ -24,7 +25,7 @@ PROGRESS_MIN = 20
 """Fewer items than this finish before a progress bar is worth drawing."""
 
 
-class RecError(ValueError):
+class RecError(UserError, ValueError):
     """One line for the user; exit 2."""
 
 
@@ -106,7 +107,7 @@ async def open_store(
 
 async def load_all(args: argparse.Namespace) -> list[Interaction]:
     if getattr(args, "folder", None):
-        return folder_format.read_folder(Path(args.folder))
+        return folder_files.read_folder(Path(args.folder))
     store = await open_store(args.db)
     try:
         return await store.load_recordings()
@@ -117,7 +118,7 @@ async def load_all(args: argparse.Namespace) -> list[Interaction]:
 async def find(args: argparse.Namespace, ident: str) -> Interaction:
     """The one recording whose id is or starts with ``ident``, from ``--folder`` or the store."""
     if getattr(args, "folder", None):
-        found = [i for i in folder_format.read_folder(Path(args.folder)) if i.id.startswith(ident)]
+        found = [i for i in folder_files.read_folder(Path(args.folder)) if i.id.startswith(ident)]
     else:
         store = await open_store(args.db)
         try:

@@ -16,6 +16,7 @@ from llmitm.cli.rec.scanning import locate_text, refuse_secrets
 from llmitm.file_modes import write_file
 from llmitm.replay import folder as folder_format
 from llmitm.replay.har import to_har
+from llmitm.store import folder as folder_files
 
 
 def add_parser(sub: Any) -> None:
@@ -46,7 +47,7 @@ def add_parser(sub: Any) -> None:
 
 async def command(args: argparse.Namespace, console: Console) -> int:
     if args.from_folder:
-        interactions = folder_format.read_folder(Path(args.from_folder))
+        interactions = folder_files.read_folder(Path(args.from_folder))
         if args.scope:
             interactions = [i for i in interactions if i.scope == args.scope]
     else:
@@ -56,7 +57,7 @@ async def command(args: argparse.Namespace, console: Console) -> int:
         finally:
             await store.close()
     target = Path(args.folder)
-    # Scan what would be written (§5.7: export refuses when anything matches): the files
+    # Scan what would be written (export refuses when anything matches): the files
     # themselves for a folder or a HAR file; each interaction for a flow file (binary).
     if args.har:
         har = orjson.dumps(to_har(interactions), option=orjson.OPT_INDENT_2)
@@ -81,7 +82,7 @@ async def command(args: argparse.Namespace, console: Console) -> int:
         count = write_flows(target, interactions, private=private)
         console.print(f"wrote {count} flow(s) to {target}")
         return 0
-    written = folder_format.write_folder(
+    written = folder_files.write_folder(
         target, interactions, timing=args.export_timing, private=private
     )
     console.print(f"wrote {len(written)} recording(s) to {args.folder}")

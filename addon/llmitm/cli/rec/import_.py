@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from llmitm.cli.rec.common import open_store, progress
-from llmitm.replay import folder as folder_format
+from llmitm.store import folder as folder_files
 from llmitm.store.recordings import RecordingWrite
 
 
@@ -22,7 +22,7 @@ def add_parser(sub: Any) -> None:
 
 
 async def command(args: argparse.Namespace, console: Console) -> int:
-    interactions = folder_format.read_folder(Path(args.folder))
+    interactions = folder_files.read_folder(Path(args.folder))
     # Files carry positions, not times (``started_us`` is the file's order): stored as
     # imported now, in that order, or ``prune --older-than`` would take them for 1970's.
     now_us = time.time_ns() // 1000

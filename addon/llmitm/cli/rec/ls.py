@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from llmitm.cli.rec.common import add_source_options, open_store, summary
-from llmitm.replay import folder as folder_format
 from llmitm.replay.model import Interaction
+from llmitm.store import folder as folder_files
 
 
 def add_parser(sub: Any) -> None:
@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
 
 async def command(args: argparse.Namespace, console: Console) -> int:
     if args.folder:
-        interactions = folder_format.read_folder(Path(args.folder))
+        interactions = folder_files.read_folder(Path(args.folder))
     else:
         store = await open_store(args.db)
         try:

@@ -21,6 +21,7 @@ from llmitm.replay import folder as folder_format
 from llmitm.replay.keys import MATCH_KEY_VERSION, KeyOptions
 from llmitm.replay.model import Interaction
 from llmitm.replay.rekey import rekey
+from llmitm.store import folder as folder_files
 from llmitm.store.recordings import RekeyRecording
 from llmitm.store.sqlite_recordings import apply_rekey
 
@@ -47,7 +48,7 @@ async def command(args: argparse.Namespace, console: Console) -> int:
             or _settings(options) != manifest.get("settings")
         ):
             timing = manifest.get("timing", "exact")  # as the folder was written
-            folder_format.write_folder(folder, interactions, _settings(options), timing=timing)
+            folder_files.write_folder(folder, interactions, _settings(options), timing=timing)
         where = str(folder)
     else:
         options = key_options(args, {})
@@ -85,8 +86,8 @@ def _read_folder_any_version(folder: Path) -> tuple[dict[str, Any], list[Interac
     """A folder's manifest and interactions whatever match key version wrote them (the one
     reader that does not refuse an old key version: ``migrate`` is how it is brought up)."""
     try:
-        manifest = folder_format.read_manifest(folder, any_key_version=True)
-        return manifest, folder_format.read_folder(folder, any_key_version=True)
+        manifest = folder_files.read_manifest(folder, any_key_version=True)
+        return manifest, folder_files.read_folder(folder, any_key_version=True)
     except folder_format.FolderError as exc:
         raise RecError(str(exc)) from None
 

@@ -13,6 +13,7 @@ from llmitm.replay.model import Interaction
 from llmitm.replay.scan import Finding, scan_patterns, scan_text
 from llmitm.replay.scan_fields import Located, locate, recording_ids
 from llmitm.store import SqliteStore
+from llmitm.store import folder as folder_files
 from llmitm.store.raw_values import UnreadableDatabase, database_values
 
 _NAMED = 5
@@ -94,7 +95,7 @@ async def _recordings_in(file: Path, cache: dict[Path, list[Interaction]]) -> li
         root = next((p for p in file.parents if (p / folder_format.MANIFEST).is_file()), None)
         if root is not None and root not in cache:
             try:
-                cache[root] = folder_format.read_folder(root)
+                cache[root] = folder_files.read_folder(root)
             except Exception:  # a broken folder: its findings stay unnamed
                 cache[root] = []
         return cache.get(root, []) if root is not None else []

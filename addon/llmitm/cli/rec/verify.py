@@ -11,9 +11,9 @@ from rich.console import Console
 
 from llmitm.cli.rec.common import EXIT_FOUND, open_store, progress
 from llmitm.cli.rec.scanning import scan_paths
-from llmitm.replay import folder as folder_format
 from llmitm.replay.keys import KeyOptions
 from llmitm.replay.rekey import request_key
+from llmitm.store import folder as folder_files
 
 
 def add_parser(sub: Any) -> None:
@@ -27,15 +27,15 @@ async def command(args: argparse.Namespace, console: Console) -> int:
     options = KeyOptions()
     if args.folder:
         # Missing, unlisted, broken or orphan files and blobs first: reading needs them whole.
-        problems += folder_format.folder_problems(Path(args.folder))
+        problems += folder_files.folder_problems(Path(args.folder))
         if problems:
             return _report_problems(problems, 0, console)
-        manifest = folder_format.read_manifest(Path(args.folder))
+        manifest = folder_files.read_manifest(Path(args.folder))
         settings = manifest.get("settings", {})
         options = KeyOptions(
             profile=settings.get("profile", "default"), ignore=tuple(settings.get("ignore", ()))
         )
-        interactions = folder_format.read_folder(Path(args.folder))
+        interactions = folder_files.read_folder(Path(args.folder))
         problems += [f"secret {where}" for where in await scan_paths([Path(args.folder)])]
     else:
         store = await open_store(args.db)

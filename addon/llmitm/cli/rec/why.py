@@ -21,12 +21,12 @@ from llmitm.cli.rec.common import (
     load_all,
     print_diff,
 )
-from llmitm.replay import folder as folder_format
 from llmitm.replay.keys import KeyOptions
 from llmitm.replay.model import Interaction
 from llmitm.replay.pool import GLOBAL_SCOPE, canonical_diff
 from llmitm.replay.rekey import rekey
 from llmitm.replay.why import Near, Trace, explain, nearest, parse_request
+from llmitm.store import folder as folder_files
 
 
 def add_parser(sub: Any) -> None:
@@ -53,7 +53,7 @@ async def command(args: argparse.Namespace, console: Console) -> int:
     method, path, headers, content = parse_request(data, args.method, args.path)
     settings: Mapping[str, Any] = {}
     if args.folder:
-        settings = folder_format.read_manifest(Path(args.folder)).get("settings", {})
+        settings = folder_files.read_manifest(Path(args.folder)).get("settings", {})
     options = key_options(args, settings)
     trace = explain(method, path, headers, content, options)
     interactions = await load_all(args)

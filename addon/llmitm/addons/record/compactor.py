@@ -1,6 +1,6 @@
 """Compacts the recording taps of live streams now and then, off the hot path.
 
-A stream callable only appends to its tap's notes (:mod:`llmitm.exchange.tap`); every
+A stream callable only appends to its tap's notes (:mod:`llmitm.replay.tap`); every
 :data:`EVERY` seconds, while any recorded stream is live, one timer on the event loop
 compacts each tap holding at least :data:`AT_LEAST` notes. That bounds what a stream keeps
 as small objects to a few hundred, wherever it is in its life, at no cost per chunk: the

@@ -1,5 +1,6 @@
-"""The Responses state the store keeps: plain records, the writes that change them and the
-reads the local Responses API needs. Nothing here names a database.
+"""The state of the local Responses API as records: what is kept, the writes that change it
+and the reads this package needs. Nothing here names a database: ``llmitm.store`` applies the
+writes and implements :class:`ResponseReader` (SQLite, or memory when no database is kept).
 
 - :class:`StoredResponse`: one response llmitm answered over a chat-only endpoint — its
   Response object (output included), the input items of its request (with ids), and the id it

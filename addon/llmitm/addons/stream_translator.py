@@ -84,8 +84,8 @@ def set_facts(flow: http.HTTPFlow, routed: Routed, extra: float) -> None:
     }
 
 
-class LlmResponses:
-    name = "llmitm_responses"
+class LlmStreamTranslator:
+    name = "llmitm_stream_translator"
 
     def load(self, loader: Loader) -> None:
         loader.add_option(

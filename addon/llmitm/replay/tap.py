@@ -25,10 +25,8 @@ from array import array
 from collections.abc import Callable
 from time import time as now
 
+from llmitm.exchange.stream import Note
 from llmitm.replay.model import Pieces
-
-Note = Callable[[tuple[float, bytes, bytes]], object]
-"""What a translating stream callable calls per chunk when recording: ``list.extend``."""
 
 
 class Leg:

@@ -1,0 +1,96 @@
+"""What the recording addons keep per flow, and the small flow helpers they share.
+
+One :class:`Capture` per recorded or replayed flow, written by the flow recorder (before the
+router) and read by the record tap (after the translator).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass, field
+
+from mitmproxy import http
+
+from llmitm.replay.keys import MatchKey
+from llmitm.replay.model import Message
+from llmitm.replay.pool import Hit
+from llmitm.replay.tap import StreamTap
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def fields(headers: http.Headers) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.fields]
+
+
+@dataclass(slots=True)
+class Capture:
+    """What the recorder learns about one flow between its hooks
+    (a :class:`llmitm.replay.capture.Captured`)."""
+
+    scope: str
+    key: MatchKey
+    client_req: Message
+    started_us: int
+    record: bool = False
+    hit: Hit | None = None
+    forwarded: bool = False
+    upstream_req: Message | None = None
+    upstream_status: int = 0
+    upstream_headers: list[tuple[str, str]] = field(default_factory=list)
+    upstream_body: bytes | None = None
+    tap: StreamTap | None = None
+    done: bool = False
+    served: bool = False
+    request_clean: bool = False
+    """The client's request body held nothing to redact (a translated answer echoes it)."""
+    credential: str | None = None
+    """The fingerprint of the credential the client sent."""
+    recorded: str | None = None
+    """The id of the interaction recorded from this flow, once it is."""
+
+
+# Per-flow state lives beside the flow, not in flow.metadata: mitmproxy serialises metadata
+# when it saves flows (-w, save_stream_file, mitmweb), and a Capture is not serialisable.
+# Weak keys: a flow that ends in any way takes its capture with it.
+_CAPTURES: weakref.WeakKeyDictionary[http.HTTPFlow, Capture] = weakref.WeakKeyDictionary()
+
+
+def capture_of(flow: http.HTTPFlow) -> Capture | None:
+    return _CAPTURES.get(flow)
+
+
+def keep_capture(flow: http.HTTPFlow, capture: Capture) -> None:
+    _CAPTURES[flow] = capture
+
+
+def replay_hit(flow: http.HTTPFlow) -> bool:
+    """Whether the recorder answers ``flow`` from a recording (some hits are served by
+    :class:`~llmitm.addons.record.tap.LlmRecordTap`, after the router)."""
+    capture = _CAPTURES.get(flow)
+    return capture is not None and capture.hit is not None
+
+
+def recording_id(flow: http.HTTPFlow) -> str | None:
+    """The id of the interaction recorded from ``flow`` (``None``: not recorded, or not yet:
+    it is recorded in :class:`~llmitm.addons.record.tap.LlmRecordTap`'s ``response`` or
+    ``error`` hook)."""
+    capture = _CAPTURES.get(flow)
+    return None if capture is None else capture.recorded
+
+
+def answer(
+    flow: http.HTTPFlow,
+    status: int,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    replay: str | None,
+) -> None:
+    """Answer ``flow`` here (``replay``: the ``x-llmitm-replay`` header's value)."""
+    response = http.Response.make(status, body, [(k.encode(), v.encode()) for k, v in headers])
+    if replay:
+        response.headers["x-llmitm-replay"] = replay
+    flow.response = response

@@ -1,0 +1,237 @@
+"""The flow recorder: decides, for each request as the client sent it, whether it is
+recorded, replayed or neither, and hands finished records to the store.
+
+First in line (before the router and the translator) it strips the scope (header or path
+prefix), redacts, computes the match key and — in a replaying mode — looks the request up
+(:class:`~llmitm.addons.record.replay.Replayer`). In ``replay`` it also answers what is no LLM
+call and dials nothing but llmitm's own relay. For a recorded flow it keeps the upstream's
+response head and, for a non-streamed body, the body before the translator replaces them;
+the record tap (:mod:`llmitm.addons.record.tap`) does the rest and calls :meth:`finished`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from mitmproxy import ctx, exceptions, http
+from mitmproxy.addonmanager import Loader
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
+
+from llmitm.addons.choices import check_choices
+from llmitm.addons.record import options
+from llmitm.addons.record.flows import Capture, capture_of, fields, keep_capture, now_us
+from llmitm.addons.record.options import RecordSettings, read_settings
+from llmitm.addons.record.recordings import write_folder, write_report
+from llmitm.addons.record.replay import Replayer, answer_offline
+from llmitm.addons.relay import LlmRelay
+from llmitm.addons.state import SOCKET_KEY, set_mint
+from llmitm.addons.status import STATUS_PATH
+from llmitm.addons.store import LlmStore
+from llmitm.replay.capture import ReplayReport
+from llmitm.replay.ci_guard import record_refusal
+from llmitm.replay.fingerprint import credential, fingerprint
+from llmitm.replay.keys import KeyOptions, match_key
+from llmitm.replay.model import Interaction, Message, new_id
+from llmitm.replay.pool import SCOPE_HEADERS, split_scope_path
+from llmitm.replay.redact import redact_body, redact_headers, redact_url
+from llmitm.store.recordings import DeleteScope, RecordingWrite
+from llmitm.wire.ids import Mint
+from llmitm.wire.paths import is_llm_call
+
+logger = logging.getLogger(__package__)
+
+
+class LlmFlowRecorder:
+    """Options ``llmitm_record``, ``llmitm_recordings``, ``llmitm_replay_*``,
+    ``llmitm_match_*``, ``llmitm_scope`` and friends (:mod:`llmitm.addons.record.options`);
+    the front half of recording and replay."""
+
+    name = "llmitm_recorder"
+
+    def __init__(self, store: LlmStore, relay: LlmRelay) -> None:
+        self.store = store
+        self.shared_relay = relay
+        self.settings = RecordSettings()
+        self.report = ReplayReport()
+        self.replay = Replayer(store, relay, self.report)
+        self.session = new_id()
+        self.recorded: list[Interaction] = []
+        """This run's recordings, kept for the recordings folder written at shutdown."""
+        self.wiped: set[str] = set()
+        self.fingerprint_key: bytes | None = None
+        """Makes ``Interaction.credential`` (replay.fingerprint); read from the store."""
+        self._started = False
+
+    @property
+    def mode(self) -> str:
+        return self.settings.mode
+
+    @property
+    def key_options(self) -> KeyOptions:
+        return self.settings.key_options
+
+    # --- options -------------------------------------------------------------------------
+
+    def load(self, loader: Loader) -> None:
+        options.add_options(loader)
+
+    def configure(self, updated: set[str]) -> None:
+        check_choices(updated, options.CHOICES)
+        if not updated & options.NAMES:
+            return
+        mode = self.settings.mode
+        if updated & options.MODE_OPTIONS:
+            wanted = ctx.options.llmitm_record
+            refusal = record_refusal(
+                wanted,
+                wanted in options.RECORDING,
+                ctx.options.llmitm_recordings,
+                ctx.options.llmitm_allow_record_in_ci,
+                os.environ,
+            )
+            if refusal is not None and self._started:
+                raise exceptions.OptionsError(refusal)
+            if refusal is not None:
+                # At start-up an OptionsError from a script addon comes with a traceback; an
+                # error log makes mitmdump exit 1 with the message alone. Record nothing
+                # meanwhile.
+                logger.error("llmitm: %s", refusal)
+                mode = "off"
+            elif "llmitm_record" in updated:
+                mode = wanted
+                if mode == "replay" and ctx.options.upstream_cert:
+                    # Sniffing the upstream's certificate would connect upstream.
+                    ctx.options.update(upstream_cert=False)
+        try:
+            self.settings = read_settings(ctx.options, mode)
+        except ValueError as exc:
+            raise exceptions.OptionsError(str(exc)) from None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def running(self) -> None:
+        self.report.mode = self.settings.mode
+        self.report.strict_drift = self.settings.strict_drift
+        self._started = True
+
+    def done(self) -> None:
+        settings = self.settings
+        if settings.report:
+            unused = self.replay.pool.unused() if settings.replaying else []
+            write_report(settings.report, self.report, unused)
+        if settings.recordings and settings.recording and self.recorded:
+            write_folder(
+                settings.recordings,
+                self.recorded,
+                self.wiped,
+                settings.key_options,
+                settings.export_timing,
+            )
+
+    # --- hooks ---------------------------------------------------------------------------
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error or not flow.live or flow.metadata.get(SOCKET_KEY):
+            return  # a socket llmitm serves is recorded as the calls made over it
+        settings, request = self.settings, flow.request
+        scope = settings.scope
+        in_path, path = split_scope_path(request.path)
+        if in_path is not None:
+            scope, request.path = in_path, path  # never forwarded upstream
+        for name in SCOPE_HEADERS:
+            value = request.headers.pop(name, None)
+            if value:
+                scope = value
+        mode = settings.mode
+        if mode == "off":
+            return
+        if not (settings.record_all or is_llm_call(request.path)):
+            # Telemetry, trace uploads and the like: proxied, never recorded or replayed.
+            if mode == "replay" and request.path != STATUS_PATH:  # the router answers that
+                answer_offline(flow)
+            return
+        try:
+            capture = self._capture(flow, scope, settings)
+        except Exception:  # recording must never cost the client its answer
+            logger.exception("llmitm: cannot record %s", request.pretty_url)
+            return
+        keep_capture(flow, capture)
+        if settings.replaying and self.replay.lookup(flow, capture, settings):
+            return
+        if mode == "rewrite" and scope not in self.wiped:
+            self.wiped.add(scope)
+            self.store.submit(DeleteScope(scope))
+        capture.record = True
+        set_mint(flow, Mint())
+        # The stream callable should see the body as sent, not gzip (the router does the
+        # same for the flows it plans).
+        request.headers["accept-encoding"] = "identity"
+
+    def server_connect(self, data: ServerConnectionHookData) -> None:
+        # Replay opens no socket (the backstop of the answers in ``request``): whatever got
+        # this far — a raw TCP or UDP stream, a tunnel ignore_hosts passes through unseen, a
+        # flow nothing answered — is refused; only llmitm's own relay, which paces hits, is
+        # dialled.
+        address = data.server.address
+        if self.settings.mode != "replay" or address is None:
+            return
+        relay = self.shared_relay.listening()
+        if relay is not None and (address[0], address[1]) == ("127.0.0.1", relay.port):
+            return
+        target = f"{address[0]}:{address[1]}"
+        logger.info("llmitm: replay: not connecting to %s", target)
+        data.server.error = (
+            f"llmitm is in replay mode and never goes upstream: not connecting to {target}"
+        )
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        capture = capture_of(flow)
+        response = flow.response
+        if capture is None or not capture.record or response is None:
+            return
+        # The upstream's head, before the translator changes it.
+        capture.upstream_status = response.status_code
+        capture.upstream_headers = fields(response.headers)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        capture = capture_of(flow)
+        response = flow.response
+        if capture is None or not capture.record or response is None or response.stream:
+            return
+        # The upstream's body, before the translator replaces it.
+        capture.upstream_body = response.get_content(strict=False)
+
+    def finished(self, interaction: Interaction) -> None:
+        """Called by the tap with a finished, redacted interaction."""
+        self.report.recorded += 1
+        self.store.submit(RecordingWrite(interaction))
+        if self.settings.recordings:
+            self.recorded.append(interaction)
+
+    def _capture(self, flow: http.HTTPFlow, scope: str, settings: RecordSettings) -> Capture:
+        request = flow.request
+        raw = request.get_content(strict=False) or b""
+        content = redact_body(raw)
+        headers = fields(request.headers)
+        key = match_key(
+            request.method,
+            request.path,
+            headers,
+            content,
+            settings.key_options,
+            request.pretty_host,
+        )
+        client_req = Message(
+            headers=redact_headers(headers),
+            content=content,
+            method=request.method,
+            url=redact_url(request.pretty_url),
+        )
+        capture = Capture(scope, key, client_req, now_us())
+        capture.request_clean = content is raw  # redact_body hands back a clean body itself
+        if self.fingerprint_key is not None:
+            sent = credential(headers)
+            if sent is not None:
+                capture.credential = fingerprint(self.fingerprint_key, sent)
+        return capture

@@ -1,0 +1,147 @@
+"""The record tap: the back half of recording and replay, after the router and translator.
+
+It answers the replay hits that wait for the router's plan, notes the upstream request the
+router built, hooks the stream (one note per chunk: its time and the bytes in and out,
+nothing else on the hot path) and, when the flow ends — finished, aborted by the client or
+cut by the upstream — reads the flow's plain values, has
+:func:`llmitm.replay.capture.build_interaction` make the redacted record and hands it to
+the flow recorder (which queues it for the store's writer, never awaited).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from mitmproxy import http
+
+from llmitm.addons.record.compactor import TapCompactor
+from llmitm.addons.record.flows import Capture, capture_of, fields
+from llmitm.addons.state import FlowState, flow_mint, flow_state
+from llmitm.addons.streams import flow_stream
+from llmitm.replay.capture import ClientResponse, FlowEnd, build_interaction, relayed_request
+from llmitm.replay.model import Message
+from llmitm.replay.redact import redact_headers, redact_url
+from llmitm.replay.tap import StreamTap, pieces
+
+if TYPE_CHECKING:
+    from llmitm.addons.record.recorder import LlmFlowRecorder
+
+logger = logging.getLogger(__package__)
+
+
+class LlmRecordTap:
+    """Serves from-upstream replay hits, hooks streams, records at the end."""
+
+    name = "llmitm_record_tap"
+
+    def __init__(self, recorder: LlmFlowRecorder) -> None:
+        self.recorder = recorder
+        self.compactor = TapCompactor()
+
+    def done(self) -> None:
+        self.compactor.stop()
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        capture = capture_of(flow)
+        if capture is None:
+            return
+        if capture.hit is not None:
+            if flow.response is None and not capture.served:
+                capture.served = True
+                self.recorder.replay.serve(flow, capture, self.recorder.settings)
+            return
+        if not capture.record or flow.response is not None:
+            return  # answered locally (a bad request): nothing went upstream
+        capture.forwarded = True
+        request = flow.request
+        capture.upstream_req = Message(
+            headers=redact_headers(fields(request.headers)),
+            content=request.get_content(strict=False),  # redacted at the flow's end
+            method=request.method,
+            url=redact_url(request.pretty_url),
+        )
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        capture = capture_of(flow)
+        response = flow.response
+        if capture is None or not capture.forwarded or response is None:
+            return
+        stream = flow_stream(flow)
+        if stream is not None:
+            capture.tap = tap = StreamTap()
+            stream.add_note(tap.note)
+            self.compactor.add(tap)
+        elif callable(response.stream):
+            logger.debug("llmitm: not recording the body of an unknown stream callable")
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow)
+
+    def _finish(self, flow: http.HTTPFlow) -> None:
+        capture = capture_of(flow)
+        if capture is None or not capture.record or capture.done:
+            return
+        capture.done = True
+        self.compactor.discard(capture.tap)
+        recorder = self.recorder
+        try:
+            end = flow_end(flow, capture)
+            interaction = build_interaction(
+                capture, end, session=recorder.session, mode=recorder.settings.mode
+            )
+        except Exception:
+            logger.exception("llmitm: cannot record %s", flow.request.pretty_url)
+            return
+        capture.recorded = interaction.id
+        recorder.finished(interaction)
+
+
+def flow_end(flow: http.HTTPFlow, capture: Capture) -> FlowEnd:
+    """The plain values a finished flow holds, for :func:`build_interaction`."""
+    request, response = flow.request, flow.response
+    t0 = request.timestamp_end or request.timestamp_start
+    upstream_stream = client_stream = None
+    tap = capture.tap
+    if tap is not None:
+        times, upstream_leg, client_leg = tap.finish()
+        upstream_stream = pieces(times, t0, upstream_leg)
+        client_stream = pieces(times, t0, client_leg) if client_leg is not None else None
+    client: ClientResponse | None = None
+    if response is not None:
+        content: bytes | None = None
+        if tap is None:  # a streamed body is the tap's
+            with contextlib.suppress(ValueError):
+                content = response.get_content(strict=False)
+        client = ClientResponse(
+            status=response.status_code,
+            headers=fields(response.headers),
+            content=content,
+            started=response.timestamp_start,
+            ended=response.timestamp_end or time.time(),
+        )
+    state = flow_state(flow)
+    planned = state if isinstance(state, FlowState) else None
+    routed = planned.routed if planned is not None else None
+    relayed = None
+    if routed is not None and routed.upstream_request is not None:
+        sent = routed.upstream_request
+        relayed = relayed_request(sent.method, sent.url, sent.headers, sent.body)
+    mint = flow_mint(flow)
+    return FlowEnd(
+        t0=t0,
+        response=client,
+        error=flow.error.msg if flow.error is not None else None,
+        endpoint=planned.plan.endpoint.name if planned is not None else None,
+        plan=(planned.plan.label if planned.plan.translates else "passthrough") if planned else "",
+        upstream_cut=planned.upstream_cut if planned is not None else None,
+        relayed=relayed,
+        minted=mint.tape if mint is not None else None,
+        upstream_stream=upstream_stream,
+        client_stream=client_stream,
+    )

@@ -1,0 +1,253 @@
+"""Building the recorded record of one flow, the replay report and the text of a miss.
+
+The recording addons (:mod:`llmitm.addons.record`) read plain values off a finished flow —
+status, header lists, bodies, timestamps, the pieces a stream tap kept — and hand them here;
+what comes back is a redacted :class:`~llmitm.replay.model.Interaction`. The report a replay
+run writes at shutdown (:class:`ReplayReport`) and the lines a strict miss logs
+(:func:`miss_text`) are made here too.
+
+Sans-IO: no mitmproxy, no store, no clock (times come in as arguments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from llmitm.replay.keys import MatchKey
+from llmitm.replay.model import Chunk, Interaction, Message, Pieces, new_id
+from llmitm.replay.pool import Miss
+from llmitm.replay.redact import (
+    may_hold_secret,
+    redact_body,
+    redact_chunks,
+    redact_headers,
+    redact_url,
+)
+
+Headers = list[tuple[str, str]]
+
+
+class Captured(Protocol):
+    """What the recorder learnt of a flow between its hooks (the addon's per-flow capture)."""
+
+    scope: str
+    key: MatchKey
+    client_req: Message
+    started_us: int
+    credential: str | None
+    request_clean: bool
+    """The client's request body held nothing to redact (a translated answer echoes it)."""
+    forwarded: bool
+    upstream_req: Message | None
+    """The request the router sent upstream: head already redacted, its body redacted here."""
+    upstream_status: int
+    upstream_headers: Headers
+    upstream_body: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientResponse:
+    """The response the client got, as the flow holds it at its end."""
+
+    status: int
+    headers: Headers
+    content: bytes | None
+    """The whole body of a non-streamed response (``None``: none, or it cannot be decoded)."""
+    started: float | None
+    """When the response's head arrived (seconds since the epoch)."""
+    ended: float
+    """When it was complete, or the flow's end when it never was."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlowEnd:
+    """What the flow tells at its end, besides the capture."""
+
+    t0: float
+    """When the client's request was complete (offsets and durations count from it)."""
+    response: ClientResponse | None = None
+    error: str | None = None
+    """The flow's error message (a cut by either side)."""
+    endpoint: str | None = None
+    """The endpoint the router planned (``None``: not planned)."""
+    plan: str = ""
+    upstream_cut: str | None = None
+    """Why the upstream's stream ended early, as the translator saw it."""
+    relayed: Message | None = None
+    """For a relayed flow, what the answering endpoint was sent (see :func:`relayed_request`)."""
+    minted: dict[str, list[Any]] | None = None
+    upstream_stream: Pieces | None = None
+    """The upstream's pieces of a streamed flow, as the tap kept them."""
+    client_stream: Pieces | None = None
+    """The client's pieces, when they differ from the upstream's (a translated stream)."""
+
+
+def relayed_request(
+    method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes
+) -> Message:
+    """The upstream leg of a relayed flow: the flow's own request names llmitm's relay, so
+    the leg is what the answering endpoint was sent. The body is redacted with the others."""
+    return Message(
+        headers=redact_headers(list(headers)), content=body, method=method, url=redact_url(url)
+    )
+
+
+def build_interaction(capture: Captured, end: FlowEnd, *, session: str, mode: str) -> Interaction:
+    """The finished flow as a redacted :class:`Interaction` (runs once, at the flow's end)."""
+    key = capture.key
+    interaction = Interaction(
+        id=new_id(capture.started_us),
+        scope=capture.scope,
+        key=key.key,
+        key_version=key.version,
+        method=key.method,
+        route=key.route,
+        model=key.model,
+        stream=key.stream,
+        canonical=key.canonical,
+        started_us=capture.started_us,
+        session=session,
+        mode=mode,
+        credential=capture.credential,
+    )
+    interaction.legs["client_req"] = capture.client_req
+    if end.minted is not None:
+        interaction.minted = end.minted
+    if end.endpoint is not None:
+        interaction.endpoint = end.endpoint
+        interaction.plan = end.plan
+        if end.upstream_cut:
+            interaction.truncated = f"upstream: {end.upstream_cut}"
+    upstream_chunks, client_chunks = stream_legs(
+        end.upstream_stream, end.client_stream, capture.request_clean
+    )
+    upstream_req = end.relayed or capture.upstream_req
+    if capture.forwarded and upstream_req is not None:
+        upstream_req.content = redact_body(upstream_req.content)
+        interaction.legs["upstream_req"] = upstream_req
+        if capture.upstream_status:
+            upstream = Message(
+                headers=redact_headers(capture.upstream_headers), status=capture.upstream_status
+            )
+            if upstream_chunks is not None:
+                upstream.chunks = upstream_chunks
+            else:
+                upstream.content = redact_body(capture.upstream_body)
+            interaction.legs["upstream_resp"] = upstream
+    response = end.response
+    if response is not None:
+        client = Message(headers=redact_headers(response.headers), status=response.status)
+        if client_chunks is not None:
+            client.chunks = client_chunks
+        else:
+            client.content = redact_body(response.content)
+        interaction.legs["client_resp"] = client
+        interaction.status = response.status
+        if response.started and end.t0:
+            interaction.ttfb_us = max(0, round((response.started - end.t0) * 1e6))
+        interaction.duration_us = max(0, round((response.ended - end.t0) * 1e6))
+    if end.error is not None:
+        interaction.error = end.error
+        if interaction.truncated is None:
+            side = "client" if "client" in end.error.lower() else "upstream"
+            interaction.truncated = f"{side}: {end.error}"
+    return interaction
+
+
+def stream_legs(
+    upstream_pieces: Pieces | None, client_pieces: Pieces | None, request_clean: bool
+) -> tuple[Sequence[Chunk] | None, Sequence[Chunk] | None]:
+    """The upstream and client pieces of a streamed flow, redacted (``None``: not streamed).
+
+    Each redaction pass happens once: a client leg that is the upstream leg (a passthrough,
+    ``client_pieces`` is ``None``) shares its pieces, and a client leg made only of clean
+    inputs shares their verdict that there is nothing to redact. Times stay as they are:
+    offsets are worked out when read."""
+    if upstream_pieces is None:
+        return None, None
+    clean = not may_hold_secret(upstream_pieces.body)
+    upstream: Sequence[Chunk] = upstream_pieces if clean else redact_chunks(upstream_pieces)
+    if client_pieces is None:
+        return upstream, upstream  # relayed as it came, or a guard handed each chunk on
+    if clean and request_clean:
+        # A translated answer is made of the upstream's bytes and fields of the client's own
+        # request (echoed instructions, tools): neither held a credential, so neither does it.
+        return upstream, client_pieces
+    if clean and client_pieces.body == upstream_pieces.body:
+        return upstream, client_pieces  # same bytes, other split points: nothing to redact
+    return upstream, redact_chunks(client_pieces)
+
+
+def miss_text(
+    miss: Miss, *, mode: str, profile: str, loaded: int, unused: int, diff: list[str]
+) -> str:
+    """What a strict miss logs: the request, its key, why it missed, the closest recording
+    and how it differs (``diff``: :func:`~llmitm.replay.pool.canonical_diff`), and the fix."""
+    key, closest = miss.key, miss.closest
+    lines = [
+        f"REPLAY MISS scope={miss.scope} mode={mode} profile={profile}",
+        f"  request : {key.method} {key.route} model={key.model or '-'} "
+        f"stream={str(key.stream).lower()}",
+        f"  key     : {key.key} (match key version {key.version})",
+        f"  reason  : {miss.describe()} ({loaded} loaded, {unused} unused)",
+    ]
+    if closest is not None:
+        lines.append(f"  closest : {closest.id} {closest.source or ''}".rstrip())
+        lines += [f"  diff    : {line}" for line in diff] or ["  diff    : (same text)"]
+    lines.append(
+        "  fix     : --set llmitm_record=replay-or-record to record it, or "
+        "--set llmitm_match_ignore=PATH to ignore a field"
+    )
+    return "\n".join(lines)
+
+
+def capture_label(interaction: Interaction) -> str:
+    """One line naming a recording: method, route and model."""
+    return f"{interaction.method} {interaction.route} model={interaction.model or '-'}"
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    """What a replay run did, written as JSON at shutdown (``llmitm_replay_report``)."""
+
+    mode: str = "off"
+    source: str = ""
+    loaded: int = 0
+    hits: int = 0
+    misses: list[dict[str, Any]] = field(default_factory=list)
+    drift: list[dict[str, Any]] = field(default_factory=list)
+    strict_drift: bool = False
+    """Drift was refused (``llmitm_strict_drift``): it fails a replayed command like a miss."""
+    recorded: int = 0
+
+    def add_miss(self, miss: Miss, diff: list[str]) -> None:
+        key, closest = miss.key, miss.closest
+        self.misses.append(
+            {
+                "scope": miss.scope,
+                "key": key.key,
+                "reason": miss.reason,
+                "request": f"{key.method} {key.route}",
+                "model": key.model,
+                "closest": closest.id if closest else None,
+                "diff": diff,
+            }
+        )
+
+    def to_json(self, unused: list[Interaction]) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "source": self.source,
+            "loaded": self.loaded,
+            "hits": self.hits,
+            "misses": self.misses,
+            "unused": [
+                {"id": i.id, "scope": i.scope, "key": i.key, "route": i.route, "model": i.model}
+                for i in unused
+            ],
+            "drift": self.drift,
+            "strict_drift": self.strict_drift,
+            "recorded": self.recorded,
+        }

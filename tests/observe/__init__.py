@@ -1,0 +1,1 @@
+"""Tests of llmitm.observe: health answers and metric definitions."""
