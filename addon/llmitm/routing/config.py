@@ -84,6 +84,13 @@ class Endpoint:
     conformant: frozenset[ApiName] = frozenset()
     """APIs whose streams a ``compatible`` endpoint gets relayed as they are (trusted)."""
     think_open_missing: bool = False
+    reasoning_passthrough: ReasoningMode | None = None
+    """How reasoning in this endpoint's chat streams reaches chat clients (``think-tags``,
+    ``reasoning_content``, ``reasoning``, ``drop``); set, the streams are normalised even
+    when trusted. ``None``: the fields as the backend sent them."""
+    reasoning_summary: bool = False
+    """Raw ``reasoning_text`` of this endpoint's Responses streams reaches Responses clients
+    as reasoning summary events (set, the streams are normalised even when trusted)."""
     headers: Mapping[str, str] = field(default_factory=dict)
     weight: float = 1.0
     """Share of a ``weighted`` route's first attempts (0: only as a fallback)."""
@@ -118,6 +125,11 @@ class Endpoint:
         """Whether this endpoint's streams of ``api`` are repaired on their way to a client of
         the same API: by default those of third-party (``compatible``) servers."""
         if api in self.non_conformant:
+            return True
+        # A reasoning rendering asked for needs the normaliser, trusted endpoint or not.
+        if api == "chat" and self.reasoning_passthrough is not None:
+            return True
+        if api == "responses" and self.reasoning_summary:
             return True
         return self.kind == "compatible" and api not in self.conformant
 
@@ -447,6 +459,8 @@ _ENDPOINT_KEYS = {
     "non_conformant",
     "conformant",
     "think_open_missing",
+    "reasoning_passthrough",
+    "reasoning_summary",
     "headers",
     "weight",
     "max_concurrency",
@@ -548,6 +562,8 @@ def _endpoint(
         non_conformant=frozenset(non_conformant),  # type: ignore[arg-type]
         conformant=frozenset(conformant),  # type: ignore[arg-type]
         think_open_missing=reader.boolean(raw, "think_open_missing", where, False),
+        reasoning_passthrough=_reasoning_passthrough(reader, raw, where),
+        reasoning_summary=reader.boolean(raw, "reasoning_summary", where, False),
         headers=reader.string_map(raw, "headers", where),
         weight=reader.number(raw, "weight", where, 1.0),
         max_concurrency=reader.integer(raw, "max_concurrency", where, None),
@@ -555,6 +571,15 @@ def _endpoint(
         stream_usage=reader.boolean(raw, "stream_usage", where, True),
         state=reader.choice(raw.get("state", "auto"), f"{where}.state", STATE_MODES),
     )
+
+
+def _reasoning_passthrough(
+    reader: _Reader, raw: Mapping[str, Any], where: str
+) -> ReasoningMode | None:
+    value = raw.get("reasoning_passthrough")
+    if value is None:
+        return None
+    return reader.choice(value, f"{where}.reasoning_passthrough", REASONING_MODES)
 
 
 def _caps(reader: _Reader, raw: Mapping[str, Any], where: str) -> dict[str, int]:

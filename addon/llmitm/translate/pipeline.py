@@ -20,6 +20,7 @@ from llmitm.translate.protocol import EventTranslator
 from llmitm.translate.responses_compat import CallRestorer
 from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
 from llmitm.translate.stream_to_responses import ChatToResponsesStream
+from llmitm.translate.think_summary import ReasoningAsSummary
 from llmitm.wire.errors import ApiError
 from llmitm.wire.modes import Direction
 from llmitm.wire.sse import DONE_DATA, DONE_FRAME, SSEDecoder
@@ -77,10 +78,14 @@ class StreamPipeline:
             self._encode = b"".join
         elif direction == "normalise-responses":
             normaliser = ResponsesNormaliser(self.context)
-            self.translator = self._responses_norm = (
-                RestoringNormaliser(normaliser) if self.context.tools else normaliser
-            )
-            self._encode = _encode_normalised
+            restoring = RestoringNormaliser(normaliser) if self.context.tools else normaliser
+            if self.context.options.reasoning_summary:
+                # Raw reasoning rewritten as summary events: every event is parsed.
+                self.translator = ReasoningAsSummary(restoring)
+                self._encode = _encode_responses
+            else:
+                self.translator = self._responses_norm = restoring
+                self._encode = _encode_normalised
         else:
             raise ValueError(f"unknown direction {direction!r}")
         self._fast_frame = self.translator.fast_frame
