@@ -544,3 +544,28 @@ def test_a_delta_holding_the_bytes_around_it_is_read_whole(text: str) -> None:
     out = sse_events(sse)
     (done,) = [e for e in out if e["type"] == "response.output_text.done"]
     assert done["text"] == "a" + text + text + "b"
+
+
+def test_a_read_of_several_fitting_deltas_is_passed_on_as_it_came() -> None:
+    """A busy proxy reads many events at once: those that fit the template cost no frame
+    building, and a read of nothing else is the very object passed on."""
+    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    head = [
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
+    ]
+    deltas = [
+        {"type": "response.output_text.delta", **ids, "delta": w, "logprobs": []}
+        for w in ("a", "b", "c", "d", "e")
+    ]
+    frames = [frame({**e, "sequence_number": k}) for k, e in enumerate([*head, *deltas])]
+    pipeline = StreamPipeline("normalise-responses", context())
+    for chunk in frames[:4]:  # the first delta teaches the template
+        pipeline.feed(chunk)
+    read = b"".join(frames[4:6])
+    assert pipeline.feed(read) is read
+    mixed = b"".join(frames[6:]) + frame({**head[1], "sequence_number": 8})[:20]
+    assert pipeline.feed(mixed) == b"".join(frames[6:])  # an event cut short waits
+    assert pipeline.events_in == 8

@@ -129,6 +129,16 @@ class StreamPipeline:
             if out is not None:
                 self.events_in += 1
                 return out
+        responses_norm = self._responses_norm
+        if responses_norm is not None and decoder.idle:
+            # Several events in one read (a busy proxy reads many at once): the leading ones
+            # that fit the template go out as they came, the rest as usual.
+            relayed = responses_norm.relay_events(chunk)
+            if relayed:
+                self.events_in += chunk.count(b"\n\n", 0, relayed)
+                return (
+                    chunk if relayed == len(chunk) else chunk[:relayed] + self.feed(chunk[relayed:])
+                )
         fast = self._fast_frame
         if fast is not None:
             # One parsed event whose translation the translator writes straight to bytes
@@ -269,6 +279,14 @@ class RestoringNormaliser:
         if out is not None:
             self.restorer.relayed_around()
         return out
+
+    def relay_events(self, chunk: bytes) -> int:
+        if not self._in_step():
+            return 0
+        before = self.normaliser.sequence
+        relayed = self.normaliser.relay_events(chunk)
+        self.restorer.relayed_around(self.normaliser.sequence - before)
+        return relayed
 
     def fast_event(self, name: str | None, data: bytes) -> bytes | None:
         if not self._in_step():

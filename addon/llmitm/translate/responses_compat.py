@@ -274,10 +274,10 @@ class CallRestorer:
         """The ``sequence_number`` the next event gets."""
         return self._seq
 
-    def relayed_around(self) -> None:
-        """An event went out without passing here (nothing in it to restore): it took the
-        next sequence number."""
-        self._seq += 1
+    def relayed_around(self, count: int = 1) -> None:
+        """Events went out without passing here (nothing in them to restore): they took the
+        next sequence numbers."""
+        self._seq += count
 
     def events(self, events: list[Event]) -> list[Event]:
         out: list[Event] = []
