@@ -130,15 +130,22 @@ class StreamPipeline:
                 self.events_in += 1
                 return out
         responses_norm = self._responses_norm
-        if responses_norm is not None and decoder.idle:
-            # Several events in one read (a busy proxy reads many at once): the leading ones
-            # that fit the template go out as they came, the rest as usual.
-            relayed = responses_norm.relay_events(chunk)
-            if relayed:
-                self.events_in += chunk.count(b"\n\n", 0, relayed)
-                return (
-                    chunk if relayed == len(chunk) else chunk[:relayed] + self.feed(chunk[relayed:])
-                )
+        if responses_norm is not None:
+            if decoder.idle:
+                # Several events in one read (a busy proxy reads many at once): the leading
+                # ones that fit the template go out as they came, the rest as usual.
+                relayed = responses_norm.relay_events(chunk)
+                if relayed:
+                    self.events_in += chunk.count(b"\n\n", 0, relayed)
+                    if relayed == len(chunk):
+                        return chunk
+                    return chunk[:relayed] + self.feed(chunk[relayed:])
+            elif chunk.find(b"\r") < 0:
+                # A read that starts inside an event: the decoder takes it up to the first
+                # blank line, so the events after it can go the way above.
+                cut = chunk.find(b"\n\n") + 2
+                if 1 < cut < len(chunk):
+                    return self.feed(chunk[:cut]) + self.feed(chunk[cut:])
         fast = self._fast_frame
         if fast is not None:
             # One parsed event whose translation the translator writes straight to bytes
