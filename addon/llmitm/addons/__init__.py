@@ -24,6 +24,7 @@ from llmitm.addons.responses_state import ResponsesState
 from llmitm.addons.responses_writer import LlmResponsesStateWriter
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
+from llmitm.addons.sides import LlmClientSide, LlmFlowSides
 from llmitm.addons.stall import LlmStallWatch
 from llmitm.addons.status import LlmStatus
 from llmitm.addons.store import LlmStore
@@ -70,6 +71,7 @@ def make_addons() -> list[object]:
         LlmWebSocket(relay),
         LlmModels(settings),
         LlmMetricsEndpoint(metrics),
+        LlmClientSide(),  # the client's request before anything rewrites it
         egress,
         recorder,
         LlmResponsesApi(state),
@@ -94,6 +96,7 @@ def make_addons() -> list[object]:
         metrics,
         LlmTraces(metrics),  # spans from the facts metrics took (the otel extra, optional)
         LlmContentview(),
+        LlmFlowSides(),  # last: the flow gets the client's request back once all have read it
         LlmFirstScreen(settings, store),  # before the listen file: said before a command runs
         ListenFile(),
     ]

@@ -137,7 +137,7 @@ def prepare_for_endpoint(
     """The plan and the request for sending a call of ``api`` on ``route`` to ``endpoint``
     (the route's alias, if any, is the model sent)."""
     plan = plan_for_endpoint(endpoint, cast(ApiName, api), route.model or model)
-    plan = replace(plan, route=route.name)
+    plan = replace(plan, route=route.label)
     prepared = prepare_request(content, body, model, plan, options, ask_usage=endpoint.stream_usage)
     return plan, prepared
 

@@ -158,6 +158,18 @@ class Route:
     """Seconds a started stream may go without a byte (``None``: ``[routing]``'s)."""
     affinity: bool = True
     """Keep conversations on the endpoint that served them while it is healthy."""
+    named: bool = False
+    """The file gave ``name`` (else it is ``routes[i]``, which says nothing across files)."""
+
+    @property
+    def label(self) -> str:
+        """How usage and the console name the route: its name, or when unnamed its pattern
+        (``gpt-*,o3``, ``* @ *.azure.com``), so the first unnamed routes of two configurations
+        stay apart instead of both being ``routes[0]``."""
+        if self.named:
+            return self.name
+        models = ",".join(self.models)
+        return models if self.hosts == ("*",) else f"{models} @ {','.join(self.hosts)}"
 
     @property
     def max_attempts(self) -> int:
@@ -614,6 +626,7 @@ def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoi
         first_byte_timeout=reader.number(raw, "first_byte_timeout", where, None, positive=True),
         stream_idle_timeout=reader.number(raw, "stream_idle_timeout", where, None, positive=True),
         affinity=reader.boolean(raw, "affinity", where, True),
+        named="name" in raw,
     )
 
 
