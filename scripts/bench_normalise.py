@@ -8,7 +8,8 @@ long OpenAI-shaped streams of ``bench_translate.py``: reasoning, text, parallel 
 usage), fed one event per chunk as streaming servers write them and in network-sized reads.
 Guard and normaliser runs alternate, so drift on the machine hits both alike. Prints the
 median nanoseconds of CPU per event of each and their ratio, and checks that the normalised
-chat stream is the input byte for byte.
+chat stream is the input byte for byte, and that every delta of the normalised Responses
+stream is the input's (only events the normaliser completes are written anew).
 
     python scripts/bench_normalise.py [--events N] [--runs R] [--chunk BYTES]
 """
@@ -53,6 +54,14 @@ def relay(make: Factory, chunks: list[bytes]) -> bytes:
     return b"".join(out)
 
 
+def frames(body: bytes) -> list[bytes]:
+    return [block + b"\n\n" for block in body.split(b"\n\n") if block]
+
+
+def is_delta(frame: bytes) -> bool:
+    return frame.startswith(b"event: ") and frame.find(b".delta\n", 0, 80) > 0
+
+
 def cpu_ns(make: Factory, chunks: list[bytes]) -> int:
     gc.collect()
     start = time.process_time_ns()
@@ -71,10 +80,12 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=16_384, help="bytes per network read")
     args = parser.parse_args()
     chat, responses = chat_stream(args.events), responses_stream(args.events)
-    chat_events = [block + b"\n\n" for block in chat.split(b"\n\n") if block]
-    responses_events = [block + b"\n\n" for block in responses.split(b"\n\n") if block]
+    chat_events, responses_events = frames(chat), frames(responses)
     assert relay(normaliser("normalise-chat"), chat_events) == chat
     assert relay(normaliser("normalise-chat"), chunked(chat, args.chunk)) == chat
+    for chunks in (responses_events, chunked(responses, args.chunk)):
+        written = set(frames(relay(normaliser("normalise-responses"), chunks)))
+        assert all(event in written for event in responses_events if is_delta(event))
     cases = [
         ("chat, one event per chunk", "chat", "normalise-chat", chat_events),
         ("chat, network reads", "chat", "normalise-chat", chunked(chat, args.chunk)),

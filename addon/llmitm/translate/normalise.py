@@ -15,13 +15,25 @@ remembered so an item the upstream leaves open can be closed with its full ``*.d
 text, refusal and reasoning parts with their annotations, and the arguments of function, custom
 tool and MCP calls (whose ``*.done`` also gains a delta when it was the only one to carry them).
 Events the spec scopes by no item id (``audio.*``, ``shell_call_command.*``) are left as sent.
+
+Cost: on a conformant stream the deltas — nearly every event — go out as the very bytes that
+came in, unparsed. The first delta of an item takes the general path; when what that path writes
+is its input byte for byte, its bytes become a :class:`~llmitm.translate.normalise_fast.
+DeltaTemplate`, and the item's next deltas that fit it are relayed as they are, their text kept
+for the item's ``*.done`` events (:meth:`ResponsesNormaliser.fast_chunk`, and
+:meth:`ResponsesNormaliser.fast_event` for events that arrived several to a read). What does
+not fit — another item, a number out of step, an escape orjson would spell otherwise — takes
+the general path, which writes the same bytes the fast path would have.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from llmitm.translate.context import TranslationContext
+from llmitm.translate.normalise_fast import DeltaTemplate
 from llmitm.wire.errors import (
     ApiError,
     normalise_error,
@@ -50,6 +62,23 @@ _ARGUMENT_STREAMS = {
     "mcp_call": ("response.mcp_call_arguments", "arguments"),
 }
 _ARGUMENT_STEMS = {stem: field for stem, field in _ARGUMENT_STREAMS.values()}
+# The delta events of the fast path, and where each keeps its text in the item's record.
+_TEXT, _SUMMARY, _ARGS = 0, 1, 2
+_DELTAS = {
+    "response.output_text.delta": _TEXT,
+    "response.reasoning_text.delta": _TEXT,
+    "response.refusal.delta": _TEXT,
+    "response.reasoning_summary_text.delta": _SUMMARY,
+    "response.function_call_arguments.delta": _ARGS,
+    "response.custom_tool_call_input.delta": _ARGS,
+    "response.mcp_call_arguments.delta": _ARGS,
+}
+# Deltas the general path wrote otherwise than they came (a server that leaves fields out):
+# after this many, a stream stops looking for a template.
+_LEARN_MISSES = 16
+_dumps = orjson.dumps
+_loads = orjson.loads
+_SORTED = orjson.OPT_SORT_KEYS
 # The spec gives these no item_id: filling one would invent a field (see the module docstring).
 _UNSCOPED = frozenset(
     {
@@ -143,8 +172,7 @@ class _Item:
 class ResponsesNormaliser:
     """Make one upstream Responses event stream conformant."""
 
-    fast_frame = None
-    fast_chunk = None
+    fast_frame = None  # the pipeline calls feed_event(), which also sees the raw data
     final_response = None  # the upstream's own Response: llmitm stores none of its own
 
     def __init__(self, context: TranslationContext | None = None) -> None:
@@ -160,11 +188,113 @@ class ResponsesNormaliser:
         self.error: ApiError | None = None
         self.usage: dict[str, Any] | None = None
         """The upstream terminal event's usage (Responses shape), for accounting."""
+        self.template: DeltaTemplate | None = None
+        """The open item's delta bytes, once one of its deltas came out as it came in."""
+        self._learn_misses = _LEARN_MISSES
+
+    @property
+    def sequence(self) -> int:
+        """The ``sequence_number`` the next event gets."""
+        return self._seq
 
     @property
     def response_id(self) -> str | None:
         """The upstream's response id (the endpoint that minted it owns its state)."""
         return self._response["id"] if self._response is not None else None
+
+    # -- the fast path -------------------------------------------------------------------
+
+    def fast_chunk(self, chunk: bytes) -> bytes | None:
+        """``chunk`` itself when it is one delta event that fits the template (its text is
+        recorded), else ``None`` to take the general path. No parse, no copy."""
+        template = self.template
+        if (
+            template is None
+            or not chunk.startswith(template.line)
+            or not chunk.endswith(b"\n\n")
+            or template.item.closed
+            or self.finished
+        ):
+            return None
+        delta = template.match(chunk, len(template.line), len(chunk) - 2, self._seq)
+        if delta is None:
+            return None
+        self._seq += 1
+        template.sink.append(delta)
+        return chunk
+
+    def relay_events(self, chunk: bytes) -> int:
+        """How many leading bytes of ``chunk`` (read with nothing buffered before it) are
+        whole delta events that fit the template: relayed as they are, their text recorded.
+        A read of several events then costs no frame building, and the same decisions as
+        :meth:`fast_event` for each."""
+        template = self.template
+        if template is None or template.item.closed or self.finished:
+            return 0
+        line, match, sink = template.line, template.match, template.sink
+        start = len(line)
+        position = 0
+        while chunk.startswith(line, position):
+            end = chunk.find(b"\n\n", position + start)
+            if end < 0:
+                break
+            delta = match(chunk, position + start, end, self._seq)
+            if delta is None:
+                break
+            self._seq += 1
+            sink.append(delta)
+            position = end + 2
+        return position
+
+    def fast_event(self, name: str | None, data: bytes) -> bytes | None:
+        """The frame for one decoded event (its ``event:`` name and data) that fits the
+        template: the bytes :meth:`fast_chunk` would relay for it. Else ``None``."""
+        template = self.template
+        if template is None or name != template.event_type or template.item.closed or self.finished:
+            return None
+        delta = template.match(data, 0, len(data), self._seq)
+        if delta is None:
+            return None
+        self._seq += 1
+        template.sink.append(delta)
+        return template.line + data + b"\n\n"
+
+    def feed_event(
+        self, event: dict[str, Any], name: str | None, data: bytes, *, keep_bytes: bool = True
+    ) -> list[Event | bytes]:
+        """:meth:`feed` for a parsed event given with its ``event:`` name and raw data.
+
+        A delta that comes out as it came in teaches the template. With ``keep_bytes``, any
+        other event the general path writes as it came, but for the order of its keys, goes
+        out as its own bytes (a frame in the list): the upstream's spelling is the truth."""
+        kind = _DELTAS.get(name)  # type: ignore[arg-type]
+        if kind is not None or not keep_bytes or name != event.get("type"):
+            out: list[Event | bytes] = self.feed(event)  # type: ignore[assignment]
+            if kind is not None and self._learn_misses and len(out) == 1 and out[0] is event:
+                self._learn(event, data, kind)
+            return out
+        upstream = _loads(data)  # feed() changes the event in place
+        out = self.feed(event)  # type: ignore[assignment]
+        if len(out) == 1 and _dumps(upstream) == data and _same(out[0], upstream):
+            return [b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"]  # type: ignore[union-attr]
+        return out
+
+    def _learn(self, event: Event, data: bytes, kind: int) -> None:
+        item = self._items.get(event.get("item_id"))  # type: ignore[arg-type]
+        if item is None or item.closed:
+            return
+        if _dumps(event) != data:
+            self._learn_misses -= 1
+            return
+        if kind == _TEXT:
+            sink = item.text(event["content_index"])
+        elif kind == _SUMMARY:
+            sink = item.summary(event["summary_index"])
+        else:
+            sink = item.args
+        self.template = DeltaTemplate.learn(event, data, item, sink)
+
+    # -- the general path -----------------------------------------------------------------
 
     def feed(self, event: dict[str, Any]) -> list[Event]:
         if self.finished:
@@ -599,6 +729,14 @@ def _part(kind: str, text: str, annotations: list[Any] | None = None) -> dict[st
             "logprobs": [],
         }
     return {"type": kind, "text": text}
+
+
+def _same(written: Any, upstream: Any) -> bool:
+    """Whether the normalised event is the upstream's but for key order (``1``, ``1.0`` and
+    ``true`` told apart, unlike ``==``)."""
+    return type(written) is dict and _dumps(written, option=_SORTED) == _dumps(
+        upstream, option=_SORTED
+    )
 
 
 def _fill_part(part: Any) -> None:

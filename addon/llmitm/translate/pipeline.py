@@ -61,6 +61,9 @@ class StreamPipeline:
         self._chat_norm: ChatNormaliser | None = None
         """The translator when it relays chat chunks as chat: it reads [DONE] and is given
         each event's raw data, so what needs no repair keeps its bytes."""
+        self._responses_norm: ResponsesNormaliser | RestoringNormaliser | None = None
+        """The translator when it relays Responses events as Responses: it is given each
+        event's name and raw data, so a conformant delta keeps its bytes."""
         self.translator: EventTranslator
         if direction == "responses-to-chat":
             self.translator = ResponsesToChatStream(self.context)
@@ -75,14 +78,20 @@ class StreamPipeline:
             self._encode = b"".join
         elif direction == "normalise-responses":
             normaliser = ResponsesNormaliser(self.context)
-            self.translator = RestoringNormaliser(normaliser) if self.context.tools else normaliser
+            restoring = RestoringNormaliser(normaliser) if self.context.tools else normaliser
             if self.context.options.reasoning_summary:
-                self.translator = ReasoningAsSummary(self.translator)
-            self._encode = _encode_responses
+                # Raw reasoning rewritten as summary events: every event is parsed.
+                self.translator = ReasoningAsSummary(restoring)
+                self._encode = _encode_responses
+            else:
+                self.translator = self._responses_norm = restoring
+                self._encode = _encode_normalised
         else:
             raise ValueError(f"unknown direction {direction!r}")
         self._fast_frame = self.translator.fast_frame
         self._fast_chunk = self.translator.fast_chunk
+        if self._responses_norm is not None:
+            self._fast_frame = self._normalised_frame
 
     @property
     def finished(self) -> bool:
@@ -120,6 +129,23 @@ class StreamPipeline:
             if out is not None:
                 self.events_in += 1
                 return out
+        responses_norm = self._responses_norm
+        if responses_norm is not None:
+            if decoder.idle:
+                # Several events in one read (a busy proxy reads many at once): the leading
+                # ones that fit the template go out as they came, the rest as usual.
+                relayed = responses_norm.relay_events(chunk)
+                if relayed:
+                    self.events_in += chunk.count(b"\n\n", 0, relayed)
+                    if relayed == len(chunk):
+                        return chunk
+                    return chunk[:relayed] + self.feed(chunk[relayed:])
+            elif chunk.find(b"\r") < 0:
+                # A read that starts inside an event: the decoder takes it up to the first
+                # blank line, so the events after it can go the way above.
+                cut = chunk.find(b"\n\n") + 2
+                if 1 < cut < len(chunk):
+                    return self.feed(chunk[:cut]) + self.feed(chunk[cut:])
         fast = self._fast_frame
         if fast is not None:
             # One parsed event whose translation the translator writes straight to bytes
@@ -138,15 +164,40 @@ class StreamPipeline:
                     frames = self.translator.feed(obj)
                     return self._encode(frames) if frames else b""
         frames = self._translate(decoder.feed(chunk))
-        return self._encode(frames) if frames else b""
+        if not frames:
+            return b""
+        out = self._encode(frames)
+        # A read of events all relayed as they came is passed on as the very object: a
+        # recorder then keeps one leg, not two.
+        return chunk if self._responses_norm is not None and out == chunk else out
+
+    def _normalised_frame(self, event: dict[str, Any], chunk: bytes, data: bytes) -> bytes:
+        """The parsed-event path of ``normalise-responses``: the general path, which learns
+        the item's delta template from an event it writes back unchanged."""
+        name = None
+        if chunk.startswith(b"event: "):
+            name = chunk[7 : chunk.find(b"\n")].decode("utf-8", "replace")
+        frames = self._responses_norm.feed_event(event, name, data)  # type: ignore[union-attr]
+        if not frames:
+            return b""
+        out = self._encode(frames)
+        return chunk if out == chunk else out
 
     def _translate(self, events: list[tuple[str | None, bytes]]) -> list[Any]:
         translator = self.translator
         chat_in = self._chat_in
         chat_norm = self._chat_norm
+        responses_norm = self._responses_norm
         frames: list[Any] = []
-        for _name, data in events:
+        for name, data in events:
             self.events_in += 1
+            if responses_norm is not None:
+                # Several events in one read: each delta that fits the template still goes
+                # out unparsed.
+                frame = responses_norm.fast_event(name, data)
+                if frame is not None:
+                    frames.append(frame)
+                    continue
             if data == DONE_DATA:
                 if chat_in is not None:
                     frames += chat_in.done()
@@ -167,6 +218,8 @@ class StreamPipeline:
                 continue
             if chat_norm is not None:
                 frames += chat_norm.feed_data(obj, data)
+            elif responses_norm is not None:
+                frames += responses_norm.feed_event(obj, name, data)
             else:
                 frames += translator.feed(obj)
         return frames
@@ -189,10 +242,13 @@ class StreamPipeline:
 
 class RestoringNormaliser:
     """The normaliser, then the calls of tools renamed for the upstream restored
-    (:class:`~llmitm.translate.responses_compat.CallRestorer`)."""
+    (:class:`~llmitm.translate.responses_compat.CallRestorer`).
+
+    The normaliser's fast path holds here too while the restorer numbers events as the
+    normaliser does, for deltas the restorer never changes (arguments may belong to a call
+    it turns into a custom tool call, so they take the general path)."""
 
     fast_frame = None
-    fast_chunk = None
     final_response = None
 
     def __init__(self, normaliser: ResponsesNormaliser) -> None:
@@ -214,6 +270,43 @@ class RestoringNormaliser:
     @property
     def response_id(self) -> str | None:
         return self.normaliser.response_id
+
+    def _in_step(self) -> bool:
+        template = self.normaliser.template
+        return (
+            template is not None
+            and template.event_type != "response.function_call_arguments.delta"
+            and self.restorer.next_sequence == self.normaliser.sequence
+        )
+
+    def fast_chunk(self, chunk: bytes) -> bytes | None:
+        if not self._in_step():
+            return None
+        out = self.normaliser.fast_chunk(chunk)
+        if out is not None:
+            self.restorer.relayed_around()
+        return out
+
+    def relay_events(self, chunk: bytes) -> int:
+        if not self._in_step():
+            return 0
+        before = self.normaliser.sequence
+        relayed = self.normaliser.relay_events(chunk)
+        self.restorer.relayed_around(self.normaliser.sequence - before)
+        return relayed
+
+    def fast_event(self, name: str | None, data: bytes) -> bytes | None:
+        if not self._in_step():
+            return None
+        out = self.normaliser.fast_event(name, data)
+        if out is not None:
+            self.restorer.relayed_around()
+        return out
+
+    def feed_event(self, event: dict[str, Any], name: str | None, data: bytes) -> list[Any]:
+        # Only parsed events: the restorer may change any that is not a delta.
+        events = self.normaliser.feed_event(event, name, data, keep_bytes=False)
+        return self.restorer.events(events)  # type: ignore[arg-type]
 
     def feed(self, event: dict[str, Any]) -> list[Any]:
         return self.restorer.events(self.normaliser.feed(event))
@@ -243,6 +336,18 @@ def _event_line(event_type: str) -> bytes:
     if line is None:
         line = _EVENT_LINES[event_type] = b"event: " + event_type.encode() + b"\ndata: "
     return line
+
+
+def _encode_normalised(frames: list[Any]) -> bytes:
+    """Responses events, some already frames (deltas relayed as their own bytes)."""
+    parts = []
+    for event in frames:
+        if type(event) is bytes:
+            parts.append(event)
+        else:
+            line = _EVENT_LINES.get(event["type"]) or _event_line(event["type"])
+            parts.append(line + _dumps(event) + b"\n\n")
+    return b"".join(parts)
 
 
 def _encode_responses(frames: list[Any]) -> bytes:

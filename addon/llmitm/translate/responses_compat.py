@@ -269,6 +269,16 @@ class CallRestorer:
         self._custom: set[str] = set()
         self._seq = 0
 
+    @property
+    def next_sequence(self) -> int:
+        """The ``sequence_number`` the next event gets."""
+        return self._seq
+
+    def relayed_around(self, count: int = 1) -> None:
+        """Events went out without passing here (nothing in them to restore): they took the
+        next sequence numbers."""
+        self._seq += count
+
     def events(self, events: list[Event]) -> list[Event]:
         out: list[Event] = []
         for event in events:

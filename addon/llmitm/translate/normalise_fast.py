@@ -1,0 +1,168 @@
+"""The byte template of a conformant Responses delta event: relay it without parsing it.
+
+A conformant upstream (OpenAI, Azure) writes the deltas of one item as the same bytes around
+three values that change from event to event::
+
+    event: response.output_text.delta
+    data: {"type":"response.output_text.delta","sequence_number":7,"item_id":"msg_1",
+           "output_index":0,"content_index":0,"delta":"Hi","logprobs":[],"obfuscation":"x1"}
+
+:meth:`DeltaTemplate.learn` takes one such event that the normaliser's general path wrote back
+as the very bytes it came as (``orjson.dumps`` of the normalised event equals the input data),
+and keeps the constant bytes between the ``sequence_number``, ``delta`` and ``obfuscation``
+values. :meth:`DeltaTemplate.match` then reads a later event's delta text from those slots.
+
+Why a match is what the general path would write, byte for byte: JSON is compositional, so an
+event whose bytes are the learned ones with other literals in the slots parses to the learned
+event with just those values changed — the same item, position and indexes, which the general
+path leaves as they are. The general path then writes that event with orjson. ``match`` only
+accepts the sequence number the normaliser would write, in its canonical digits, and string
+literals that are orjson's own spelling of their value, so orjson's output is again the input.
+(``_loads`` of a literal ending at the slot's closing quote can only yield a string.)
+Each slot's key occurs once in the learned bytes, so it is the top-level key, not a nested one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+_dumps = orjson.dumps
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+
+_SEQ, _DELTA, _OTHER = 0, 1, 2
+_SLOT_KEYS = ((b'"sequence_number":', _SEQ), (b'"delta":', _DELTA), (b'"obfuscation":', _OTHER))
+
+
+def string_end(buffer: bytes, start: int) -> int:
+    """Just past the string literal whose opening quote is at ``start``, or -1."""
+    position = start + 1
+    while True:
+        quote = buffer.find(b'"', position)
+        if quote < 0:
+            return -1
+        backslashes = 0
+        while buffer[quote - 1 - backslashes] == 0x5C:  # an escaped quote is not the end
+            backslashes += 1
+        if backslashes % 2 == 0:
+            return quote + 1
+        position = quote + 1
+
+
+class DeltaTemplate:
+    """One item's delta events as constant bytes around their changing values."""
+
+    __slots__ = ("event_type", "item", "line", "parts", "sink", "tail")
+
+    def __init__(
+        self,
+        event_type: str,
+        parts: tuple[tuple[bytes, int, int, bytes | None], ...],
+        tail: bytes,
+        item: Any,
+        sink: list[str],
+    ) -> None:
+        self.event_type = event_type
+        self.line = b"event: " + event_type.encode() + b"\ndata: "
+        """The frame's start as the encoder writes it: an ``event:`` line naming the type."""
+        self.parts = parts
+        """(constant bytes, their length, the slot after them, the bytes that close a string
+        slot), in the order the upstream writes them. The closer is the closing quote and the
+        whole next constant: one ``find`` then both ends the literal and checks what follows
+        it. (It cannot be found inside a literal: the constant's first quote follows a comma,
+        a literal's quotes follow a backslash; the literal is validated all the same.)"""
+        self.tail = tail
+        self.item = item
+        """The normaliser's record of the item: the template holds while it is open."""
+        self.sink = sink
+        """Where the item's streamed text of this kind is kept (the delta is appended)."""
+
+    @classmethod
+    def learn(
+        cls, event: dict[str, Any], data: bytes, item: Any, sink: list[str]
+    ) -> DeltaTemplate | None:
+        """The template of ``data``, which must be ``orjson.dumps(event)``: one normalised delta
+        event whose output bytes are its input bytes. ``None`` when its slots are ambiguous."""
+        if type(event.get("delta")) is not str or type(event.get("sequence_number")) is not int:
+            return None
+        slots: list[tuple[int, int, int]] = []  # (value start, value end, kind)
+        for key, kind in _SLOT_KEYS:
+            position = data.find(key)
+            if position < 0:
+                if kind == _OTHER:
+                    continue  # an upstream without obfuscation
+                return None
+            if data.find(key, position + 1) >= 0:
+                return None  # also a nested key: which one is the event's is not obvious
+            start = position + len(key)
+            if kind == _SEQ:
+                end = start + len(b"%d" % event["sequence_number"])
+            else:
+                if data[start : start + 1] != b'"':
+                    return None
+                end = string_end(data, start)
+                if end < 0:
+                    return None
+            slots.append((start, end, kind))
+        slots.sort()
+        constants = []
+        position = 0
+        for start, end, _kind in slots:
+            constants.append(data[position:start])
+            position = end
+        constants.append(data[position:])
+        parts = []
+        for k, (_start, _end, kind) in enumerate(slots):
+            following = constants[k + 1]
+            closer = b'"' + following if kind != _SEQ and b'"' in following[1:] else None
+            parts.append((constants[k], len(constants[k]), kind, closer))
+        return cls(event["type"], tuple(parts), constants[-1], item, sink)
+
+    def match(self, buffer: bytes, start: int, end: int, sequence: int) -> str | None:
+        """The delta text when ``buffer[start:end]`` is this template's data with ``sequence``
+        as its sequence number and canonical literals in the other slots; else ``None``."""
+        position = start
+        delta = None
+        checked = False  # whether the constant at position was found with the closer
+        for constant, size, kind, closer in self.parts:
+            if not checked and not buffer.startswith(constant, position):
+                return None
+            position += size
+            checked = False
+            if kind == _SEQ:
+                digits = b"%d" % sequence
+                if not buffer.startswith(digits, position):
+                    return None  # (a longer number fails at the next constant's first byte)
+                position += len(digits)
+                continue
+            if not buffer.startswith(b'"', position):
+                return None
+            if closer is not None:
+                after = buffer.find(closer, position + 1, end) + 1
+                if not after:
+                    return None
+                checked = True
+            else:
+                after = string_end(buffer, position)
+                if after < 0 or after > end:
+                    return None
+            literal = buffer[position:after]
+            position = after
+            if kind == _OTHER and literal[1:-1].isalnum():
+                continue  # ASCII letters and digits: already orjson's spelling
+            try:
+                value = _loads(literal)
+            except _JSONDecodeError:
+                return None
+            # Without a backslash a valid literal is orjson's spelling (it escapes only quotes,
+            # backslashes and control characters, which a valid literal holds escaped).
+            if literal.find(b"\\") >= 0 and _dumps(value) != literal:
+                return None
+            if kind == _DELTA:
+                delta = value
+        tail = self.tail
+        if end - position != len(tail) or not (checked or buffer.startswith(tail, position)):
+            return None
+        return delta

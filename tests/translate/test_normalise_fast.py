@@ -1,0 +1,571 @@
+"""The Responses normaliser's fast path: a conformant delta goes out as the bytes it came as.
+
+The judge is the general path: the same events parsed and fed one by one through
+:meth:`ResponsesNormaliser.feed` (which never uses a template), encoded as the pipeline encodes
+them. Whatever the stream — generated conformant ones, the same with one event spelled or
+numbered otherwise, every real captured stream — the pipeline's bytes must equal the judge's,
+fed one event per chunk or split anywhere; and on a conformant stream the deltas must be the
+very chunk objects that came in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmitm.translate.context import ToolOrigin, TranslateOptions, TranslationContext
+from llmitm.translate.normalise import ResponsesNormaliser
+from llmitm.translate.pipeline import RestoringNormaliser, StreamPipeline
+from llmitm.translate.responses_compat import CallRestorer
+from llmitm.wire.errors import ApiError
+from llmitm.wire.ids import CountingIds, fixed_clock
+from llmitm.wire.sse import SSEDecoder, encode_typed
+from tests.helpers.oracle import sdk_responses_stream
+from tests.helpers.realfixtures import REAL
+
+Event = dict[str, Any]
+DELTA_TYPES = (
+    "response.output_text.delta",
+    "response.reasoning_text.delta",
+    "response.refusal.delta",
+    "response.reasoning_summary_text.delta",
+    "response.function_call_arguments.delta",
+)
+RENAMED = {"apply_patch": ToolOrigin("custom", "apply_patch")}
+
+
+def context(tools: bool = False) -> TranslationContext:
+    options = TranslateOptions(ids=CountingIds(), clock=fixed_clock(1_700_000_000))
+    return TranslationContext(options, model="m", tools=dict(RENAMED) if tools else {})
+
+
+def frame(event: Event) -> bytes:
+    return encode_typed(event["type"], orjson.dumps(event))
+
+
+def general_path(body: bytes, tools: bool = False) -> bytes:
+    """What the normaliser writes for ``body`` event by event, without any fast path."""
+    normaliser = ResponsesNormaliser(context(tools))
+    translator: ResponsesNormaliser | RestoringNormaliser = (
+        RestoringNormaliser(normaliser) if tools else normaliser
+    )
+    decoder = SSEDecoder()
+    out: list[Event] = []
+    for _name, data in [*decoder.feed(body), *decoder.close()]:
+        if data == b"[DONE]":
+            continue
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            event = None
+        if type(event) is not dict:
+            preview = data[:80].decode("utf-8", "replace")
+            message = f"The upstream sent a malformed stream event: {preview!r}"
+            out += translator.fail(
+                ApiError(message=message, type="server_error", code="server_error", status=502)
+            )
+            continue
+        out += translator.feed(event)
+    out += translator.close()
+    return b"".join(frame(event) for event in out)
+
+
+def pipeline_output(chunks: list[bytes], tools: bool = False) -> bytes:
+    pipeline = StreamPipeline("normalise-responses", context(tools))
+    out = [pipeline.feed(chunk) for chunk in chunks]
+    out.append(pipeline.close())
+    assert pipeline.finished
+    return b"".join(out)
+
+
+def count_unparsed(pipeline: StreamPipeline) -> list[int]:
+    """A counter of the chunks ``pipeline`` relays without parsing them (one number)."""
+    count = [0]
+    fast_chunk = pipeline._fast_chunk
+    assert fast_chunk is not None
+
+    def counting(chunk: bytes) -> bytes | None:
+        out = fast_chunk(chunk)
+        count[0] += out is not None
+        return out
+
+    pipeline._fast_chunk = counting
+    return count
+
+
+def sse_events(body: bytes) -> list[Event]:
+    return [orjson.loads(data) for _name, data in SSEDecoder().feed(body)]
+
+
+def events_of(body: bytes) -> list[bytes]:
+    return [block + b"\n\n" for block in body.split(b"\n\n") if block]
+
+
+def pieces(body: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({cut % (len(body) + 1) for cut in cuts})
+    return [body[a:b] for a, b in itertools.pairwise([0, *points, len(body)])]
+
+
+# --- generated conformant streams ------------------------------------------------------------
+
+# Any text: quotes, backslashes, control characters, line separators, astral characters.
+TEXTS = st.text(max_size=8)
+OBFUSCATION = st.one_of(st.text("abcXYZ019", min_size=1, max_size=12), TEXTS)
+
+
+@st.composite
+def conformant_stream(draw: st.DrawFn, open_items: bool = True) -> list[Event]:
+    """An OpenAI-shaped stream: items of every streaming kind, numbered from 0. With
+    ``open_items``, some items are never closed by the upstream (then the stream is no
+    longer conformant after them: the normaliser adds their done events)."""
+    seq = itertools.count()
+    seq_first = draw(st.booleans())  # OpenAI writes it second; others write it last
+    obfuscated = draw(st.booleans())  # OpenAI pads every delta with an "obfuscation"
+
+    def event(kind: str, **fields: Any) -> Event:
+        if seq_first:
+            return {"type": kind, "sequence_number": next(seq), **fields}
+        return {"type": kind, **fields, "sequence_number": next(seq)}
+
+    response = {"id": "resp_1", "object": "response", "created_at": 1, "status": "in_progress",
+                "model": "m", "output": [], "usage": None}  # fmt: skip
+    events = [
+        event("response.created", response=response),
+        event("response.in_progress", response=response),
+    ]
+    kinds = draw(st.lists(st.sampled_from(["summary", "reasoning", "text", "refusal", "call"])))
+    for index, kind in enumerate(kinds):
+        item_id = f"it_{index}"
+        ids = {"item_id": item_id, "output_index": index}
+        deltas = draw(st.lists(st.tuples(TEXTS, OBFUSCATION), max_size=6))
+
+        def delta(kind: str, text: str, obfuscation: str, ids: Event = ids, **fields: Any) -> Event:
+            extra = {"obfuscation": obfuscation} if obfuscated else {}
+            return event(kind, **ids, **fields, delta=text, **extra)
+
+        text = "".join(text for text, _ in deltas)
+        if kind == "call":
+            item: Event = {"id": item_id, "type": "function_call", "status": "in_progress",
+                           "arguments": "", "call_id": f"call_{index}", "name": "f"}  # fmt: skip
+            events.append(event("response.output_item.added", output_index=index, item=item))
+            for piece, obfuscation in deltas:
+                events.append(delta("response.function_call_arguments.delta", piece, obfuscation))
+            events.append(
+                event("response.function_call_arguments.done", **ids, arguments=text, name="f")
+            )
+            item = {**item, "status": "completed", "arguments": text}
+        elif kind == "summary":
+            item = {"id": item_id, "type": "reasoning", "summary": []}
+            events.append(event("response.output_item.added", output_index=index, item=item))
+            part = {"type": "summary_text", "text": ""}
+            events.append(
+                event("response.reasoning_summary_part.added", **ids, summary_index=0, part=part)
+            )
+            for piece, obfuscation in deltas:
+                events.append(
+                    delta(
+                        "response.reasoning_summary_text.delta",
+                        piece,
+                        obfuscation,
+                        summary_index=0,
+                    )
+                )
+            item = {**item, "summary": [{"type": "summary_text", "text": text}]}
+        else:
+            part_type, stem, extra = {
+                "reasoning": ("reasoning_text", "response.reasoning_text", {}),
+                "text": ("output_text", "response.output_text", {"logprobs": []}),
+                "refusal": ("refusal", "response.refusal", {}),
+            }[kind]
+            item_type = "reasoning" if kind == "reasoning" else "message"
+            item = {"id": item_id, "type": item_type, "summary": []}
+            if item_type == "message":
+                item = {"id": item_id, "type": "message", "role": "assistant",
+                        "status": "in_progress", "content": []}  # fmt: skip
+            events.append(event("response.output_item.added", output_index=index, item=item))
+            events.append(
+                event(
+                    "response.content_part.added",
+                    **ids,
+                    content_index=0,
+                    part={"type": part_type, "text": ""},
+                )
+            )
+            for piece, obfuscation in deltas:
+                events.append(delta(f"{stem}.delta", piece, obfuscation, content_index=0, **extra))
+        if not open_items or draw(st.booleans()):
+            events.append(event("response.output_item.done", output_index=index, item=item))
+        # else the upstream leaves the item open: the normaliser closes it from what
+        # streamed when the next one starts
+    done = {**response, "status": "completed", "output": []}
+    events.append(event("response.completed", response=done))
+    return events
+
+
+def respelled(event: Event, how: str) -> bytes:
+    """One event as a conformant-looking upstream might write it otherwise."""
+    if how == "ascii escapes":
+        return encode_typed(event["type"], json.dumps(event, separators=(",", ":")).encode())
+    if how == "spaces":
+        return encode_typed(event["type"], json.dumps(event).encode())
+    if how == "out of step":
+        return frame({**event, "sequence_number": event["sequence_number"] + 1})
+    if how == "duplicate key":
+        data = orjson.dumps(event)
+        return encode_typed(event["type"], data[:-1] + b',"output_index":7}')
+    if how == "nested key":
+        return frame({**event, "logprobs": [{"delta": "x", "sequence_number": 0}]})
+    if how == "no event line":
+        return b"data: " + orjson.dumps(event) + b"\n\n"
+    if how == "another event line":
+        return b"event: other\ndata: " + orjson.dumps(event) + b"\n\n"
+    if how == "wrong index":
+        return frame({**event, "output_index": event.get("output_index", 0) + 1})
+    if how == "no such item":
+        return frame({**event, "item_id": "it_unknown"})
+    if how == "not json":
+        return encode_typed(event["type"], orjson.dumps(event)[:-1])
+    raise AssertionError(how)
+
+
+HOW = st.sampled_from(
+    [
+        "ascii escapes",
+        "spaces",
+        "out of step",
+        "duplicate key",
+        "nested key",
+        "no event line",
+        "another event line",
+        "wrong index",
+        "no such item",
+        "not json",
+    ]
+)
+
+
+def canonical(body: bytes) -> list[bytes]:
+    """Each event of ``body`` with its keys sorted: equal when only key order differs."""
+    return [orjson.dumps(event, option=orjson.OPT_SORT_KEYS) for event in sse_events(body)]
+
+
+def assert_as_general(out: bytes, expected: bytes, upstream: bytes) -> None:
+    """``out`` is what the general path wrote, but for events relayed as the upstream
+    spelled them, which differ from the general path's in key order only."""
+    assert canonical(out) == canonical(expected)
+    frames, written = events_of(out), events_of(expected)
+    assert len(frames) == len(written)
+    sent = set(events_of(upstream))
+    for mine, general in zip(frames, written, strict=True):
+        assert mine == general or mine in sent
+
+
+def _assert_same_as_general(body: bytes, cuts: list[int], tools: bool = False) -> None:
+    one_by_one = pipeline_output(events_of(body), tools)
+    assert_as_general(one_by_one, general_path(body, tools), body)
+    assert pipeline_output(pieces(body, cuts), tools) == one_by_one
+    assert pipeline_output([body], tools) == one_by_one  # every event in one read
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conformant_stream(), st.lists(st.integers(min_value=0), max_size=12), st.booleans())
+def test_a_conformant_stream_split_anywhere_is_what_the_general_path_writes(
+    events: list[Event], cuts: list[int], tools: bool
+) -> None:
+    _assert_same_as_general(b"".join(frame(event) for event in events), cuts, tools)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    conformant_stream(),
+    st.data(),
+    st.lists(st.integers(min_value=0), max_size=12),
+    st.booleans(),
+)
+def test_a_delta_spelled_otherwise_gets_what_the_general_path_writes(
+    events: list[Event], data: st.DataObject, cuts: list[int], tools: bool
+) -> None:
+    """A template learned from the item's first deltas must not fit a later one that the
+    general path would write otherwise (or drop, or fail the stream on)."""
+    deltas = [k for k, event in enumerate(events) if event["type"] in DELTA_TYPES]
+    frames = [frame(event) for event in events]
+    if deltas:
+        for position in data.draw(st.lists(st.sampled_from(deltas), max_size=3)):
+            frames[position] = respelled(events[position], data.draw(HOW))
+    _assert_same_as_general(b"".join(frames), cuts, tools)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conformant_stream(open_items=False))
+def test_the_deltas_of_a_conformant_stream_are_the_chunks_that_came_in(
+    events: list[Event],
+) -> None:
+    pipeline = StreamPipeline("normalise-responses", context())
+    unparsed = count_unparsed(pipeline)
+    for event in events:
+        chunk = frame(event)
+        out = pipeline.feed(chunk)
+        if event["type"] in DELTA_TYPES:
+            assert out is chunk  # also the item's first delta, which the general path read
+    pipeline.close()
+    firsts = {event["item_id"] for event in events if event["type"] in DELTA_TYPES}
+    deltas = sum(event["type"] in DELTA_TYPES for event in events)
+    assert unparsed == [deltas - len(firsts)]  # all but each item's first went unparsed
+
+
+def test_the_sdk_reads_the_relayed_deltas_as_the_text_streamed() -> None:
+    """The fast path keeps each item's text for its done events and the terminal output."""
+    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress",
+            "content": []}  # fmt: skip
+    response = {"id": "resp_1", "object": "response", "created_at": 1, "status": "in_progress",
+                "model": "m", "output": []}  # fmt: skip
+    words = ["Hel", 'lo, "w', "örld\\", "\u2028!"]
+    events = [
+        {"type": "response.created", "response": response},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
+        *[
+            {
+                "type": "response.output_text.delta",
+                **ids,
+                "delta": w,
+                "logprobs": [],
+                "obfuscation": "abc",
+            }
+            for w in words
+        ],
+        # The next item starts: the normaliser closes this one from what streamed.
+        {"type": "response.output_item.added", "output_index": 1, "item": {**item, "id": "m2"}},
+        {
+            "type": "response.output_item.done",
+            "output_index": 1,
+            "item": {**item, "id": "m2", "status": "completed"},
+        },
+        {"type": "response.completed", "response": {**response, "status": "completed"}},
+    ]
+    pipeline = StreamPipeline("normalise-responses", context())
+    out = []
+    for seq, event in enumerate(events):
+        chunk = frame({**event, "sequence_number": seq})
+        out.append(pipeline.feed(chunk))
+        if seq > 3 and event["type"] == "response.output_text.delta":
+            assert out[-1] is chunk
+    sse = b"".join(out) + pipeline.close()
+    _events, final = sdk_responses_stream(sse)
+    assert final.output_text == "".join(words)
+    closed = [e for e in sse_events(sse) if e["type"] == "response.output_text.done"]
+    assert [e["text"] for e in closed] == ["".join(words)]  # made from the relayed deltas
+
+
+def test_a_closed_item_takes_no_more_deltas_on_the_fast_path() -> None:
+    """A late delta for an item closed when the next one started is dropped, as the general
+    path drops it — even though it fits the item's template."""
+    ids = {"item_id": "rs_1", "output_index": 0, "summary_index": 0}
+    events = [
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {"id": "rs_1", "type": "reasoning", "summary": []}},
+        {"type": "response.reasoning_summary_part.added", **ids, "part": {"type": "summary_text"}},
+        {"type": "response.reasoning_summary_text.delta", **ids, "delta": "a"},
+        {"type": "response.reasoning_summary_text.delta", **ids, "delta": "b"},
+        {"type": "response.output_item.added", "output_index": 1,
+         "item": {"id": "msg_1", "type": "message", "role": "assistant", "content": []}},
+        {"type": "response.reasoning_summary_text.delta", **ids, "delta": "late"},
+    ]  # fmt: skip
+    body = b"".join(frame({**e, "sequence_number": k}) for k, e in enumerate(events))
+    assert b"late" not in pipeline_output(events_of(body))
+    _assert_same_as_general(body, [37, 512, 900])
+
+
+def test_renamed_tools_are_still_restored_next_to_the_fast_path() -> None:
+    """With calls to restore, the text deltas keep their bytes and the renamed call still
+    becomes the client's custom tool call, numbered in step."""
+    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    call = {"id": "fc_1", "type": "function_call", "status": "in_progress", "arguments": "",
+            "call_id": "call_1", "name": "apply_patch"}  # fmt: skip
+    call_ids = {"item_id": "fc_1", "output_index": 1}
+    arguments = '{"input":"*** Begin Patch"}'
+    events = [
+        {"type": "response.created", "response": {"id": "resp_1", "model": "m"}},
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {"id": "msg_1", "type": "message", "role": "assistant", "content": []}},
+        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
+        *[{"type": "response.output_text.delta", **ids, "delta": w, "logprobs": []}
+          for w in ("a", "b", "c")],
+        {"type": "response.output_item.added", "output_index": 1, "item": call},
+        {"type": "response.function_call_arguments.delta", **call_ids, "delta": arguments[:9]},
+        {"type": "response.function_call_arguments.delta", **call_ids, "delta": arguments[9:]},
+        {"type": "response.function_call_arguments.done", **call_ids, "arguments": arguments},
+        {"type": "response.output_item.done", "output_index": 1,
+         "item": {**call, "status": "completed", "arguments": arguments}},
+        *[{"type": "response.output_text.delta", **ids, "delta": w, "logprobs": []}
+          for w in ("late",)],
+        {"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}},
+    ]  # fmt: skip
+    body = b"".join(frame({**e, "sequence_number": k}) for k, e in enumerate(events))
+    _assert_same_as_general(body, [100, 333, 1200], tools=True)
+    out = pipeline_output(events_of(body), tools=True)
+    _events, final = sdk_responses_stream(out)
+    assert [item.type for item in final.output] == ["message", "custom_tool_call"]
+    assert final.output[1].input == "*** Begin Patch"  # type: ignore[union-attr]
+
+
+def test_the_restorer_numbers_what_went_around_it() -> None:
+    restorer = CallRestorer(context(tools=True))
+    restorer.relayed_around()
+    (event,) = restorer.events([{"type": "response.in_progress", "sequence_number": 0}])
+    assert event["sequence_number"] == 1 and restorer.next_sequence == 2
+
+
+# --- real captured streams -------------------------------------------------------------------
+
+
+def _real_responses_streams() -> list[Any]:
+    if not REAL.is_dir():
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{REAL} not present"))]
+    paths = []
+    for path in sorted(REAL.glob("*.sse")):
+        body = path.read_bytes()
+        if b"event: response." in body or b'"type":"response.' in body:
+            paths.append(pytest.param(path.name, id=path.name.removesuffix(".sse")))
+    return paths
+
+
+@pytest.mark.parametrize("name", _real_responses_streams())
+def test_a_real_stream_is_what_the_general_path_writes(name: str) -> None:
+    body = (REAL / name).read_bytes()
+    for cuts in ([], [1, 2, 3, 50, 51, 700, 4000], list(range(0, len(body), 97))):
+        _assert_same_as_general(body, cuts)
+
+
+class GeneralPath:
+    """The judge fed chunk by chunk, to compare what each chunk brings out."""
+
+    def __init__(self) -> None:
+        self.decoder = SSEDecoder()
+        self.normaliser = ResponsesNormaliser(context())
+
+    def feed(self, chunk: bytes) -> bytes:
+        out: list[Event] = []
+        for _name, data in self.decoder.feed(chunk):
+            if data != b"[DONE]":
+                out += self.normaliser.feed(orjson.loads(data))
+        return b"".join(frame(event) for event in out)
+
+
+CONFORMANT_REAL = {
+    "vercel-ai-azure-responses-text-stream",
+    "vercel-ai-responses-reasoning-summary-function-call-stream",
+}
+
+
+@pytest.mark.parametrize("name", _real_responses_streams())
+def test_a_real_streams_conformant_deltas_keep_their_bytes(name: str) -> None:
+    """Chunk by chunk the pipeline writes what the general path writes; where that is the
+    upstream's delta itself (OpenAI's and Azure's captured streams), it is relayed unparsed,
+    as the very chunk object, from the second delta of each item on."""
+    pipeline = StreamPipeline("normalise-responses", context())
+    judge = GeneralPath()
+    relayed = conformant = 0
+    for chunk in events_of((REAL / name).read_bytes()):
+        if chunk.startswith(b":"):
+            continue  # a comment (OpenRouter's keep-alive)
+        out, expected = pipeline.feed(chunk), judge.feed(chunk)
+        assert_as_general(out, expected, chunk)
+        if b".delta\n" in chunk.split(b"\n", 1)[0] + b"\n" and expected == chunk:
+            conformant += 1
+            relayed += out is chunk
+    if name.removesuffix(".sse") in CONFORMANT_REAL:
+        items = len(judge.normaliser._items)
+        assert conformant > 0 and relayed >= conformant - items
+
+
+def test_a_conformant_openai_stream_is_relayed_as_it_came_but_its_usage() -> None:
+    """Azure's captured stream needs nothing but the usage detail OpenAI's newer streams
+    carry: every other event is passed on as the very chunk object."""
+    name = "vercel-ai-azure-responses-text-stream.sse"
+    if not (REAL / name).exists():
+        pytest.skip(f"{name} not present")
+    chunks = events_of((REAL / name).read_bytes())
+    pipeline = StreamPipeline("normalise-responses", context())
+    outs = [pipeline.feed(chunk) for chunk in chunks]
+    assert all(out is chunk for out, chunk in zip(outs[:-1], chunks, strict=False))
+    terminal = sse_events(outs[-1])[0]
+    assert terminal["type"] == "response.completed"
+    assert terminal["response"]["usage"]["input_tokens_details"]["cache_write_tokens"] == 0
+    assert pipeline.feed(b"".join(chunks[:-1])) == b""  # finished: nothing more goes out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '","logprobs":[],"obfuscation":',  # the bytes after the delta, as text
+        '"}',
+        "\\",
+        '\\"',
+        "\u2028\x00\x1f",
+        "é\U0001f600",
+    ],
+)
+def test_a_delta_holding_the_bytes_around_it_is_read_whole(text: str) -> None:
+    """The literal's end is found with the bytes that follow it; a text that spells those
+    bytes (escaped, as JSON must) still ends where the literal does."""
+    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    events = [
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
+        *[
+            {
+                "type": "response.output_text.delta",
+                **ids,
+                "delta": piece,
+                "logprobs": [],
+                "obfuscation": "x1",
+            }
+            for piece in ("a", text, text + "b")
+        ],
+        {"type": "response.output_item.added", "output_index": 1, "item": {**item, "id": "m2"}},
+    ]
+    body = b"".join(frame({**e, "sequence_number": k}) for k, e in enumerate(events))
+    _assert_same_as_general(body, [5, 300, 700])
+    pipeline = StreamPipeline("normalise-responses", context())
+    unparsed = count_unparsed(pipeline)
+    sse = b"".join(pipeline.feed(chunk) for chunk in events_of(body)) + pipeline.close()
+    assert unparsed == [2]  # the deltas after the first
+    out = sse_events(sse)
+    (done,) = [e for e in out if e["type"] == "response.output_text.done"]
+    assert done["text"] == "a" + text + text + "b"
+
+
+def test_a_read_of_several_fitting_deltas_is_passed_on_as_it_came() -> None:
+    """A busy proxy reads many events at once: those that fit the template cost no frame
+    building, and a read of nothing else is the very object passed on."""
+    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    head = [
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
+    ]
+    deltas = [
+        {"type": "response.output_text.delta", **ids, "delta": w, "logprobs": []}
+        for w in ("a", "b", "c", "d", "e")
+    ]
+    frames = [frame({**e, "sequence_number": k}) for k, e in enumerate([*head, *deltas])]
+    pipeline = StreamPipeline("normalise-responses", context())
+    for chunk in frames[:4]:  # the first delta teaches the template
+        pipeline.feed(chunk)
+    read = b"".join(frames[4:6])
+    assert pipeline.feed(read) is read
+    mixed = b"".join(frames[6:]) + frame({**head[1], "sequence_number": 8})[:20]
+    assert pipeline.feed(mixed) == b"".join(frames[6:])  # an event cut short waits
+    assert pipeline.events_in == 8
