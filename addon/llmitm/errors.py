@@ -14,6 +14,7 @@ The tree (a test keeps it equal to the classes)::
     │   ├── PageError
     │   ├── CompactionError
     │   ├── RequestError
+    │   ├── BadRequest
     │   └── _Refused
     ├── UserError
     │   ├── ConfigError

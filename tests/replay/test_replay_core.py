@@ -11,7 +11,9 @@ from llmitm.replay.folder import FolderError, interaction_from_json, interaction
 from llmitm.replay.keys import KeyOptions, match_key, route_of
 from llmitm.replay.model import Interaction, Message
 from llmitm.replay.pool import Hit, Miss, ReplayPool, canonical_diff
-from llmitm.replay.redact import (
+from llmitm.replay.serve import from_upstream, miss_error, verbatim
+from llmitm.store.folder import read_folder, write_folder
+from llmitm.wire.redact import (
     find_secrets,
     may_hold_secret,
     redact_body,
@@ -19,8 +21,6 @@ from llmitm.replay.redact import (
     redact_headers,
     redact_url,
 )
-from llmitm.replay.serve import from_upstream, miss_error, verbatim
-from llmitm.store.folder import read_folder, write_folder
 
 KEY = "sk-proj-" + "A1b2C3d4" * 5
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from llmitm.replay.keys import match_key
-from llmitm.replay.redact import redact_body
 from llmitm.wire.depth import MAX_DEPTH, deep_path, exceeds
+from llmitm.wire.redact import redact_body
 
 
 def deep_bytes(depth: int) -> bytes:

@@ -32,8 +32,8 @@ from mitmproxy import ctx, http
 from llmitm.addons.state import SOCKET_KEY, flow_state
 from llmitm.addons.streams import flow_stream
 from llmitm.exchange.sides import SIDES_KEY, Answered, BoundedBody, Sent, UpstreamSide
-from llmitm.replay.redact import redact_headers, redact_url
 from llmitm.wire.paths import classify_path
+from llmitm.wire.redact import redact_headers, redact_url
 
 logger = logging.getLogger(__name__)
 

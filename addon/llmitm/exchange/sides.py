@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from llmitm.replay.redact import redact_headers, redact_url
+from llmitm.wire.redact import redact_headers, redact_url
 
 SIDES_KEY = "llmitm_sides"
 """Where a flow's :class:`UpstreamSide` state lives in ``flow.metadata``."""

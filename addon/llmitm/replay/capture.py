@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from llmitm.replay.keys import MatchKey
 from llmitm.replay.model import Chunk, Interaction, Message, Pieces, new_id
 from llmitm.replay.pool import Miss
-from llmitm.replay.redact import (
+from llmitm.wire.redact import (
     may_hold_secret,
     redact_body,
     redact_chunks,

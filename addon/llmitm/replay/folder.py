@@ -40,7 +40,7 @@ from llmitm import __version__
 from llmitm.errors import UserError
 from llmitm.replay.keys import MATCH_KEY_VERSION
 from llmitm.replay.model import LEGS, Interaction, Message
-from llmitm.replay.redact import REDACTION_VERSION
+from llmitm.wire.redact import REDACTION_VERSION
 
 FORMAT_VERSION = 2
 READABLE_FORMATS = frozenset({1, 2})

@@ -30,9 +30,9 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from llmitm.replay.redact import redact_body, redact_json
 from llmitm.wire import depth
 from llmitm.wire.paths import classify_path
+from llmitm.wire.redact import redact_body, redact_json
 
 MATCH_KEY_VERSION = 1
 

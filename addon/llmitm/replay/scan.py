@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
-from llmitm.replay.redact import find_secrets
+from llmitm.wire.redact import find_secrets
 
 MIN_TOKEN = 24
 """Shorter tokens are not scanned for entropy: too many ordinary identifiers are that long."""

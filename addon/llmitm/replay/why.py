@@ -30,7 +30,7 @@ from llmitm.replay.keys import (
     volatile_values,
 )
 from llmitm.replay.model import Interaction
-from llmitm.replay.redact import redact_body, redact_json
+from llmitm.wire.redact import redact_body, redact_json
 
 CHAT_PATH = "/v1/chat/completions"
 RESPONSES_PATH = "/v1/responses"

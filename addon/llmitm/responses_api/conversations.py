@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from llmitm.errors import InputError
 from llmitm.responses_api.answers import LocalAnswer, error_answer, invalid
 from llmitm.responses_api.conversation_records import (
     ConversationDeleted,
@@ -134,7 +135,9 @@ def conversation_error(conversation_id: str) -> ApiError:
 # -- calls ---------------------------------------------------------------------------------
 
 
-class BadRequest(Exception):
+class BadRequest(InputError):
+    """A Conversations call OpenAI would refuse with a 400; :attr:`answer` is that answer."""
+
     def __init__(self, message: str, param: str | None) -> None:
         super().__init__(message)
         self.answer = invalid(message, param)

@@ -35,10 +35,10 @@ from llmitm.replay.fingerprint import credential, fingerprint
 from llmitm.replay.keys import KeyOptions, match_key
 from llmitm.replay.model import Interaction, Message, new_id
 from llmitm.replay.pool import SCOPE_HEADERS, split_scope_path
-from llmitm.replay.redact import redact_body, redact_headers, redact_url
 from llmitm.store.recordings import DeleteScope, RecordingWrite
 from llmitm.wire.ids import Mint
 from llmitm.wire.paths import is_llm_call
+from llmitm.wire.redact import redact_body, redact_headers, redact_url
 
 logger = logging.getLogger(__package__)
 

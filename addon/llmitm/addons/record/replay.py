@@ -25,10 +25,10 @@ from llmitm.replay.capture import ReplayReport, capture_label, miss_text
 from llmitm.replay.keys import match_key
 from llmitm.replay.model import Interaction
 from llmitm.replay.pool import Hit, Miss, ReplayPool, canonical_diff
-from llmitm.replay.redact import redact_body
 from llmitm.replay.serve import Answer, drift_error, from_upstream, miss_error, verbatim
 from llmitm.store.recordings import ReplayMissRecord
 from llmitm.wire.ids import Mint
+from llmitm.wire.redact import redact_body
 
 # One logger for every part of recording: log lines keep the name users filter by.
 logger = logging.getLogger(__package__)

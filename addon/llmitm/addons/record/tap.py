@@ -23,8 +23,8 @@ from llmitm.addons.state import FlowState, flow_mint, flow_state
 from llmitm.addons.streams import flow_stream
 from llmitm.replay.capture import ClientResponse, FlowEnd, build_interaction, relayed_request
 from llmitm.replay.model import Message
-from llmitm.replay.redact import redact_headers, redact_url
 from llmitm.replay.tap import StreamTap, pieces
+from llmitm.wire.redact import redact_headers, redact_url
 
 if TYPE_CHECKING:
     from llmitm.addons.record.recorder import LlmFlowRecorder
