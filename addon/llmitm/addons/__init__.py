@@ -8,6 +8,7 @@ from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
+from llmitm.addons.first_byte import LlmFirstByteWatch
 from llmitm.addons.health import LlmHealth
 from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.metrics import LlmMetrics, LlmMetricsEndpoint
@@ -77,6 +78,7 @@ def make_addons() -> list[object]:
         router,
         LlmUnmatched(settings),  # unmatched = "reject": what the router left alone
         LlmAccessStrip(settings),  # a client key never goes upstream
+        LlmFirstByteWatch(settings),  # after the router's slot wait: times the upstream's head
         LlmEgressGuard(egress),
         LlmUsage(store),
         LlmStreamTranslator(),
