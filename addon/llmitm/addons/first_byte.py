@@ -22,8 +22,8 @@ import time
 
 from mitmproxy import http
 
+from llmitm.addons.patches import connections
 from llmitm.addons.settings import LlmitmSettings
-from llmitm.addons.stall import close_server_side
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.routing.attempts import AttemptsError
 from llmitm.routing.first_byte import first_byte_error, first_byte_limit, first_byte_message
@@ -81,7 +81,8 @@ class LlmFirstByteWatch:
             flow.request.pretty_url,
             state.head_timeout,
         )
-        close_server_side(flow)
+        if not connections.close_server_side(flow) and flow.killable:
+            flow.kill()  # the registry is not as expected: still frees what the flow holds
 
 
 def timeout_answer(flow: http.HTTPFlow) -> AttemptsError | None:
