@@ -10,9 +10,10 @@ protocol; the router counts the cut against the endpoint's health.
 
 A stream no route matched, which llmitm relays as it is, is bounded too, by the global
 ``stream_idle_timeout``: when its path names a create call's API (``wire.paths.classify_path``)
-its owner becomes a :class:`~llmitm.translate.guard.StreamGuard` of that API before the first
-chunk (bytes relayed untouched, but a cut ends with a terminal error in its protocol);
-otherwise a stall closes the client's connection.
+its owner gets a :class:`~llmitm.translate.guard.StreamGuard` of that API before the first
+chunk (bytes relayed untouched), which ends a stalled stream with a terminal error in that
+protocol — an upstream's own cut still reaches the client as it is; on other paths a stall
+closes the client's connection.
 
 The hot path pays one assignment per chunk (the rewriter's ``last`` timestamp); the
 watchdog sleeps until the earliest moment a stall could be due and reads that timestamp.
@@ -89,6 +90,10 @@ class LlmStallWatch:
         classified = classify_path(flow.request.path)
         if classified is not None:
             stream.translate_with(StreamGuard(classified.api))
+            # Still relayed as it is for everyone else: an upstream's own cut stays the
+            # client's to see, and the Responses state writer keeps reading the raw chunks.
+            # Only a stall this watch ends is answered by the guard (``_watch``).
+            stream.relays_as_is = True
         self._start(flow, None, stream, idle)
 
     def _start(
@@ -130,6 +135,8 @@ class LlmStallWatch:
             )
             if state is not None:
                 state.upstream_cut = message
+            elif isinstance(stream.pipeline, StreamGuard):
+                stream.relays_as_is = False  # the guard ends it with its API's terminal error
             self._watches.pop(flow.id, None)
             close_server_side(flow)
             return
