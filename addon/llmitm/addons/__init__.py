@@ -11,6 +11,7 @@ from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.first_byte import LlmFirstByteWatch
 from llmitm.addons.health import LlmHealth
 from llmitm.addons.listenfile import ListenFile
+from llmitm.addons.memory import LlmMemoryTrim
 from llmitm.addons.metrics import LlmMetrics, LlmMetricsEndpoint
 from llmitm.addons.models import LlmModels, LlmUnmatched
 from llmitm.addons.namespace import LlmNamespace
@@ -91,5 +92,6 @@ def make_addons() -> list[object]:
         metrics,
         LlmTraces(metrics),  # spans from the facts metrics took (the otel extra, optional)
         LlmContentview(),
+        LlmMemoryTrim(),  # last: after everyone has let go of the flow's bodies
         ListenFile(),
     ]
