@@ -256,19 +256,25 @@ def main() -> int:
                 ("llmitm →responses", llmitm_port, "big-translated", "responses", llmitm_pid),
             ]
             times: dict[str, list[float]] = {name: [] for name, *_ in setups}
+            sizes: dict[str, int] = {}
             for round_ in range(args.runs):
                 order = setups if round_ % 2 == 0 else setups[::-1]
                 for name, port, model, api, _pid in order:
-                    elapsed, _size = asyncio.run(fetch(port, model, api))
+                    elapsed, sizes[name] = asyncio.run(fetch(port, model, api))
                     print(f"  {name}: {elapsed:.2f} s", file=sys.stderr, flush=True)
                     times[name].append(elapsed)
             base = statistics.median(times["mitmdump"])
             print(f"one {args.mib} MiB event, median of {args.runs} runs")
-            print(f"{'setup':<20} {'median s':>9} {'× mitmdump':>11} {'proxy RSS MiB':>14}")
+            # The client's bytes: a Responses stream repeats the text in its closing events.
+            print(
+                f"{'setup':<20} {'median s':>9} {'× mitmdump':>11} {'MiB read':>9}"
+                f" {'proxy RSS MiB':>14}"
+            )
             for name, _port, _model, _api, pid in setups:
                 median = statistics.median(times[name])
                 rss = f"{rss_mb(pid):.0f}" if pid else "–"
-                print(f"{name:<20} {median:>9.2f} {median / base:>11.2f} {rss:>14}")
+                read = sizes[name] / (1 << 20)
+                print(f"{name:<20} {median:>9.2f} {median / base:>11.2f} {read:>9.0f} {rss:>14}")
         finally:
             procs.stop_all()
     return 0
