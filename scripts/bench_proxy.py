@@ -10,7 +10,8 @@ Setups, the baselines once per client API:
   2 mitmdump                 client → plain mitmdump (reverse mode) → fake upstream
   3 llmitm pass              client → llmitm → an endpoint that speaks the client's API
                              (a compatible one: its stream normalised, by default)
-  3t llmitm pass trusted     the same endpoint with ``conformant = ["chat", "responses"]``:
+  3t llmitm pass trusted     the same endpoint with ``conformant = ["chat", "responses"]`` and
+                             ``state = "native"``:
                              relayed by the guard, what 3 cost before default normalisation
   4 llmitm responses→chat    Responses client → llmitm → chat-only upstream
   5 llmitm chat→responses    chat client → llmitm → Responses-only upstream
@@ -114,6 +115,7 @@ kind = "compatible"
 base_url = "{both}/v1"
 apis = ["chat", "responses"]
 conformant = ["chat", "responses"]
+state = "native"
 
 [[routes]]
 models = ["bench-pass"]
@@ -435,7 +437,15 @@ def start_llmitm(
     the llmitm of the checkout ``code`` (default: this one), with ``env`` added to its
     environment; ``name`` tells several such processes' files apart."""
     name = name or ("llmitm-twin" if twin else "llmitm")
-    config_path = procs.tmp / "llmitm.toml"
+    config_path = procs.tmp / f"{name}.toml"
+    if code:
+        # An older checkout knows neither the ``conformant`` nor the ``state`` key, and never
+        # normalised nor kept a Responses server's state: the trusted endpoint is a plain one
+        # there, relayed by the same guard.
+        kept = [
+            line for line in config.splitlines() if not line.startswith(("conformant", "state"))
+        ]
+        config = "\n".join(kept)
     config_path.write_text(config)
     listenfile = procs.tmp / f"{name}-listen.json"
     process = procs.start(

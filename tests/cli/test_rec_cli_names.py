@@ -158,6 +158,6 @@ def test_prune_of_an_unknown_id_is_a_one_line_error(
     db = imported(tmp_path, RECORDINGS, capsys)
     status, _, err = run(["rec", "prune", "--db", str(db), "--id", "nope"], capsys)
     assert status == 2 and err.strip() == (
-        "llmitm rec prune: no recording nope (or the prefix is not unique)"
+        "llmitm rec prune: no recording with id 'nope' (llmitm rec ls lists them)"
     )
     assert run(["rec", "ls", "--db", str(db), "--json"], capsys)[1].count('"id"') == 4

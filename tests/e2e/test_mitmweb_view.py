@@ -1,7 +1,9 @@
 """The llmitm content view in a real browser: mitmweb with llmitm's addons on loopback, a
 Responses stream translated from a chat-only upstream sent through it by the openai SDK, and
-headless Chromium opening the flow. mitmweb picks the llmitm view by itself ("auto"), and the
-assembled conversation shows; the screenshot stays in test-artifacts/ (git-ignored).
+headless Chromium opening the flow. The flow list shows the client's path, mitmweb picks the
+llmitm view by itself ("auto"), and it shows both sides of the call, labelled: the Request tab
+what the client sent and what went upstream, the Response tab what the upstream answered and
+what the client got; the screenshots stay in test-artifacts/ (git-ignored).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ pytestmark = pytest.mark.slow
 MITMWEB = Path(sys.executable).with_name("mitmweb")
 ADDON = ROOT / "addon" / "llmitm_addon.py"
 ARTIFACT = ROOT / "test-artifacts" / "mitmweb-llmitm-view.png"
+REQUEST_ARTIFACT = ROOT / "test-artifacts" / "mitmweb-llmitm-request.png"
+LIST_ARTIFACT = ROOT / "test-artifacts" / "mitmweb-llmitm-list.png"
 
 CONFIG = """
 [endpoints.chat-only]
@@ -103,7 +107,7 @@ def mitmweb(tmp_path: Path) -> Iterator[tuple[Web, Upstream]]:
 def test_mitmweb_shows_a_translated_stream_in_the_llmitm_view(
     mitmweb: tuple[Web, Upstream], tmp_path: Path
 ) -> None:
-    web, _upstream = mitmweb
+    web, upstream = mitmweb
     client = openai.OpenAI(
         base_url=f"http://127.0.0.1:{web.proxy_port}/v1", api_key="sk-test", max_retries=0
     )
@@ -115,24 +119,55 @@ def test_mitmweb_shows_a_translated_stream_in_the_llmitm_view(
     flows = web.api("/flows")
     assert isinstance(flows, list) and flows
     flow_id = flows[-1]["id"]
+    assert flows[-1]["request"]["path"] == "/v1/responses"  # the client's call, not upstream's
     # The server side first: mitmweb's own content API picks the view by itself.
     shown = web.api(f"/flows/{flow_id}/response/content/auto.json")
     assert isinstance(shown, dict) and shown["view_name"] == "llmitm", shown
     assert "llmitm · Responses stream · model over-chat-web" in shown["text"]
-    assert "Hello from the fake upstream." in shown["text"]
+    assert "upstream answered (Chat Completions)" in shown["text"]
+    assert "llmitm · Chat Completions stream" in shown["text"]
+    assert shown["text"].count("Hello from the fake upstream.") == 2
+    sent = web.api(f"/flows/{flow_id}/request/content/auto.json")
+    assert isinstance(sent, dict) and sent["view_name"] == "llmitm", sent
+    assert "client sent (Responses API) · POST http://127.0.0.1:9/v1/responses" in sent["text"]
+    assert f"sent upstream (Chat Completions) · POST {upstream.url}" in sent["text"]
 
-    async def look() -> str:
+    async def look() -> tuple[str, str, str]:
         with chromium(tmp_path) as websocket_url:
             page = await open_page(websocket_url)
-            url = f"http://127.0.0.1:{web.web_port}/?token={web.token}#/flows/{flow_id}/response"
-            await page.call("Page.navigate", url=url)
-            text = await page.wait_for_text(
-                "llmitm · Responses stream", "Hello from the fake upstream.", "finish: completed"
+            base = f"http://127.0.0.1:{web.web_port}/?token={web.token}"
+
+            async def load(fragment: str) -> None:
+                # mitmweb reads its route when the page loads, not when only the fragment
+                # changes: each tab gets a page of its own.
+                await page.call("Page.navigate", url="about:blank")
+                await page.call("Page.navigate", url=f"{base}#{fragment}")
+
+            await load("/flows")
+            listed = await page.wait_for_text("/v1/responses", "200")
+            await page.screenshot(LIST_ARTIFACT)
+            await load(f"/flows/{flow_id}/request")
+            request_tab = await page.wait_for_text(
+                "client sent (Responses API)",
+                "sent upstream (Chat Completions)",
+                "/v1/chat/completions",
+                "llmitm · Chat Completions request",
+            )
+            await page.screenshot(REQUEST_ARTIFACT)
+            await load(f"/flows/{flow_id}/response")
+            response_tab = await page.wait_for_text(
+                "upstream answered (Chat Completions)",
+                "client got (Responses API)",
+                "llmitm · Responses stream",
+                "Hello from the fake upstream.",
+                "finish: completed",
             )
             await page.screenshot(ARTIFACT)
             page.connection.close()
-            return text
+            return listed, request_tab, response_tab
 
-    text = asyncio.run(look())
-    assert "llmitm" in text  # the view menu names the view chosen
-    assert ARTIFACT.stat().st_size > 10_000
+    listed, request_tab, response_tab = asyncio.run(look())
+    # The list names the client's path only: the upstream's is in the view, labelled.
+    assert "/v1/chat/completions" not in listed.split("client sent")[0]
+    assert "llmitm" in request_tab and "llmitm" in response_tab  # the view menu names it
+    assert ARTIFACT.stat().st_size > 10_000 and REQUEST_ARTIFACT.stat().st_size > 10_000

@@ -162,7 +162,7 @@ def test_usage_totals_equal_what_the_upstream_reported(tmp_path: Path) -> None:
     assert all(value > 0 for totals in expected["model"].values() for value in totals)
 
     by_route = {row["key"]: row["requests"] for row in usage_json(db, "route")["rows"]}
-    assert by_route == {"to-chat": 5, "routes[1]": 5}
+    assert by_route == {"to-chat": 5, "r-*": 5}  # unnamed: its pattern
     per_route: dict[str, int] = defaultdict(int)
     for row in usage_json(db, "day")["rows"]:
         per_route[row["key"]] += row["requests"]

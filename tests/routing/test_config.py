@@ -115,6 +115,7 @@ def test_every_key_is_read(tmp_path: Path) -> None:
             endpoints=("az", "local"),
             model="gpt-5",
             name="reasoning",
+            named=True,
         ),
         # A single string stands for a one-element list; hosts default to everything; the
         # name defaults to the route's place in the file.

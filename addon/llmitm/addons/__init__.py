@@ -7,8 +7,10 @@ from llmitm.addons.background import LlmBackground
 from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
+from llmitm.addons.conversations import LlmConversations
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.first_byte import LlmFirstByteWatch
+from llmitm.addons.first_screen import LlmFirstScreen
 from llmitm.addons.health import LlmHealth
 from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.memory import LlmMemoryTrim
@@ -16,6 +18,7 @@ from llmitm.addons.metrics import LlmMetrics, LlmMetricsEndpoint
 from llmitm.addons.models import LlmModels, LlmUnmatched
 from llmitm.addons.namespace import LlmNamespace
 from llmitm.addons.patches import LlmPatches
+from llmitm.addons.quiet import LlmQuiet
 from llmitm.addons.record import LlmFlowRecorder, LlmRecordingsLoad, LlmRecordTap
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.responses_api import LlmResponsesApi
@@ -23,6 +26,7 @@ from llmitm.addons.responses_state import ResponsesState
 from llmitm.addons.responses_writer import LlmResponsesStateWriter
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.settings import LlmitmSettings
+from llmitm.addons.sides import LlmClientSide, LlmFlowSides
 from llmitm.addons.stall import LlmStallWatch
 from llmitm.addons.status import LlmStatus
 from llmitm.addons.store import LlmStore
@@ -60,6 +64,7 @@ def make_addons() -> list[object]:
     # LlmWebSocket comes first: a call a socket sends back through the proxy gets its target
     # restored before anyone else (egress and the recorder included) sees it.
     return [
+        LlmQuiet(),  # first: mitmproxy's info lines go before any is logged
         LlmPatches(),  # checks once that the mitmproxy internals llmitm patches are there
         LlmNamespace(),  # answers --transparent's DNS; re-addresses its flows by Host header
         settings,
@@ -68,9 +73,11 @@ def make_addons() -> list[object]:
         LlmWebSocket(relay),
         LlmModels(settings),
         LlmMetricsEndpoint(metrics),
+        LlmClientSide(),  # the client's request before anything rewrites it
         egress,
         recorder,
         LlmResponsesApi(state),
+        LlmConversations(state),
         LlmCompaction(state),
         store,
         relay,
@@ -92,6 +99,8 @@ def make_addons() -> list[object]:
         metrics,
         LlmTraces(metrics),  # spans from the facts metrics took (the otel extra, optional)
         LlmContentview(),
-        LlmMemoryTrim(),  # last: after everyone has let go of the flow's bodies
+        LlmFlowSides(),  # last: the flow gets the client's request back once all have read it
+        LlmMemoryTrim(),  # after the flow's last readers: trims once its bodies are let go
+        LlmFirstScreen(settings, store),  # before the listen file: said before a command runs
         ListenFile(),
     ]

@@ -25,7 +25,7 @@ from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.choices import check_choices
 from llmitm.addons.console_live import LiveDisplay
-from llmitm.addons.console_watch import Observer, flow_info
+from llmitm.addons.console_watch import Observer, call_paths, flow_info
 from llmitm.addons.patches.console_ui import front_end
 from llmitm.addons.record import recording_id
 from llmitm.addons.stream_translator import FACTS_KEY
@@ -147,6 +147,7 @@ class LlmConsole:
             attempts=attempts if isinstance(attempts, int) else 1,
             recorded=recording_id(flow),
         )
+        summary.client_path, summary.upstream_path = call_paths(flow)
         end = (response.timestamp_end if response else None) or _now()
         summary.duration = max(0.0, end - info.started)
         if response is not None:

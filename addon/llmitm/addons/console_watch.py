@@ -8,9 +8,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from typing import Any
+from urllib.parse import urlsplit
 
 from mitmproxy import http
 
+from llmitm.addons.sides import client_request
 from llmitm.addons.state import FlowState, flow_state
 from llmitm.exchange.request import client_model, parse_body
 from llmitm.exchange.stream import StreamRewriter
@@ -87,6 +89,18 @@ class Observer:
         if self.tail:
             self.pending += self.tail
             self.tail.clear()
+
+
+def call_paths(flow: http.HTTPFlow) -> tuple[str, str]:
+    """The path the client called and the one llmitm called upstream (queries left out:
+    they may hold a key)."""
+    upstream = urlsplit(flow.request.path).path
+    client = client_request(flow)
+    state = flow_state(flow)
+    routed = state.routed if state is not None else None
+    if routed is not None and routed.upstream_request is not None:
+        upstream = urlsplit(routed.upstream_request.url).path  # the flow names the relay
+    return (urlsplit(client.path).path if client is not None else upstream), upstream
 
 
 def flow_info(flow: http.HTTPFlow) -> FlowInfo | None:

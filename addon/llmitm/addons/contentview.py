@@ -1,6 +1,9 @@
 """The ``llmitm`` content view in mitmproxy's UIs: a body or SSE stream of either API shown as
 the assembled conversation (messages, reasoning, tool calls with pretty arguments, usage,
 finish status). mitmproxy's own views (Raw, JSON) stay one click away in the view menu.
+On a flow llmitm translated it shows both sides, labelled (:mod:`llmitm.view.sides`): the
+request tab what the client sent and what went upstream, the response tab what the upstream
+answered and what the client got (:mod:`llmitm.addons.sides` keeps the upstream's side).
 
 Registered by the ``LlmContentview`` addon on load. In mitmproxy and mitmweb it also turns on
 ``store_streamed_bodies``: a streamed body is otherwise not kept, so there would be nothing to
@@ -10,12 +13,22 @@ show. Bad input never raises into mitmproxy: the view falls back to the raw text
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from mitmproxy import contentviews, ctx, http
 from mitmproxy.addonmanager import Loader
 from mitmproxy.contentviews import Contentview, Metadata
 
+from llmitm.exchange.sides import SIDES_KEY, UpstreamSide
 from llmitm.view.document import looks_like_json, looks_like_stream, read_document
+from llmitm.view.sides import (
+    CLIENT_GOT,
+    CLIENT_SENT,
+    SENT_UPSTREAM,
+    UPSTREAM_ANSWERED,
+    Section,
+    sides_text,
+)
 from llmitm.view.text import conversation_text
 from llmitm.wire.paths import classify_path
 
@@ -44,6 +57,53 @@ def _has_object(data: bytes) -> bool:
     return any(marker in data for marker in _OBJECT_MARKERS)
 
 
+def _upstream_side(metadata: Metadata) -> UpstreamSide | None:
+    """The upstream's side of the flow the message belongs to (live or loaded from a file)."""
+    flow = metadata.flow
+    if not isinstance(flow, http.HTTPFlow) or metadata.http_message is None:
+        return None
+    return UpstreamSide.from_state(flow.metadata.get(SIDES_KEY))
+
+
+def _content_type(headers: Sequence[tuple[str, str]]) -> str:
+    return next((value for name, value in headers if name.lower() == "content-type"), "")
+
+
+def both_sides(data: bytes, message: http.Message, side: UpstreamSide) -> str:
+    """The request tab: client sent, sent upstream; the response tab: upstream answered,
+    client got (``data`` is the tab's own body, the client's)."""
+    if isinstance(message, http.Request):
+        sent = side.request
+        client_line = f"{message.method} {message.pretty_url}"
+        upstream_line = f"{sent.method} {sent.url}"
+        return sides_text(
+            [
+                Section(CLIENT_SENT, side.client_api, client_line, data),
+                Section(SENT_UPSTREAM, side.upstream_api, upstream_line, sent.body, sent.headers),
+            ]
+        )
+    assert isinstance(message, http.Response)
+    sections = []
+    answered = side.response
+    if answered is not None:
+        kind = _content_type(answered.headers)
+        line = f"{answered.status} {kind}".strip() + f" from {side.endpoint}"
+        sections.append(
+            Section(
+                UPSTREAM_ANSWERED,
+                side.upstream_api,
+                line,
+                answered.body,
+                answered.headers,
+                answered.left_out,
+                answered.kept,
+            )
+        )
+    line = f"{message.status_code} {message.headers.get('content-type', '')}".strip()
+    sections.append(Section(CLIENT_GOT, side.client_api, line, data))
+    return sides_text(sections)
+
+
 class LlmitmContentview(Contentview):
     """Chat Completions and Responses bodies and streams as a conversation."""
 
@@ -53,6 +113,9 @@ class LlmitmContentview(Contentview):
 
     def prettify(self, data: bytes, metadata: Metadata) -> str:
         try:
+            side = _upstream_side(metadata)
+            if side is not None and metadata.http_message is not None:
+                return both_sides(data, metadata.http_message, side)
             conversation = read_document(data)
             if conversation is not None:
                 return conversation_text(conversation)
@@ -64,6 +127,8 @@ class LlmitmContentview(Contentview):
 
     def render_priority(self, data: bytes, metadata: Metadata) -> float:
         try:
+            if _upstream_side(metadata) is not None:
+                return PRIORITY  # a flow llmitm translated: both of its sides
             if not data:
                 return -1
             content_type = (metadata.content_type or "").lower()

@@ -5,10 +5,10 @@ storage in ``llmitm.store``, the shared state in :mod:`llmitm.addons.responses_s
 :class:`LlmResponsesApi`, ``request``: answers state calls (``GET``/``DELETE
 …/responses/{id}``, ``…/input_items``, ``…/cancel``) from the store, or sends them to the
 native endpoint that owns the id; on a create call it inlines the stored chain of
-``previous_response_id`` into ``input`` (so the router translates a plain, stateless
-request) and opens llmitm's own ``encrypted_content`` reasoning tokens. What happens after
-the router is :mod:`llmitm.addons.responses_writer` (ids, what gets stored) and
-:mod:`llmitm.addons.background` (``background`` calls).
+``previous_response_id`` (or the items of its ``conversation``) into ``input`` (so the
+router translates a plain, stateless request) and opens llmitm's own ``encrypted_content``
+reasoning tokens. What happens after the router is :mod:`llmitm.addons.responses_writer`
+(ids, what gets stored) and :mod:`llmitm.addons.background` (``background`` calls).
 
 Everything stored keeps the credential fingerprint of the request that created it, and every
 read is that of the caller's credential unless the configuration says ``responses_scope =
@@ -34,6 +34,7 @@ from llmitm.relay.frames import FramesJob, iterate
 from llmitm.responses_api import answers
 from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
+from llmitm.responses_api.conversations import inline_conversation
 from llmitm.responses_api.create import CreateCall, prepare_create
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
 from llmitm.responses_api.records import ResponseDeleted, ResponseReader, StoredResponse, readable
@@ -139,6 +140,19 @@ class LlmResponsesApi:
             previous = create.previous_response_id or ""
             answer(flow, answers.error_answer(answers.previous_not_found(previous)))
             return
+        if "conversation" in body:
+            conversation, turn, error = await inline_conversation(
+                body,
+                await self.state.conversations(),
+                self.state.credential(created_by),
+                flow_ids(flow),
+                previous_response_id=create.previous_response_id,
+                own_items=create.input_items,
+            )
+            if error is not None:
+                answer(flow, answers.error_answer(error))
+                return
+            create.conversation_id, create.turn_input, changed = conversation, turn, True
         create.created_by = created_by
         if changed:
             flow.request.content = orjson.dumps(body)

@@ -24,6 +24,7 @@ from llmitm.relay.client import UpstreamRequest, send
 from llmitm.relay.frames import FramesJob
 from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
+from llmitm.responses_api.conversation_records import ConversationReader
 from llmitm.responses_api.records import (
     ResponseOwner,
     ResponseReader,
@@ -35,6 +36,7 @@ from llmitm.responses_api.scope import creator, reader_credential
 from llmitm.responses_api.seal import ReasoningSeal
 from llmitm.routing.affinity import TtlLru
 from llmitm.store.api import Write
+from llmitm.store.memory_conversations import MemoryConversations
 from llmitm.store.memory_responses import MemoryResponses
 from llmitm.wire.ids import IdFactory, random_id
 
@@ -51,6 +53,7 @@ class ResponsesState:
         """Native ids this process saw minted → endpoint and creator, for synchronous
         lookups (the store has them all, for as long as the TTL option says)."""
         self.memory = MemoryResponses()
+        self.conversations_memory = MemoryConversations()
         self.store_default = True
         """``llmitm_responses_store``: store a create call that does not say."""
         self.ttl = 0
@@ -67,12 +70,18 @@ class ResponsesState:
             self.submit(ResponsesPurged(time.time()))
         return store if isinstance(store, ResponseReader) else self.memory
 
+    async def conversations(self) -> ConversationReader:
+        """The store's conversations, or the in-memory ones when llmitm keeps no store."""
+        store = await self.store.ready()
+        return store if isinstance(store, ConversationReader) else self.conversations_memory
+
     def submit(self, write: Write) -> None:
         """Hand a write to the store's queue (never awaited), or apply it in memory."""
         if isinstance(self.store.store, ResponseReader):
             self.store.submit(write)
         else:
             self.memory.apply(write)
+            self.conversations_memory.apply(write)
 
     async def seal(self) -> ReasoningSeal:
         if self._seal is None:

@@ -3,7 +3,8 @@ its id and stores the finished one (:class:`LlmResponsesStateWriter`).
 
 Once the router has planned a create call, a translated response gets the id of its
 ``response.created``, its terminal event, ``GET`` and the chain; in ``response`` the final
-Response object is stored (or, for a native endpoint, who owns the id it minted). A
+Response object is stored (or, for a native endpoint, who owns the id it minted — unless
+the endpoint's ``state`` is emulated: then its own Response is stored under its id). A
 ``background`` call is taken over just after, by :mod:`llmitm.addons.background`.
 """
 
@@ -22,9 +23,12 @@ from llmitm.addons.responses_state import ResponsesState, flow_ids
 from llmitm.addons.state import RESPONSES_CREATE_KEY, flow_mint, flow_state
 from llmitm.addons.streams import flow_stream, stream_outcome
 from llmitm.exchange.stream import StreamRewriter
+from llmitm.responses_api.conversation_records import ConversationItemsAdded
+from llmitm.responses_api.conversations import turn_items
 from llmitm.responses_api.create import CreateCall
 from llmitm.responses_api.records import ResponseOwned, ResponseOwner, StoredResponse
 from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
+from llmitm.responses_api.stateless import stored_native_response
 from llmitm.wire.ids import Mint
 from llmitm.wire.sse import SSEDecoder
 
@@ -70,16 +74,21 @@ class LlmResponsesStateWriter:
             if create.previous_response_id is not None:
                 context.echo["previous_response_id"] = create.previous_response_id
             context.echo["store"] = create.store
+            if create.conversation_id is not None:
+                context.echo["conversation"] = {"id": create.conversation_id}
             context.seal_reasoning = sealing
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         create = flow.metadata.get(RESPONSES_CREATE_KEY)
         response = flow.response
-        if not isinstance(create, CreateCall) or response is None or response.stream is not True:
+        if not isinstance(create, CreateCall) or response is None or not response.stream:
             return
-        if create.response_id is not None and create.store and not create.background:
-            # A translated create streamed as is: a replayed hit paced through the relay. No
-            # translator holds its final Response, so keep its bytes to store it at the end.
+        native = self._native(flow, create)
+        keeps = self._stores(create, native) or create.conversation_id is not None
+        # A translated create streamed as is (a replayed hit paced through the relay), or a
+        # native server's stream: no translator holds its final Response, so keep its
+        # bytes to store it (or its conversation's items) at the end.
+        if keeps and (response.stream is True or native is not None):
             stream = flow_stream(flow)
             if stream is not None:
                 _KEPT[flow] = kept = []
@@ -91,18 +100,55 @@ class LlmResponsesStateWriter:
         if not isinstance(create, CreateCall) or response is None:
             return
         create.native_endpoint = create.native_endpoint or _native_winner(flow)
+        native = self._native(flow, create)
         try:
-            if create.native_endpoint is not None:
+            if native is False:
                 self._remember_owner(flow, create)
-            elif create.response_id is not None and create.store and not create.background:
-                self._store(flow, create)
+            stores = self._stores(create, native)
+            if stores or (create.conversation_id is not None and self._finishes(create, native)):
+                self._keep(flow, create, native=native is not None, store=stores)
         except Exception:  # storing must never cost the client its answer
             logger.exception("llmitm: failed to store the response of %s", flow.request.url)
         _KEPT.pop(flow, None)
 
-    def _store(self, flow: http.HTTPFlow, create: CreateCall) -> None:
-        final = final_response(flow)
-        if final is None or final.get("id") != create.response_id:
+    def _native(self, flow: http.HTTPFlow, create: CreateCall) -> bool | None:
+        """``None``: llmitm translated the call; else whether the native endpoint that
+        answers it has its state kept by llmitm (``state`` emulated)."""
+        name = create.native_endpoint or _native_winner(flow)
+        if name is None:
+            return None
+        endpoint = self.state.settings.config.endpoints.get(name)
+        return endpoint is not None and endpoint.emulates_state
+
+    @staticmethod
+    def _finishes(create: CreateCall, native: bool | None) -> bool:
+        """Whether this flow carries the call's final Response: not a background call
+        llmitm runs itself, nor one a native server runs on (an emulated server was sent it
+        without ``background``, so it answers in the request)."""
+        if native is None:
+            return create.response_id is not None and not create.background
+        return native or not create.background
+
+    def _stores(self, create: CreateCall, native: bool | None) -> bool:
+        """Whether llmitm stores the flow's final Response (not a server that keeps its own)."""
+        return create.store and native is not False and self._finishes(create, native)
+
+    def _keep(self, flow: http.HTTPFlow, create: CreateCall, *, native: bool, store: bool) -> None:
+        final = final_response(flow, native=native)
+        if final is None:
+            return
+        if native:
+            # The server's own id names it; the fields it was not sent are the client's.
+            if not isinstance(final.get("id"), str) or not final["id"]:
+                return
+            final = stored_native_response(final, create.previous_response_id)
+        elif final.get("id") != create.response_id:
+            return
+        if create.conversation_id is not None:
+            final["conversation"] = {"id": create.conversation_id}
+            added = turn_items(create.turn_input, final)
+            self.state.submit(ConversationItemsAdded(create.conversation_id, added))
+        if not store:
             return
         now = time.time()
         self.state.save(
@@ -144,9 +190,9 @@ _KEPT: weakref.WeakKeyDictionary[http.HTTPFlow, list[bytes]] = weakref.WeakKeyDi
 """The chunks of a stream relayed as it is whose final Response is to be stored."""
 
 
-def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
+def final_response(flow: http.HTTPFlow, *, native: bool = False) -> dict[str, Any] | None:
     """The Response object the client got: the stream translator's terminal one, or the
-    translated body."""
+    translated body (``native``: the server's own, whatever guards its stream)."""
     response = flow.response
     if response is None:
         return None
@@ -155,7 +201,7 @@ def final_response(flow: http.HTTPFlow) -> dict[str, Any] | None:
     # A body an addon made whole (a replayed hit answered at once) never went through the
     # stream owner, even when one was set up for it: it is read from the body.
     streamed = response.raw_content is None
-    if streamed and isinstance(stream, StreamRewriter) and not stream.relays_as_is:
+    if not native and streamed and isinstance(stream, StreamRewriter) and not stream.relays_as_is:
         return stream.outcome().final_response
     if response.status_code >= 400:
         return None

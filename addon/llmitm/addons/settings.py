@@ -116,4 +116,6 @@ class LlmitmSettings:
             strict=ctx.options.llmitm_strict or settings.strict,
             drop_unsupported=settings.drop_unsupported,
             think_open_missing=endpoint.think_open_missing,
+            reasoning_passthrough=endpoint.reasoning_passthrough,
+            reasoning_summary=endpoint.reasoning_summary,
         )

@@ -5,6 +5,9 @@ llmitm translate --to {chat,responses} [--reasoning MODE] [FILE|-]
 llmitm usage [--db PATH] [--since YYYY-MM-DD|7d|24h] [--by endpoint|model|day|route] [--json]
 llmitm rec ls | show ID | diff A B | diff --last-miss | export | import | verify | check-secrets
            | prune    (see llmitm.cli.rec)
+llmitm completion bash|zsh|fish
+
+Every command's ``--help`` ends with an example (``examples``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import sys
 from collections.abc import Sequence
 
 from llmitm import __version__
-from llmitm.cli import rec, translate, usage
+from llmitm.cli import completion, rec, translate, usage
+from llmitm.cli.examples import add_examples
+from llmitm.cli.run_args import add_run_options
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,16 +29,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"llmitm {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    # Listed for --help only: main() hands run's arguments to it before argparse sees them.
-    commands.add_parser(
+    # For --help and completion only: main() hands run's arguments to it before argparse
+    # sees them (they are mitmdump's too).
+    run = commands.add_parser(
         "run",
-        help="run the proxy: llmitm run [--config FILE] [--base-url] [--replay DIR "
-        "[--fail-on-unused] [--report FILE] | --record DIR] [mitmdump options] [-- COMMAND ...]",
-        add_help=False,
+        help="run the proxy, alone or around a command: llmitm run [--config FILE] "
+        "[mitmdump options] [-- COMMAND ...] (llmitm run --help)",
     )
+    add_run_options(run)
     translate.add_parser(commands)
     usage.add_parser(commands)
     rec.add_parser(commands)
+    completion.add_parser(commands)
+    add_examples(parser)
     return parser
 
 
@@ -51,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return usage.usage_command(args.db, args.since, args.by, args.json)
     if args.command == "rec":
         return rec.rec_command(args)
+    if args.command == "completion":
+        return completion.completion_command(_parser(), args.shell)
     raise AssertionError(f"unhandled command {args.command}")  # argparse requires a command
 
 

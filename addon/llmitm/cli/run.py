@@ -37,7 +37,7 @@ from pathlib import Path
 import orjson
 
 from llmitm.cli.command_env import command_environment, write_ca_bundles
-from llmitm.cli.run_args import RunArgs, RunUsageError, mitmdump_argv, parse_run_args
+from llmitm.cli.run_args import RunArgs, RunUsageError, mitmdump_argv, parse_run_args, run_help
 from llmitm.cli.run_report import replay_verdict, write_junit
 from llmitm.routing.config import ConfigError, load_config
 from llmitm.transparent.command import TransparentRun, command_problem
@@ -52,6 +52,13 @@ def run(argv: Sequence[str]) -> int:
     except RunUsageError as exc:
         print(f"llmitm run: {exc}", file=sys.stderr)
         return 2
+    if args.help:
+        print(run_help(), end="")
+        return 0
+    if args.help_mitmdump:
+        from llmitm.addons.hosts.entry import mitmdump_help
+
+        return mitmdump_help()
     if args.config:
         try:
             load_config(args.config)  # fail here, in one line, not inside mitmdump
@@ -101,6 +108,10 @@ def _run_command(args: RunArgs) -> int:
                 *(namespace.proxy_args() if namespace else ()),
             ],
             stdin=subprocess.DEVNULL,
+            # The command's stdout is its own: the proxy's lines (the first screen, llmitm's
+            # log) go to stderr, each as it is written rather than when a buffer fills.
+            stdout=_stderr_fd(),
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         status = 1
         try:
@@ -143,6 +154,14 @@ def _command_env(args: RunArgs, listening: dict, scratch: Path) -> dict[str, str
     return command_environment(
         listening, base_url=args.base_url, environ=os.environ, bundles=bundles
     )
+
+
+def _stderr_fd() -> int:
+    """This process's stderr as a file descriptor (2 when it is not a real file)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
 
 
 def _wait_for(listenfile: Path, proxy: subprocess.Popen[bytes]) -> dict | None:

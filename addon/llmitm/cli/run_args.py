@@ -1,9 +1,14 @@
 """``llmitm run``'s command line: llmitm's own options split from mitmdump's and from the
 command after ``--`` (a ``--mode`` that cannot carry a command's traffic refused here, before
-anything starts), and the mitmdump arguments they become."""
+anything starts), the mitmdump arguments they become, and the help that lists them.
+
+mitmdump's options pass through untouched, so argparse never parses this command line; the
+parser :func:`add_run_options` builds only prints the help and feeds shell completion.
+"""
 
 from __future__ import annotations
 
+import argparse
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +36,82 @@ class RunArgs:
     fail_on_unused: bool = False
     report: str | None = None
     junit: str | None = None
+    verbose: int = 0
+    """``-v``: mitmproxy's connection and flow lines; ``-vv``: its debug log too."""
+    help: bool = False
+    help_mitmdump: bool = False
+
+
+# llmitm run's own options for --help and completion: (flags, metavar or None, help).
+RUN_OPTIONS: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
+    (("--config",), "FILE", "llmitm's TOML configuration: endpoints, routes, settings"),
+    (
+        ("--base-url",),
+        None,
+        "with a command: add a reverse listener and set OPENAI_BASE_URL for it",
+    ),
+    (
+        ("--transparent",),
+        None,
+        "run the command in a network namespace of its own whose TCP and DNS go to llmitm "
+        "(for programs that ignore proxy variables; Linux, needs nftables)",
+    ),
+    (("--record",), "DIR", "record every call into the recordings folder DIR"),
+    (("--replay",), "DIR", "serve the recordings folder DIR and never go upstream"),
+    (
+        ("--fail-on-unused",),
+        None,
+        "with --replay and a command: fail when a recording was never served",
+    ),
+    (("--report",), "FILE", "with --replay: write the replay report (JSON) to FILE"),
+    (("--junit",), "FILE", "with --replay: write the replay report as JUnit XML to FILE"),
+    (
+        ("-v", "--verbose"),
+        None,
+        "show mitmproxy's connection and flow lines (hidden by default); -vv: its debug log",
+    ),
+    (("--help-mitmdump",), None, "show mitmdump's options (all of them work here too)"),
+)
+
+RUN_EXAMPLES = """\
+mitmdump's options work here too (--mode, --listen-port, --set OPTION=VALUE, ...):
+see them with llmitm run --help-mitmdump, and llmitm's --set options with
+llmitm run --options.
+
+examples:
+  llmitm run --config llmitm.toml
+  llmitm run --config llmitm.toml --mode reverse:https://api.openai.com -p 8081
+  OPENAI_API_KEY=sk-local llmitm run --config codex-local.toml -- codex exec "hello"
+  llmitm run --replay tests/recordings --fail-on-unused -- pytest
+"""
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """llmitm run's own options on ``parser`` (for its help and shell completion)."""
+    for flags, metavar, text in RUN_OPTIONS:
+        if metavar is None:
+            parser.add_argument(*flags, action="store_true", help=text)
+        else:
+            parser.add_argument(*flags, metavar=metavar, help=text)
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="a command to run with the proxy and CA variables set; llmitm exits with its status",
+    )
+
+
+def run_help() -> str:
+    """``llmitm run --help``: llmitm's options, then where mitmdump's are."""
+    parser = argparse.ArgumentParser(
+        prog="llmitm run",
+        usage="llmitm run [llmitm options] [mitmdump options] [-- COMMAND ...]",
+        description="Run the proxy (mitmdump with llmitm's addons), alone or around a command.",
+        epilog=RUN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_run_options(parser)
+    return parser.format_help()
 
 
 # Options of llmitm run that take a value, and what to call that value in an error.
@@ -77,9 +158,19 @@ def parse_run_args(argv: Sequence[str]) -> RunArgs:
             args.transparent = True
         elif item == "--fail-on-unused":
             args.fail_on_unused = True
+        elif item in ("-v", "--verbose"):
+            args.verbose += 1
+        elif item == "-vv":
+            args.verbose += 2
+        elif item in ("-h", "--help"):
+            args.help = True
+        elif item == "--help-mitmdump":
+            args.help_mitmdump = True
         else:
             args.mitmdump.append(item)
         index += 1
+    if args.help or args.help_mitmdump:
+        return args  # nothing else is judged: the help is all that is shown
     if args.replay and args.record:
         raise RunUsageError("--replay and --record exclude each other")
     if (args.fail_on_unused or args.report or args.junit) and not args.replay:
@@ -117,6 +208,9 @@ def mitmdump_argv(
         # The command owns the terminal: a live display (or summary lines in its stdout)
         # would fight with its output. ``--set llmitm_console=lines`` brings them back.
         argv += ["--set", "llmitm_console=off"]
+    if args.command:
+        argv += ["--set", "llmitm_wrapped=true"]  # the first screen says a command runs
+    argv += _verbosity(args)
     if args.config:
         argv += ["--set", f"llmitm_config={args.config}"]
     # A mode the user sets (rewrite, once, …) wins: mitmdump refuses an option set twice.
@@ -132,6 +226,23 @@ def mitmdump_argv(
     if listenfile:
         argv += ["--set", f"llmitm_listenfile={listenfile}"]
     return argv + args.mitmdump
+
+
+def _verbosity(args: RunArgs) -> list[str]:
+    """Quiet by default: mitmproxy's connection lines and per-flow lines are hidden, llmitm's
+    lines, warnings and errors stay; ``-v`` keeps mitmdump's default log, ``-vv`` is mitmdump's
+    own ``-v`` (debug). An option the user sets wins."""
+    if args.verbose >= 2:
+        return ["-v"]
+    if args.verbose:
+        return []
+    user = args.mitmdump
+    argv = []
+    if not _gives(user, "--set=llmitm_quiet", None, "llmitm_quiet"):
+        argv += ["--set", "llmitm_quiet=true"]
+    if not _gives(user, "--flow-detail", None, "flow_detail"):
+        argv += ["--set", "flow_detail=0"]
+    return argv
 
 
 def _gives(user: Sequence[str], long: str, short: str | None, option: str) -> bool:

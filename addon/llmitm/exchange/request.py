@@ -26,6 +26,7 @@ from llmitm.translate.errors import TranslationError
 from llmitm.translate.request_to_chat import responses_request_to_chat
 from llmitm.translate.request_to_responses import chat_request_to_responses
 from llmitm.translate.responses_compat import needs_rewrite, responses_request_for_compatible
+from llmitm.translate.stateless import stateless_request
 from llmitm.wire.paths import ApiName
 
 
@@ -88,6 +89,12 @@ def prepare_request(
     (``stream_options.include_usage``) even when the client did not, so its tokens can be
     accounted; ``strip_usage`` then tells the stream to drop that chunk."""
     stream = body.get("stream") is True
+    rebuilt = False
+    if plan.client_api == "responses" == plan.upstream_api and plan.endpoint.emulates_state:
+        # llmitm keeps this server's state: it is sent the whole conversation, statelessly.
+        stateless = stateless_request(body)
+        if stateless is not None:
+            body, rebuilt = stateless, True
     if plan.client_api == "chat" and plan.upstream_api == "responses":
         mapped = chat_request_to_responses(dict(body, model=model), options)
     elif plan.client_api == "responses" and plan.upstream_api == "chat":
@@ -109,7 +116,7 @@ def prepare_request(
             rewritten = dict(body, model=plan.upstream_model, stream_options=options_)
             options_["include_usage"] = True
             return PreparedRequest(orjson.dumps(rewritten), context, stream, strip_usage=True)
-        if body.get("model") == plan.upstream_model:
+        if body.get("model") == plan.upstream_model and not rebuilt:
             return PreparedRequest(content, context, stream)
         rewritten = dict(body, model=plan.upstream_model)
         return PreparedRequest(orjson.dumps(rewritten), context, stream)
@@ -130,7 +137,7 @@ def prepare_for_endpoint(
     """The plan and the request for sending a call of ``api`` on ``route`` to ``endpoint``
     (the route's alias, if any, is the model sent)."""
     plan = plan_for_endpoint(endpoint, cast(ApiName, api), route.model or model)
-    plan = replace(plan, route=route.name)
+    plan = replace(plan, route=route.label)
     prepared = prepare_request(content, body, model, plan, options, ask_usage=endpoint.stream_usage)
     return plan, prepared
 

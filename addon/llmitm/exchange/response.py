@@ -20,6 +20,7 @@ from llmitm.translate.error_bodies import translate_error_body
 from llmitm.translate.guard import StreamGuard
 from llmitm.translate.pipeline import StreamPipeline
 from llmitm.translate.responses_compat import restore_response_calls
+from llmitm.translate.think_summary import response_reasoning_as_summary
 from llmitm.wire.errors import ApiError, openai_error_body
 
 
@@ -66,14 +67,18 @@ def translate_body(
         return new_status, orjson.dumps(body)
     if plan.stream_direction == "normalise-chat":
         return _repaired_chat_body(status, content, context)
-    if not plan.translates and not context.tools:
+    summarise = not plan.translates and context.options.reasoning_summary
+    if not plan.translates and not context.tools and not summarise:
         return None
     body = _json_object(content)
     if isinstance(body, tuple):
         return body
     if not plan.translates:
-        # A native Responses answer whose calls of renamed tools go back to the client's.
+        # A native Responses answer whose calls of renamed tools go back to the client's,
+        # and whose raw reasoning becomes summary when the endpoint asks for it.
         restore_response_calls(body, context)
+        if summarise:
+            response_reasoning_as_summary(body)
         return status, orjson.dumps(body)
     if plan.client_api == "chat":
         failure = response_failure(body)

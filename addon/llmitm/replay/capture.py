@@ -181,7 +181,14 @@ def stream_legs(
 
 
 def miss_text(
-    miss: Miss, *, mode: str, profile: str, loaded: int, unused: int, diff: list[str]
+    miss: Miss,
+    *,
+    mode: str,
+    profile: str,
+    loaded: int,
+    unused: int,
+    diff: list[str],
+    advice: str = "",
 ) -> str:
     """What a strict miss logs: the request, its key, why it missed, the closest recording
     and how it differs (``diff``: :func:`~llmitm.replay.pool.canonical_diff`), and the fix."""
@@ -197,7 +204,9 @@ def miss_text(
         lines.append(f"  closest : {closest.id} {closest.source or ''}".rstrip())
         lines += [f"  diff    : {line}" for line in diff] or ["  diff    : (same text)"]
     lines.append(
-        "  fix     : --set llmitm_record=replay-or-record to record it, or "
+        f"  fix     : {advice}"
+        if advice  # a host with its own switches (the pytest plugin) words it itself
+        else "  fix     : --set llmitm_record=replay-or-record to record it, or "
         "--set llmitm_match_ignore=PATH to ignore a field"
     )
     return "\n".join(lines)

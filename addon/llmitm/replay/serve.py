@@ -99,7 +99,15 @@ def from_upstream(
     return Answer(status, _headers(client, "application/json"), body)
 
 
-def miss_message(miss: Miss, where: str | None) -> str:
+MISS_ADVICE = (
+    "See the difference with `llmitm rec diff --last-miss`; record it with "
+    "--set llmitm_record=replay-or-record, or ignore a field with llmitm_match_ignore."
+)
+"""What a miss tells the user to do; a host with its own switches (the pytest plugin's
+``--llmitm-record-mode`` and marker) says it its own way (``llmitm_miss_advice``)."""
+
+
+def miss_message(miss: Miss, where: str | None, advice: str = "") -> str:
     key = miss.key
     closest = miss.closest
     parts = [
@@ -109,19 +117,16 @@ def miss_message(miss: Miss, where: str | None) -> str:
     ]
     if closest is not None:
         parts.append(f"Closest recording: {closest.id} ({where or closest.source or 'db'}).")
-    parts.append(
-        "See the difference with `llmitm rec diff --last-miss`; record it with "
-        "--set llmitm_record=replay-or-record, or ignore a field with llmitm_match_ignore."
-    )
+    parts.append(advice or MISS_ADVICE)
     return " ".join(parts)
 
 
 def miss_error(
-    miss: Miss, where: str | None = None, status: int = 400
+    miss: Miss, where: str | None = None, status: int = 400, advice: str = ""
 ) -> tuple[int, list[tuple[str, str]], bytes]:
     """Status, headers and body of the answer to a strict miss."""
     error = ApiError(
-        message=miss_message(miss, where),
+        message=miss_message(miss, where, advice),
         type="llmitm_replay_miss",
         code="replay_miss" if miss.reason != "exhausted" else "replay_exhausted",
         status=status,

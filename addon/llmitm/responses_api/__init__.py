@@ -1,6 +1,7 @@
 """The local Responses API: OpenAI's server state (``store``, ``previous_response_id``,
 retrieve, delete, ``input_items``, ``background``, cancel, stream resume, reasoning
-continuity) for Responses clients whose endpoint only speaks Chat Completions.
+continuity) for Responses clients whose endpoint only speaks Chat Completions, or speaks
+Responses but keeps no state.
 
 Sans-IO like the translators: dicts and records in, answers and writes out. The records,
 the writes and the reader the store implements are :mod:`.records`; the store is reached only
@@ -14,6 +15,9 @@ calls and create preparation), ``responses_writer`` (ids and what is stored) and
   the native endpoint that owns an id;
 - :mod:`.create`: a create call before routing (references resolved, chain inlined,
   sealed reasoning restored) and what is remembered about it;
+- :mod:`.stateless`: a native Responses server's answer as stored when llmitm keeps its state
+  (an endpoint's ``state = "emulate"``);
+- :mod:`.conversations`, :mod:`.conversation_records`: the Conversations API and its records;
 - :mod:`.items`: input items with ids, the ``input_items`` list page;
 - :mod:`.chain`: a stored ancestor chain → the conversation the next request continues;
 - :mod:`.answers`: OpenAI's bodies and errors for retrieve, delete, list and cancel;

@@ -51,6 +51,10 @@ class CreateCall:
     """The native endpoint the call went to, which owns the id it mints."""
     created_by: str | None = None
     """The caller's credential fingerprint (:mod:`.scope`), kept with what the call creates."""
+    conversation_id: str | None = None
+    """The conversation the call continues, whose items were put before its input."""
+    turn_input: list[dict[str, Any]] = field(default_factory=list)
+    """The request's own input items, with ids: what the turn appends to its conversation."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
         # mitmproxy saves flow.metadata with its plain-data file format (addons/state.py).

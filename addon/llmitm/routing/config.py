@@ -14,6 +14,7 @@ One TOML file (stdlib ``tomllib``)::
     kind = "compatible"               # openai | azure | compatible
     base_url = "http://127.0.0.1:11434/v1"
     apis = ["chat"]                   # the API(s) it speaks
+    state = "auto"                    # Responses state: native | emulate | auto
 
     [[routes]]
     models = ["gpt-*"]                # model globs (and/or hosts = [...])
@@ -51,6 +52,8 @@ from llmitm.wire.paths import ApiName
 EndpointKind = Literal["openai", "azure", "compatible"]
 ENDPOINT_KINDS: tuple[str, ...] = get_args(EndpointKind)
 API_NAMES: tuple[str, ...] = ("chat", "responses")
+StateMode = Literal["native", "emulate", "auto"]
+STATE_MODES: tuple[str, ...] = get_args(StateMode)
 UnmatchedPolicy = Literal["pass", "reject"]
 UNMATCHED_POLICIES: tuple[str, ...] = get_args(UnmatchedPolicy)
 ModelsSource = Literal["config", "upstream"]
@@ -81,6 +84,13 @@ class Endpoint:
     conformant: frozenset[ApiName] = frozenset()
     """APIs whose streams a ``compatible`` endpoint gets relayed as they are (trusted)."""
     think_open_missing: bool = False
+    reasoning_passthrough: ReasoningMode | None = None
+    """How reasoning in this endpoint's chat streams reaches chat clients (``think-tags``,
+    ``reasoning_content``, ``reasoning``, ``drop``); set, the streams are normalised even
+    when trusted. ``None``: the fields as the backend sent them."""
+    reasoning_summary: bool = False
+    """Raw ``reasoning_text`` of this endpoint's Responses streams reaches Responses clients
+    as reasoning summary events (set, the streams are normalised even when trusted)."""
     headers: Mapping[str, str] = field(default_factory=dict)
     weight: float = 1.0
     """Share of a ``weighted`` route's first attempts (0: only as a fallback)."""
@@ -91,6 +101,11 @@ class Endpoint:
     stream_usage: bool = True
     """Ask a chat upstream for the usage chunk (``stream_options.include_usage``) when the
     client did not, for accounting; the chunk is stripped before the client sees it."""
+    state: StateMode = "auto"
+    """Who keeps Responses state (``previous_response_id``, retrieve, ``input_items``,
+    ``background``, cancel) for this endpoint's native Responses API: ``native`` (the
+    server), ``emulate`` (llmitm, sending the server stateless requests) or ``auto``
+    (emulate for ``compatible`` servers, which mostly keep none; native for OpenAI, Azure)."""
 
     @property
     def azure_classic(self) -> bool:
@@ -99,10 +114,22 @@ class Endpoint:
     def deployment_for(self, model: str) -> str:
         return self.deployments.get(model, model)
 
+    @property
+    def emulates_state(self) -> bool:
+        """Whether llmitm keeps the Responses state of this endpoint's native Responses API."""
+        if self.state == "auto":
+            return self.kind == "compatible"
+        return self.state == "emulate"
+
     def normalises(self, api: ApiName) -> bool:
         """Whether this endpoint's streams of ``api`` are repaired on their way to a client of
         the same API: by default those of third-party (``compatible``) servers."""
         if api in self.non_conformant:
+            return True
+        # A reasoning rendering asked for needs the normaliser, trusted endpoint or not.
+        if api == "chat" and self.reasoning_passthrough is not None:
+            return True
+        if api == "responses" and self.reasoning_summary:
             return True
         return self.kind == "compatible" and api not in self.conformant
 
@@ -131,6 +158,18 @@ class Route:
     """Seconds a started stream may go without a byte (``None``: ``[routing]``'s)."""
     affinity: bool = True
     """Keep conversations on the endpoint that served them while it is healthy."""
+    named: bool = False
+    """The file gave ``name`` (else it is ``routes[i]``, which says nothing across files)."""
+
+    @property
+    def label(self) -> str:
+        """How usage and the console name the route: its name, or when unnamed its pattern
+        (``gpt-*,o3``, ``* @ *.azure.com``), so the first unnamed routes of two configurations
+        stay apart instead of both being ``routes[0]``."""
+        if self.named:
+            return self.name
+        models = ",".join(self.models)
+        return models if self.hosts == ("*",) else f"{models} @ {','.join(self.hosts)}"
 
     @property
     def max_attempts(self) -> int:
@@ -432,11 +471,14 @@ _ENDPOINT_KEYS = {
     "non_conformant",
     "conformant",
     "think_open_missing",
+    "reasoning_passthrough",
+    "reasoning_summary",
     "headers",
     "weight",
     "max_concurrency",
     "max_concurrency_per_model",
     "stream_usage",
+    "state",
 }
 _DEFAULT_APIS: dict[str, tuple[str, ...]] = {
     "openai": API_NAMES,
@@ -532,12 +574,24 @@ def _endpoint(
         non_conformant=frozenset(non_conformant),  # type: ignore[arg-type]
         conformant=frozenset(conformant),  # type: ignore[arg-type]
         think_open_missing=reader.boolean(raw, "think_open_missing", where, False),
+        reasoning_passthrough=_reasoning_passthrough(reader, raw, where),
+        reasoning_summary=reader.boolean(raw, "reasoning_summary", where, False),
         headers=reader.string_map(raw, "headers", where),
         weight=reader.number(raw, "weight", where, 1.0),
         max_concurrency=reader.integer(raw, "max_concurrency", where, None),
         max_concurrency_per_model=_caps(reader, raw, where),
         stream_usage=reader.boolean(raw, "stream_usage", where, True),
+        state=reader.choice(raw.get("state", "auto"), f"{where}.state", STATE_MODES),
     )
+
+
+def _reasoning_passthrough(
+    reader: _Reader, raw: Mapping[str, Any], where: str
+) -> ReasoningMode | None:
+    value = raw.get("reasoning_passthrough")
+    if value is None:
+        return None
+    return reader.choice(value, f"{where}.reasoning_passthrough", REASONING_MODES)
 
 
 def _caps(reader: _Reader, raw: Mapping[str, Any], where: str) -> dict[str, int]:
@@ -572,6 +626,7 @@ def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoi
         first_byte_timeout=reader.number(raw, "first_byte_timeout", where, None, positive=True),
         stream_idle_timeout=reader.number(raw, "stream_idle_timeout", where, None, positive=True),
         affinity=reader.boolean(raw, "affinity", where, True),
+        named="name" in raw,
     )
 
 

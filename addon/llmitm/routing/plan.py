@@ -38,7 +38,7 @@ class Plan:
     set_headers: dict[str, str] = field(default_factory=dict, repr=False)
     remove_headers: tuple[str, ...] = ()
     route: str = ""
-    """The name of the route that chose this plan (usage accounting)."""
+    """The route that chose this plan, as usage accounting names it (``Route.label``)."""
 
     @property
     def translates(self) -> bool:
@@ -77,7 +77,7 @@ def plan_request(config: Config, client_api: ApiName, model: str, host: str) -> 
     if route is None:
         return None
     endpoint = config.endpoints[route.endpoints[0]]
-    return replace(plan_for_endpoint(endpoint, client_api, route.model or model), route=route.name)
+    return replace(plan_for_endpoint(endpoint, client_api, route.model or model), route=route.label)
 
 
 def plan_for_endpoint(endpoint: Endpoint, client_api: ApiName, model: str) -> Plan:

@@ -97,6 +97,31 @@ _RECORDINGS: tuple[str, ...] = (
 )
 
 
+# The Conversations API (store.sqlite_conversations). New tables only, each IF NOT EXISTS:
+# like the recordings step, it commutes with any other feature's step whatever its number.
+_CONVERSATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE IF NOT EXISTS conversations (
+        id TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        metadata BLOB NOT NULL,
+        credential TEXT
+    )
+    """,
+    # Items in the order they were added; a JSON blob each, read only by the sans-IO API.
+    """
+    CREATE TABLE IF NOT EXISTS conversation_items (
+        conversation_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        item_id TEXT NOT NULL,
+        item BLOB NOT NULL,
+        PRIMARY KEY (conversation_id, position)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX IF NOT EXISTS conversation_items_id ON conversation_items "
+    "(conversation_id, item_id)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -214,6 +239,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE response_owners ADD COLUMN credential TEXT",
         ),
     ),
+    Migration(7, "conversations", _CONVERSATIONS),
 )
 
 

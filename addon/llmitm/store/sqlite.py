@@ -40,6 +40,14 @@ import aiosqlite
 from llmitm.exchange.usage import UsageRecord
 from llmitm.file_modes import make_dir
 from llmitm.replay.model import Interaction
+from llmitm.responses_api.conversation_records import (
+    ConversationDeleted,
+    ConversationItemDeleted,
+    ConversationItemsAdded,
+    ConversationReader,
+    ConversationSaved,
+    StoredConversation,
+)
 from llmitm.responses_api.records import (
     ResponseDeleted,
     ResponseEvents,
@@ -50,6 +58,7 @@ from llmitm.responses_api.records import (
     ResponsesPurged,
     StoredResponse,
 )
+from llmitm.store import sqlite_conversations as conversations
 from llmitm.store import sqlite_recordings as recordings
 from llmitm.store.api import GroupBy, Store, StoreStats, UsageRow, Write
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew, migrate, user_version
@@ -92,6 +101,10 @@ DEFAULT_APPLIERS: Mapping[type, SqliteApplier] = {
     DeleteRecordings: recordings.apply_delete_ids,
     PruneRecordings: recordings.apply_prune,
     ReplayMissRecord: recordings.apply_misses,
+    ConversationSaved: conversations.apply_saved,
+    ConversationDeleted: conversations.apply_deleted,
+    ConversationItemsAdded: conversations.apply_items,
+    ConversationItemDeleted: conversations.apply_item_deleted,
 }
 _RECORDINGS_TABLE = "rec_interactions"
 
@@ -99,10 +112,13 @@ _RECORDINGS_TABLE = "rec_interactions"
 # them): a read-only file older than that shows no Responses state rather than failing.
 _RESPONSES_SCHEMA = 6
 
+# The migration that created the conversation tables.
+_CONVERSATIONS_SCHEMA = 7
+
 _BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 
 
-class SqliteStore(Store, ResponseReader):
+class SqliteStore(Store, ResponseReader, ConversationReader):
     """The store in the SQLite file at ``path`` (created, with its folder, mode 0600).
 
     ``max_queue``: writes waiting for the writer before ``submit`` starts dropping.
@@ -285,6 +301,28 @@ class SqliteStore(Store, ResponseReader):
     async def seal_key(self) -> bytes | None:
         reader = await self._responses_reader()
         return None if reader is None else await read_seal_key(reader)
+
+    # Conversations (store.sqlite_conversations), read after the writes before the call.
+
+    async def _conversations_reader(self) -> aiosqlite.Connection | None:
+        reader = self._read_connection()
+        if self.schema_version < _CONVERSATIONS_SCHEMA:
+            return None
+        if not self.read_only:
+            await self.flush()
+        return reader
+
+    async def conversation(
+        self, conversation_id: str, credential: str | None = None
+    ) -> StoredConversation | None:
+        reader = await self._conversations_reader()
+        if reader is None:
+            return None
+        return await conversations.read_conversation(reader, conversation_id, credential)
+
+    async def conversation_items(self, conversation_id: str) -> list[dict[str, Any]]:
+        reader = await self._conversations_reader()
+        return [] if reader is None else await conversations.read_items(reader, conversation_id)
 
     # Recordings (store.sqlite_recordings). A file without the recordings tables (read-only
     # over an older schema) simply has none.

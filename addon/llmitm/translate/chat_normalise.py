@@ -14,7 +14,10 @@ wrong that strict clients trip on, and a relay byte for byte hands those mistake
 - an error object inside an HTTP 200 stream (OpenRouter): turned into the ``{"error": …}``
   chunk openai-python raises ``APIError`` on, and the stream ends there.
 
-Reasoning fields (``reasoning_content``, ``reasoning``) and anything else are kept as sent.
+Reasoning fields (``reasoning_content``, ``reasoning``) and anything else are kept as sent,
+unless the endpoint asks for a rendering (``reasoning_passthrough``): then
+:mod:`~llmitm.translate.think_render` rewrites them, and chunks that mention reasoning (and,
+for ``think-tags``, every chunk while a think block is open) take the parsed path.
 
 Cost: a conformant chunk goes out as the very bytes that came in, never re-serialised. The
 hottest path (:meth:`ChatNormaliser.fast_chunk`) does not even parse it: a chunk that is one
@@ -30,6 +33,7 @@ from typing import Any
 import orjson
 
 from llmitm.translate.context import TranslationContext
+from llmitm.translate.think_render import DeltaReasoning, render_message_reasoning
 from llmitm.wire.errors import ApiError, chat_error_chunk, normalise_error
 from llmitm.wire.sse import DONE_FRAME
 
@@ -77,16 +81,18 @@ class _Call:
 
 
 class _Choice:
-    """What one choice has streamed: its calls and whether it finished."""
+    """What one choice has streamed: its calls, its reasoning rendering, whether it
+    finished."""
 
-    __slots__ = ("by_id", "by_index", "calls", "finished", "last")
+    __slots__ = ("by_id", "by_index", "calls", "finished", "last", "reasoning")
 
-    def __init__(self) -> None:
+    def __init__(self, reasoning: DeltaReasoning | None = None) -> None:
         self.calls: list[_Call] = []
         self.by_index: dict[int, _Call] = {}
         self.by_id: dict[str, _Call] = {}
         self.last: _Call | None = None
         self.finished = False
+        self.reasoning = reasoning
 
 
 class ChatNormaliser:
@@ -112,6 +118,21 @@ class ChatNormaliser:
         """The upstream's usage (chat shape), for accounting."""
         self.repaired = 0
         """How many upstream chunks were changed or dropped (for tests and logs)."""
+        self._render = self.context.options.reasoning_passthrough
+        """The reasoning rendering asked for (``None``: the fields as sent)."""
+
+    def _new_choice(self) -> _Choice:
+        return _Choice(DeltaReasoning(self._render) if self._render is not None else None)
+
+    def _skips_fast_path(self, data: bytes) -> bool:
+        """With a rendering asked for: whether this chunk must be parsed anyway (it mentions
+        reasoning, or a think block is open that its answer must close)."""
+        if data.find(b'"reasoning') >= 0:
+            return True
+        return any(
+            state.reasoning is not None and state.reasoning.think_open
+            for state in self._choices.values()
+        )
 
     # -- the driver's entry points ------------------------------------------------------------
 
@@ -125,6 +146,7 @@ class ChatNormaliser:
             or chunk.find(b"\n") != len(chunk) - 2
             or chunk[-1] != 0x0A
             or chunk.find(b"\r") >= 0
+            or (self._render is not None and self._skips_fast_path(chunk))
         ):
             return None
         return chunk if _plain(chunk, 7) else None
@@ -137,6 +159,7 @@ class ChatNormaliser:
             and self._head is not None
             and data.startswith(b"{")
             and _plain(data, 1)
+            and (self._render is None or not self._skips_fast_path(data))
         )
 
     def fast_frame(self, event: dict[str, Any], chunk: bytes, data: bytes) -> bytes:
@@ -213,17 +236,22 @@ class ChatNormaliser:
             index = choice.get("index", 0)
             state = self._choices.get(index) if type(index) is int else None
             if state is None:
-                state = self._choices[index if type(index) is int else 0] = _Choice()
+                state = self._choices[index if type(index) is int else 0] = self._new_choice()
             delta = choice.get("delta")
+            finishing = bool(choice.get("finish_reason"))
             if type(delta) is dict:
                 calls = delta.get("tool_calls")
                 if type(calls) is list and calls and self._calls(state, calls):
                     changed = True
-            if choice.get("finish_reason"):
+                if state.reasoning is not None and state.reasoning.render(delta, finishing):
+                    changed = True
+            if finishing:
                 state.finished = True
         if not changed:
             return None
         self.repaired += 1
+        if self._render == "drop" and _only_empty_deltas(choices):
+            return []  # a reasoning-only chunk with its reasoning dropped says nothing
         return [b"data: " + _dumps(event) + b"\n\n"]
 
     def _calls(self, state: _Choice, calls: list[Any]) -> bool:
@@ -312,7 +340,7 @@ class ChatNormaliser:
     def _missing_finishes(self) -> list[Frame]:
         """A closing chunk for each choice that never said why it stopped."""
         if not self._choices:
-            self._choices[0] = _Choice()
+            self._choices[0] = self._new_choice()
         frames = []
         for index, state in sorted(self._choices.items()):
             if state.finished:
@@ -321,12 +349,19 @@ class ChatNormaliser:
             self.repaired += 1
             reason = "tool_calls" if state.calls else "stop"
             head = self._head or self._new_head({})
+            closing = state.reasoning.closing() if state.reasoning is not None else None
             chunk = {
                 "id": head["id"],
                 "object": "chat.completion.chunk",
                 "created": head["created"],
                 "model": head["model"],
-                "choices": [{"index": index, "delta": {}, "finish_reason": reason}],
+                "choices": [
+                    {
+                        "index": index,
+                        "delta": {"content": closing} if closing else {},
+                        "finish_reason": reason,
+                    }
+                ],
             }
             frames.append(b"data: " + _dumps(chunk) + b"\n\n")
         return frames
@@ -339,20 +374,35 @@ def _extras(delta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _only_empty_deltas(choices: list[Any]) -> bool:
+    """Whether every choice of a chunk has a delta of nothing but nulls and no finish
+    reason."""
+    return all(
+        type(choice) is dict
+        and not choice.get("finish_reason")
+        and not choice.get("logprobs")
+        and all(value is None for value in (choice.get("delta") or {}).values())
+        for choice in choices
+    )
+
+
 def repair_chat_completion(completion: dict[str, Any], context: TranslationContext) -> bool:
     """The same repairs for a whole ``chat.completion`` body, in place; whether any was made.
 
     A body cannot repeat a call's id or name (each call is one object), and its calls carry no
     stream ``index``; what can be missing is a call's ``id`` or ``type`` and a choice's
-    ``finish_reason``."""
+    ``finish_reason``. The reasoning rendering asked for applies to each message."""
     choices = completion.get("choices")
     if type(choices) is not list:
         return False
+    render = context.options.reasoning_passthrough
     changed = False
     for choice in choices:
         if type(choice) is not dict:
             continue
         message = choice.get("message")
+        if render is not None and type(message) is dict:
+            changed = render_message_reasoning(message, render) or changed
         calls = message.get("tool_calls") if type(message) is dict else None
         calls = calls if type(calls) is list else []
         for tool_call in calls:

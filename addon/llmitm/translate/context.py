@@ -31,6 +31,12 @@ class TranslateOptions:
     think_open_missing: bool = False
     """Chat upstream whose content starts inside ``<think>`` without the opening tag
     (R1 distills): treat everything up to ``</think>`` as reasoning."""
+    reasoning_passthrough: ReasoningMode | None = None
+    """Re-render the reasoning fields of a chat stream relayed to a chat client
+    (``normalise-chat``) in this mode; ``None`` keeps them as the backend sent them."""
+    reasoning_summary: bool = False
+    """Show a Responses backend's raw ``reasoning_text`` to a Responses client as reasoning
+    summary events (``normalise-responses``), which more clients display."""
     ids: IdFactory = random_id
     clock: Clock = system_clock
 
@@ -38,6 +44,11 @@ class TranslateOptions:
         if self.reasoning not in REASONING_MODES:
             raise ValueError(
                 f"reasoning must be one of {', '.join(REASONING_MODES)}, not {self.reasoning!r}"
+            )
+        if self.reasoning_passthrough not in (None, *REASONING_MODES):
+            raise ValueError(
+                f"reasoning_passthrough must be one of {', '.join(REASONING_MODES)}, "
+                f"not {self.reasoning_passthrough!r}"
             )
 
 

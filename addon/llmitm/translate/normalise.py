@@ -288,6 +288,8 @@ class ResponsesNormaliser:
             # response.created (llama.cpp) must not change it in the terminal event.
             if key in _IDENTITY and self._seq > 0:
                 continue
+            if key in _SDK_ONLY:
+                continue
             if value is not None or key not in self._response:
                 self._response[key] = value
         self._response["output"] = []
@@ -580,6 +582,9 @@ class ResponsesNormaliser:
 
 
 _IDENTITY = frozenset({"id", "created_at"})
+# Fields the SDKs compute on their side, which no wire Response carries. OpenRouter sends
+# ``output_text: ""``; openai-node keeps a present one, so its final response lost the text.
+_SDK_ONLY = frozenset({"output_text"})
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "reasoning": "rs", "custom_tool_call": "ctc"}
 
 

@@ -20,6 +20,7 @@ from llmitm.translate.protocol import EventTranslator
 from llmitm.translate.responses_compat import CallRestorer
 from llmitm.translate.stream_to_chat import DONE, ResponsesToChatStream
 from llmitm.translate.stream_to_responses import ChatToResponsesStream
+from llmitm.translate.think_summary import ReasoningAsSummary
 from llmitm.wire.errors import ApiError
 from llmitm.wire.modes import Direction
 from llmitm.wire.sse import DONE_DATA, DONE_FRAME, SSEDecoder
@@ -75,6 +76,8 @@ class StreamPipeline:
         elif direction == "normalise-responses":
             normaliser = ResponsesNormaliser(self.context)
             self.translator = RestoringNormaliser(normaliser) if self.context.tools else normaliser
+            if self.context.options.reasoning_summary:
+                self.translator = ReasoningAsSummary(self.translator)
             self._encode = _encode_responses
         else:
             raise ValueError(f"unknown direction {direction!r}")

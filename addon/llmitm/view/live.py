@@ -293,3 +293,7 @@ class Summary:
     attempts: int = 1
     recorded: str | None = None
     finish: str | None = None
+    client_path: str = ""
+    """The path the client called (no query: it may hold a key)."""
+    upstream_path: str = ""
+    """The path llmitm called upstream, when it was another."""

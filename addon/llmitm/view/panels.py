@@ -161,8 +161,9 @@ def live_view(
 
 
 def summary_line(summary: Summary) -> Text:
-    """time, route, model → endpoint, translation, status, TTFT, duration, tokens in/out,
-    attempts, recorded id — one line per finished flow."""
+    """time, route, model → endpoint, translation, the client's path (→ the upstream's),
+    status, TTFT, duration, tokens in/out, attempts, recorded id — one line per finished
+    flow."""
     info = summary.info
     line = Text()
     line.append(time.strftime("%H:%M:%S", time.localtime(info.started)), style="dim")
@@ -170,6 +171,10 @@ def summary_line(summary: Summary) -> Text:
         line.append(f" [{info.route}]", style="dim")
     line.append(f" {info.target}", style="magenta")
     line.append(f" {info.translation}")
+    if summary.client_path:
+        line.append(f" {summary.client_path}")
+        if summary.upstream_path and summary.upstream_path != summary.client_path:
+            line.append(f"→{summary.upstream_path}", style="dim")
     line.append(f" {summary.status}", style="green" if summary.ok else "bold red")
     if summary.finish and summary.finish not in ("stop", "completed"):
         line.append(f" ({summary.finish})", style="yellow")

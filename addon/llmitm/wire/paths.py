@@ -33,7 +33,8 @@ _OPENAI = re.compile(r"^(?P<prefix>.*?)/(?P<rest>chat/completions|responses)/?$"
 # the same place as an id; stored chat completions (``{id}``, ``{id}/messages``).
 _OBJECT_CALL = re.compile(
     r"/(?:responses/[A-Za-z0-9_\-.]+(?:/input_items|/cancel)?"
-    r"|chat/completions/[A-Za-z0-9_\-.]+(?:/messages)?)/?$"
+    r"|chat/completions/[A-Za-z0-9_\-.]+(?:/messages)?"
+    r"|conversations(?:/[A-Za-z0-9_\-.]+(?:/items(?:/[A-Za-z0-9_\-.]+)?)?)?)/?$"
 )
 
 
@@ -71,8 +72,8 @@ def classify_path(path: str) -> ClassifiedPath | None:
 def is_llm_call(path: str) -> bool:
     """Whether ``path`` (with its query) is a call of the chat or Responses API, in any
     method: a create call (also the WebSocket transport's ``GET``), a state call on a stored
-    response or chat completion, ``compact`` or ``input_tokens``. Telemetry, trace uploads
-    and everything else an app sends through the proxy are not."""
+    response or chat completion, a Conversations call, ``compact`` or ``input_tokens``.
+    Telemetry, trace uploads and everything else an app sends through the proxy are not."""
     route = path.partition("?")[0]
     return classify_path(route) is not None or _OBJECT_CALL.search(route) is not None
 

@@ -13,6 +13,7 @@ checked with mitmproxy's own options and refused in one line before anything lis
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -61,6 +62,14 @@ def _filters(args: Any) -> dict[str, str]:
 
 def run_mitmdump(argv: Sequence[str]) -> int:
     run(LlmitmDump, cmdline.mitmdump, list(argv), _filters)
+    return 0
+
+
+def mitmdump_help() -> int:
+    """mitmdump's own ``--help``, with exit status 0 (mitmproxy's runner turns argparse's
+    exit after the help into 1)."""
+    with contextlib.suppress(SystemExit):
+        run(LlmitmDump, cmdline.mitmdump, ["--help"], _filters)
     return 0
 
 

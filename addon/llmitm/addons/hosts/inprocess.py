@@ -28,7 +28,9 @@ from mitmproxy.addons.errorcheck import ErrorCheck
 
 from llmitm.addons import make_addons
 from llmitm.addons.patches.master import uninstall_log_handlers, with_llmitm
+from llmitm.addons.record import LlmFlowRecorder
 from llmitm.errors import HostError
+from llmitm.replay.model import Interaction
 from llmitm.replay.pool import SCOPE_HEADERS, split_scope_path
 
 THREAD_NAME = "llmitm"
@@ -150,10 +152,14 @@ class InProcessProxy:
     """One mitmproxy master with llmitm's addons, run in a daemon thread of this process."""
 
     def __init__(
-        self, settings: dict[str, Any], on_exchange: Callable[[str, Exchange], None]
+        self,
+        settings: dict[str, Any],
+        on_exchange: Callable[[str, Exchange], None],
+        before_record: Callable[[Interaction], Interaction | None] | None = None,
     ) -> None:
         self.settings = settings
         self.on_exchange = on_exchange
+        self.before_record = before_record
         self.addresses: list[tuple[str, str, int]] = []
         self.master: master.Master | None = None
         self._ready = threading.Event()
@@ -225,7 +231,11 @@ class InProcessProxy:
         # llmitm's addons where mitmdump's script loader would put them (as llmitm run's
         # master has them, see entry.py), the ledger just before them (it reads the scope
         # before the recorder strips it from the path); _Ready last.
-        chain = with_llmitm(default_addons(), [ReplayLedger(self.on_exchange), *make_addons()])
+        llmitm = make_addons()
+        for addon in llmitm:
+            if isinstance(addon, LlmFlowRecorder):
+                addon.before_record = self.before_record
+        chain = with_llmitm(default_addons(), [ReplayLedger(self.on_exchange), *llmitm])
         current.addons.add(*chain, ErrorCheck(), _Ready(self))
         try:
             opts.update(**self.settings)

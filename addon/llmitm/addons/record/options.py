@@ -46,6 +46,7 @@ NAMES = frozenset(
         "llmitm_strict_drift",
         "llmitm_match_host",
         "llmitm_miss_status",
+        "llmitm_miss_advice",
         "llmitm_record_all",
         "llmitm_allow_record_in_ci",
     }
@@ -72,6 +73,8 @@ class RecordSettings:
     exhausted: OnExhausted = "error"
     strict_drift: bool = False
     miss_status: int = 400
+    miss_advice: str = ""
+    """What a miss tells the user to do (empty: llmitm's own commands and options)."""
     record_all: bool = False
 
     @property
@@ -109,6 +112,7 @@ def read_settings(options: Any, mode: str) -> RecordSettings:
         exhausted=cast(OnExhausted, options.llmitm_replay_exhausted),
         strict_drift=bool(options.llmitm_strict_drift),
         miss_status=options.llmitm_miss_status,
+        miss_advice=options.llmitm_miss_advice,
         record_all=bool(options.llmitm_record_all),
     )
 
@@ -211,6 +215,13 @@ def add_options(loader: Loader) -> None:
         400,
         "HTTP status of a strict replay miss (400-599; SDKs retry a 5xx, but the miss "
         "says x-should-retry: false).",
+    )
+    loader.add_option(
+        "llmitm_miss_advice",
+        str,
+        "",
+        "What a strict replay miss tells the user to do, in its answer and its log line "
+        "(default: llmitm's own commands and --set options).",
     )
     loader.add_option(
         "llmitm_record_all",

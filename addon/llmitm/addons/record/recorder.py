@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
@@ -63,6 +64,9 @@ class LlmFlowRecorder:
         self.fingerprint_key: bytes | None = None
         """Makes ``Interaction.credential`` (replay.fingerprint); read from the store."""
         self._started = False
+        self.before_record: Callable[[Interaction], Interaction | None] | None = None
+        """Sees each finished, redacted interaction before it is kept; returns it (edited or
+        not) or ``None`` to keep nothing (the pytest plugin's ``pytest_llmitm_before_record``)."""
 
     @property
     def mode(self) -> str:
@@ -219,6 +223,15 @@ class LlmFlowRecorder:
 
     def finished(self, interaction: Interaction) -> None:
         """Called by the tap with a finished, redacted interaction."""
+        if self.before_record is not None:
+            try:
+                kept = self.before_record(interaction)
+            except Exception:  # a broken filter must not write what it was meant to filter
+                logger.exception("llmitm: before_record failed; %s not recorded", interaction.id)
+                return
+            if kept is None:
+                return
+            interaction = kept
         self.report.recorded += 1
         self.store.submit(RecordingWrite(interaction))
         if self.settings.recordings:

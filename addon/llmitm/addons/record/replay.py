@@ -69,7 +69,8 @@ class Replayer:
     def miss(self, flow: http.HTTPFlow, miss: Miss, settings: RecordSettings) -> None:
         """Answer a strict miss (``llmitm_miss_status``), log it and keep it."""
         where = miss.closest.source if miss.closest is not None else None
-        answer(flow, *miss_error(miss, where, settings.miss_status), None)
+        advice = settings.miss_advice
+        answer(flow, *miss_error(miss, where, settings.miss_status, advice), None)
         closest = miss.closest
         diff = canonical_diff(closest.canonical, miss.key.canonical) if closest else []
         text = miss_text(
@@ -79,6 +80,7 @@ class Replayer:
             loaded=len(self.pool),
             unused=len(self.pool.unused()),
             diff=diff,
+            advice=advice,
         )
         logger.error(text)
         self.report.add_miss(miss, diff)

@@ -1,9 +1,9 @@
 """``llmitm rec``: look at, compare, move and check recordings.
 
     llmitm rec ls [--db PATH | --folder DIR] [--scope S] [--limit N] [--json]
-    llmitm rec show ID [--db PATH | --folder DIR] [--timeline] [--json]
+    llmitm rec show ID [--db PATH | --folder DIR] [--raw | --json] [--timeline]
     llmitm rec diff A B [--db PATH | --folder DIR]   |   llmitm rec diff --last-miss [--db PATH]
-    llmitm rec export DIR [--db PATH | --from-folder DIR] [--scope S] [--umask]
+    llmitm rec export DIR [--db PATH | --from-folder DIR] [--scope S] [--id ID]… [--umask]
     llmitm rec export FILE --har | --flows [--db PATH | --from-folder DIR]
     llmitm rec import DIR [--db PATH]
     llmitm rec verify (DIR | --db PATH)
@@ -12,6 +12,9 @@
     llmitm rec migrate (DIR | --db PATH) [--profile P] [--ignore PATH]…
     llmitm rec check-secrets PATH...
     llmitm rec prune [--db PATH] (--older-than 7d | --scope S | --id ID… | --host H --path P)
+
+``ls`` prints each id as its shortest unique prefix (8 characters at least); every command
+that takes an id takes such a prefix. ``show`` prints the conversation by default.
 
 ``check-secrets`` and ``export`` name the recording and the field of each credential-shaped
 value they find (``01J… request.headers.authorization``), so ``prune --id`` can drop it.

@@ -118,18 +118,65 @@ async def load_all(args: argparse.Namespace) -> list[Interaction]:
 async def find(args: argparse.Namespace, ident: str) -> Interaction:
     """The one recording whose id is or starts with ``ident``, from ``--folder`` or the store."""
     if getattr(args, "folder", None):
-        found = [i for i in folder_files.read_folder(Path(args.folder)) if i.id.startswith(ident)]
-    else:
-        store = await open_store(args.db)
-        try:
-            ids = [i.id for i in await store.recordings() if i.id.startswith(ident)]
-            one = await store.recording(ids[0]) if len(ids) == 1 else None
-        finally:
-            await store.close()
-        found = [one] if one is not None else [None] * len(ids)
-    if len(found) != 1 or found[0] is None:
-        raise RecError(f"{'no' if not found else 'more than one'} recording with id {ident!r}")
-    return found[0]
+        interactions = folder_files.read_folder(Path(args.folder))
+        wanted = resolve_id(ident, [i.id for i in interactions])
+        return next(i for i in interactions if i.id == wanted)
+    store = await open_store(args.db)
+    try:
+        wanted = resolve_id(ident, [i.id for i in await store.recordings()])
+        found = await store.recording(wanted)
+    finally:
+        await store.close()
+    if found is None:  # pruned between the two reads
+        raise RecError(f"no recording with id {ident!r}")
+    return found
+
+
+# --- ids -------------------------------------------------------------------------------------
+
+SHORT_ID = 8
+"""The fewest characters ``rec ls`` shows of an id (more where recordings share a start)."""
+CANDIDATES_SHOWN = 10
+
+
+def short_ids(ids: Iterable[str], minimum: int = SHORT_ID) -> dict[str, str]:
+    """Each id cut to its shortest prefix that no other id starts with, at least ``minimum``
+    characters: what ``rec ls`` prints, and what every ``rec`` command taking an id accepts.
+    Sorted, an id shares the longest start with a neighbour, so only those are compared."""
+    ordered = sorted(set(ids))
+    shared = [0] * len(ordered)
+    for index in range(1, len(ordered)):
+        common = _common_length(ordered[index - 1], ordered[index])
+        shared[index - 1] = max(shared[index - 1], common)
+        shared[index] = max(shared[index], common)
+    return {ident: ident[: max(minimum, shared[index] + 1)] for index, ident in enumerate(ordered)}
+
+
+def _common_length(a: str, b: str) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def resolve_id(ident: str, ids: Sequence[str]) -> str:
+    """The one id of ``ids`` that is ``ident`` or starts with it; a missing or ambiguous
+    prefix is a :class:`RecError` (an ambiguous one lists the candidates, shortened)."""
+    ident = ident.strip().rstrip("…")  # a prefix copied with the ellipsis of a cut column
+    if ident in ids:
+        return ident
+    matches = sorted({i for i in ids if i.startswith(ident)}) if ident else []
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise RecError(f"no recording with id {ident!r} (llmitm rec ls lists them)")
+    shown = short_ids(matches, minimum=len(ident) + 1)
+    names = [shown[m] for m in matches[:CANDIDATES_SHOWN]]
+    more = len(matches) - len(names)
+    listed = ", ".join(names) + (f" and {more} more" if more else "")
+    raise RecError(f"{ident!r} starts {len(matches)} recording ids: {listed}; give more of the id")
 
 
 # --- output ----------------------------------------------------------------------------------

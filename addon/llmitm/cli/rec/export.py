@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from rich.console import Console
 
-from llmitm.cli.rec.common import open_store, progress
+from llmitm.cli.rec.common import open_store, progress, resolve_id
 from llmitm.cli.rec.scanning import locate_text, refuse_secrets
 from llmitm.file_modes import write_file
 from llmitm.replay import folder as folder_format
@@ -27,6 +27,10 @@ def add_parser(sub: Any) -> None:
     export.add_argument("--db")
     export.add_argument("--from-folder", help="read a recordings folder instead of the store")
     export.add_argument("--scope")
+    export.add_argument(
+        "--id", action="append", default=[], dest="ids", metavar="ID",
+        help="only this recording, by id or unique prefix (repeatable)",
+    )  # fmt: skip
     kind = export.add_mutually_exclusive_group()
     kind.add_argument("--har", action="store_true", help="HAR 1.2 (browser dev tools)")
     kind.add_argument("--flows", action="store_true", help="a mitmproxy flow file (mitmweb)")
@@ -56,6 +60,10 @@ async def command(args: argparse.Namespace, console: Console) -> int:
             interactions = await store.load_recordings(args.scope)
         finally:
             await store.close()
+    if args.ids:
+        known = [i.id for i in interactions]
+        wanted = {resolve_id(ident, known) for ident in args.ids}
+        interactions = [i for i in interactions if i.id in wanted]
     target = Path(args.folder)
     # Scan what would be written (export refuses when anything matches): the files
     # themselves for a folder or a HAR file; each interaction for a flow file (binary).

@@ -1,4 +1,8 @@
-"""``llmitm rec ls``: the recordings of the store or of a folder, as a table or JSON."""
+"""``llmitm rec ls``: the recordings of the store or of a folder, as a table or JSON.
+
+The table shows each id cut to its shortest unique prefix (``common.short_ids``), never cut
+further by a narrow terminal: that prefix is what ``show``, ``diff``, ``export`` and ``prune``
+take. The other columns wrap instead."""
 
 from __future__ import annotations
 
@@ -12,9 +16,13 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from llmitm.cli.rec.common import add_source_options, open_store, summary
+from llmitm.cli.rec.common import add_source_options, open_store, short_ids, summary
 from llmitm.replay.model import Interaction
 from llmitm.store import folder as folder_files
+
+COLUMNS = ("when", "scope", "call", "model", "plan", "status", "TTFB ms", "ms")
+NARROW = 110
+NARROW_DROPS = frozenset({"when", "TTFB ms"})
 
 
 def add_parser(sub: Any) -> None:
@@ -28,10 +36,13 @@ def add_parser(sub: Any) -> None:
 async def command(args: argparse.Namespace, console: Console) -> int:
     if args.folder:
         interactions = folder_files.read_folder(Path(args.folder))
+        every = [i.id for i in interactions]
     else:
         store = await open_store(args.db)
         try:
             interactions = await store.recordings(args.scope, args.limit or None)
+            # Prefixes unique among all recordings, not only the ones listed.
+            every = [i.id for i in await store.recordings()]
         finally:
             await store.close()
     if args.scope:
@@ -39,23 +50,31 @@ async def command(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         sys.stdout.buffer.write(orjson.dumps([summary(i) for i in interactions]) + b"\n")
         return 0
+    short = short_ids(every)
+    # Narrow terminals lose the columns one reads least, so the rest need not wrap much.
+    narrow = console.width < NARROW
+    columns = [c for c in COLUMNS if not (narrow and c in NARROW_DROPS)]
     table = Table(title=f"{len(interactions)} recording(s)")
-    for column in ("id", "when", "scope", "call", "model", "plan", "status", "TTFB ms", "ms"):
-        table.add_column(column, justify="right" if column.endswith("ms") else "left")
-    for i in interactions:
-        status = str(i.status) + (" ✂" if i.truncated else "")
-        call = f"{i.method} {i.route}" + (" ⇶" if i.stream else "")
-        table.add_row(
-            i.id,
-            _when(i),
-            i.scope,
-            call,
-            i.model,
-            i.plan,
-            status,
-            _ms(i.ttfb_us),
-            _ms(i.duration_us),
+    widest = max((len(short[i.id]) for i in interactions), default=2)
+    table.add_column("id", no_wrap=True, min_width=widest)
+    for column in columns:
+        table.add_column(
+            column,
+            justify="right" if column.endswith("ms") else "left",
+            overflow="fold",  # wrap, never an ellipsis: what is shown can be copied
         )
+    for i in interactions:
+        cells = {
+            "when": _when(i),
+            "scope": i.scope,
+            "call": f"{i.method} {i.route}" + (" ⇶" if i.stream else ""),
+            "model": i.model,
+            "plan": i.plan,
+            "status": str(i.status) + (" ✂" if i.truncated else ""),
+            "TTFB ms": _ms(i.ttfb_us),
+            "ms": _ms(i.duration_us),
+        }
+        table.add_row(short[i.id], *(cells[c] for c in columns))
     console.print(table)
     return 0
 

@@ -11,9 +11,8 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from llmitm.cli.rec.common import RecError, must_exist, open_store
+from llmitm.cli.rec.common import RecError, must_exist, open_store, resolve_id
 from llmitm.cli.usage import parse_since
-from llmitm.store import SqliteStore
 from llmitm.store.recordings import DeleteRecordings, DeleteScope, PruneRecordings
 
 
@@ -41,8 +40,9 @@ async def command(args: argparse.Namespace, console: Console) -> int:
     must_exist(args.db)
     store = await open_store(args.db, write=True)
     try:
-        before = len(await store.recordings())
-        ids = [await _recording_id(store, ident) for ident in args.ids]
+        known = [i.id for i in await store.recordings()]
+        before = len(known)
+        ids = [resolve_id(ident, known) for ident in args.ids]
         if args.host or args.path:
             ids += _matching(await store.request_urls(), args.host, args.path)
         if ids:
@@ -59,13 +59,6 @@ async def command(args: argparse.Namespace, console: Console) -> int:
         await store.close()
     console.print(f"pruned {before - left}; {left} recording(s) left")
     return 0
-
-
-async def _recording_id(store: SqliteStore, ident: str) -> str:
-    interaction = await store.recording(ident)
-    if interaction is None:
-        raise RecError(f"no recording {ident} (or the prefix is not unique)")
-    return interaction.id
 
 
 def _matching(urls: Iterable[tuple[str, str]], host: str | None, path: str | None) -> list[str]:
