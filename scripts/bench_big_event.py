@@ -16,7 +16,15 @@ chunked writes, and the client reads it to the end through:
 Runs are interleaved round by round. Prints each setup's median wall time, its ratio to
 mitmdump and the proxy's RSS after the last run.
 
+``--waves N`` measures memory instead: llmitm processes that differ only in how freed heap
+goes back (glibc's defaults; a fixed mmap threshold; a fixed trim threshold; llmitm's
+``malloc_trim`` after a flow that grew the heap, its default) each take
+N waves of the pass and the translated route, and their RSS is printed after every wave,
+with each variant's median time per event.
+
     python scripts/bench_big_event.py [--mib 20] [--runs 5]
+    python scripts/bench_big_event.py --waves 7
+    python scripts/bench_big_event.py --runs 3 --profile DIR   # then pstats DIR/llmitm.prof
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_proxy
 import orjson
 from bench_proxy import Processes, start_llmitm, start_mitmdump
 
@@ -170,20 +179,70 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+NO_TRIM = ["llmitm_malloc_trim=false"]
+ALLOCATORS: dict[str, tuple[dict[str, str], list[str]]] = {
+    "glibc defaults": ({}, NO_TRIM),
+    "mmap 128 KiB": ({"MALLOC_MMAP_THRESHOLD_": str(128 << 10)}, NO_TRIM),
+    "trim 128 KiB": ({"MALLOC_TRIM_THRESHOLD_": str(128 << 10)}, NO_TRIM),
+    "malloc_trim": ({}, []),
+}
+"""The allocator variants ``--waves`` compares: glibc's environment settings (read when a
+process starts; any of them also stops glibc raising its mmap threshold after each large
+free), and llmitm's own ``malloc_trim`` after flows that grew the heap (on by default)."""
+
+
+def waves(procs: Processes, upstream: str, config: str, count: int) -> None:
+    started = {
+        label: start_llmitm(
+            procs,
+            upstream,
+            config,
+            extra=["llmitm_record=off", *options],
+            env=env,
+            name=f"llmitm-{index}",
+        )
+        for index, (label, (env, options)) in enumerate(ALLOCATORS.items())
+    }
+    print("RSS MiB after each wave (one event per route per wave)")
+    print(f"{'wave':<6}" + "".join(f"{label:>18}" for label in started))
+    print(f"{'start':<6}" + "".join(f"{rss_mb(pid):>18.0f}" for _port, pid in started.values()))
+    times: dict[str, list[float]] = {label: [] for label in started}
+    for wave in range(1, count + 1):
+        for label, (port, _pid) in started.items():
+            for model, api in (("big-pass", "chat"), ("big-translated", "responses")):
+                elapsed, _size = asyncio.run(fetch(port, model, api))
+                times[label].append(elapsed)
+        time.sleep(1.0)  # what each process keeps once it has settled, not mid-clean-up
+        row = "".join(f"{rss_mb(pid):>18.0f}" for _port, pid in started.values())
+        print(f"{wave:<6}{row}", flush=True)
+    medians = "".join(f"{statistics.median(t):>18.2f}" for t in times.values())
+    print(f"{'s/ev':<6}{medians}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=20, help="size of the one content delta")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--waves", type=int, default=0, help="measure RSS over N waves")
+    parser.add_argument(
+        "--profile", type=Path, help="run llmitm under cProfile, writing DIR/<name>.prof"
+    )
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         asyncio.run(serve(args.serve, args.mib))
         return 0
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        bench_proxy.PROFILE_DIR = args.profile.resolve()
     with tempfile.TemporaryDirectory(prefix="llmitm-bench-big-") as tmp:
         procs = Processes(Path(tmp))
         try:
             up = start_upstream(procs, args.mib)
             upstream = f"http://127.0.0.1:{up}"
+            if args.waves:
+                waves(procs, upstream, CONFIG.format(up=upstream), args.waves)
+                return 0
             mitmdump_port, mitmdump_pid = start_mitmdump(procs, upstream)
             config = CONFIG.format(up=upstream)
             llmitm_port, llmitm_pid = start_llmitm(
@@ -197,19 +256,25 @@ def main() -> int:
                 ("llmitm →responses", llmitm_port, "big-translated", "responses", llmitm_pid),
             ]
             times: dict[str, list[float]] = {name: [] for name, *_ in setups}
+            sizes: dict[str, int] = {}
             for round_ in range(args.runs):
                 order = setups if round_ % 2 == 0 else setups[::-1]
                 for name, port, model, api, _pid in order:
-                    elapsed, _size = asyncio.run(fetch(port, model, api))
+                    elapsed, sizes[name] = asyncio.run(fetch(port, model, api))
                     print(f"  {name}: {elapsed:.2f} s", file=sys.stderr, flush=True)
                     times[name].append(elapsed)
             base = statistics.median(times["mitmdump"])
             print(f"one {args.mib} MiB event, median of {args.runs} runs")
-            print(f"{'setup':<20} {'median s':>9} {'× mitmdump':>11} {'proxy RSS MiB':>14}")
+            # The client's bytes: a Responses stream repeats the text in its closing events.
+            print(
+                f"{'setup':<20} {'median s':>9} {'× mitmdump':>11} {'MiB read':>9}"
+                f" {'proxy RSS MiB':>14}"
+            )
             for name, _port, _model, _api, pid in setups:
                 median = statistics.median(times[name])
                 rss = f"{rss_mb(pid):.0f}" if pid else "–"
-                print(f"{name:<20} {median:>9.2f} {median / base:>11.2f} {rss:>14}")
+                read = sizes[name] / (1 << 20)
+                print(f"{name:<20} {median:>9.2f} {median / base:>11.2f} {read:>9.0f} {rss:>14}")
         finally:
             procs.stop_all()
     return 0

@@ -429,11 +429,14 @@ def start_llmitm(
     twin: bool = False,
     extra: Sequence[str] = (),
     code: str | None = None,
+    env: dict[str, str] | None = None,
+    name: str | None = None,
 ) -> tuple[int, int]:
     """``llmitm run`` with ``llmitm_console=console`` (``off`` for the plain llmitm setups:
     the console and other options are measured by the ``+twin`` ones, against these), running
-    the llmitm of the checkout ``code`` (default: this one)."""
-    name = "llmitm-twin" if twin else "llmitm"
+    the llmitm of the checkout ``code`` (default: this one), with ``env`` added to its
+    environment; ``name`` tells several such processes' files apart."""
+    name = name or ("llmitm-twin" if twin else "llmitm")
     config_path = procs.tmp / f"{name}.toml"
     if code:
         # An older checkout knows neither the ``conformant`` nor the ``state`` key, and never
@@ -468,6 +471,7 @@ def start_llmitm(
         env={
             **(CONSOLE_TERMINAL if console == "live" else {}),
             **({"PYTHONPATH": str(Path(code).resolve() / "addon")} if code else {}),
+            **(env or {}),
         }
         or None,
     )  # fmt: skip

@@ -9,9 +9,11 @@ from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.conversations import LlmConversations
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
+from llmitm.addons.first_byte import LlmFirstByteWatch
 from llmitm.addons.first_screen import LlmFirstScreen
 from llmitm.addons.health import LlmHealth
 from llmitm.addons.listenfile import ListenFile
+from llmitm.addons.memory import LlmMemoryTrim
 from llmitm.addons.metrics import LlmMetrics, LlmMetricsEndpoint
 from llmitm.addons.models import LlmModels, LlmUnmatched
 from llmitm.addons.namespace import LlmNamespace
@@ -84,6 +86,7 @@ def make_addons() -> list[object]:
         router,
         LlmUnmatched(settings),  # unmatched = "reject": what the router left alone
         LlmAccessStrip(settings),  # a client key never goes upstream
+        LlmFirstByteWatch(settings),  # after the router's slot wait: times the upstream's head
         LlmEgressGuard(egress),
         LlmUsage(store),
         LlmStreamTranslator(),
@@ -97,6 +100,7 @@ def make_addons() -> list[object]:
         LlmTraces(metrics),  # spans from the facts metrics took (the otel extra, optional)
         LlmContentview(),
         LlmFlowSides(),  # last: the flow gets the client's request back once all have read it
+        LlmMemoryTrim(),  # after the flow's last readers: trims once its bodies are let go
         LlmFirstScreen(settings, store),  # before the listen file: said before a command runs
         ListenFile(),
     ]

@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 CLIENT_KEY = "llmitm_client_key"
 """``flow.metadata`` key: the name of the client key the request presented."""
+REFUSED_KEY = "llmitm_refused"
+"""``flow.metadata`` key: the error code of a refusal answered here (the recorder keeps such a
+flow although it is answered before the recorder sees it)."""
 OWN_PREFIX = "/_llmitm/"
 _LISTEN_OPTIONS = {"mode", "listen_host", "llmitm_public_listen", "llmitm_config"}
 _NO_LISTENER = (mode_specs.LocalMode, mode_specs.OsProxyMode)
@@ -159,6 +162,7 @@ class LlmAccess:
             if error is not None:
                 logger.info("llmitm: refused %s %s: %s", request.method, path, error.code)
                 _answer(flow, error)
+                flow.metadata[REFUSED_KEY] = error.code
                 return
         else:
             # Not llmitm's to guard (the egress policy decides), but a client key it carries

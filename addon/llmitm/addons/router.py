@@ -56,6 +56,7 @@ from llmitm.routing.access import route_refusal
 from llmitm.routing.affinity import conversation_key, remembers_turn
 from llmitm.routing.config import Config
 from llmitm.routing.engine import Routing
+from llmitm.routing.first_byte import first_byte_outcome
 from llmitm.routing.outcomes import direct_outcome, transport_outcome
 from llmitm.routing.plan import Plan, match_route
 from llmitm.translate.errors import TranslationError
@@ -235,6 +236,8 @@ class LlmRouter:
             outcome = transport_outcome(
                 flow.error.msg, got_head=flow.response is not None, streamed=state.streamed
             )
+            if state.head_timeout is not None:  # LlmFirstByteWatch closed it
+                outcome = first_byte_outcome(state.head_timeout)
             if outcome is not None:
                 self.routing.record(routed.endpoint, outcome, time.monotonic(), routed.model)
 

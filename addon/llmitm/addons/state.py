@@ -79,6 +79,8 @@ class FlowState:
     streamed: bool = False
     upstream_cut: str | None = None
     """Why the upstream's stream ended early, when it did."""
+    head_timeout: str | None = None
+    """Why llmitm stopped waiting for the upstream's head (``first_byte_timeout``), if it did."""
     strip_usage: bool = False
     """llmitm asked the chat upstream for a usage chunk the client did not ask for."""
     routed: Routed | None = None
@@ -90,6 +92,7 @@ class FlowState:
             "client_stream": self.client_stream,
             "streamed": self.streamed,
             "upstream_cut": self.upstream_cut,
+            "head_timeout": self.head_timeout,
         }
 
 

@@ -16,7 +16,9 @@ answered bytes that are not HTTP, or cut a plain body short), mitmproxy answers 
 ``502 Bad Gateway`` page. For an API call (``wire.paths.is_llm_call``) this module sends
 :func:`~llmitm.wire.gateway_errors.gateway_error` as JSON instead, after the ``error`` hook
 has run as usual (the router counts the failure, the recorder keeps the flow); the answer is
-an ordinary response, so the client's keep-alive connection serves its next request.
+an ordinary response, so the client's keep-alive connection serves its next request. When
+llmitm itself closed the upstream because no head came within ``first_byte_timeout``
+(:mod:`llmitm.addons.first_byte`), the answer is that addon's 504 ``upstream_timeout``.
 
 It replaces a method of mitmproxy's HTTP layer and builds events from its private
 ``proxy.layers.http._events`` module, so both are imported guarded: :func:`install` applies
@@ -34,10 +36,12 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+import orjson
 from mitmproxy import flow as mitmflow
 from mitmproxy import http
 from mitmproxy.connection import ConnectionState
 
+from llmitm.addons.first_byte import timeout_answer
 from llmitm.addons.patches.fallback import degrade
 from llmitm.addons.state import flow_state
 from llmitm.exchange.stream import StreamRewriter
@@ -112,19 +116,23 @@ def _answer_gateway_error(stream: Any, event: ResponseProtocolError) -> Generato
     yield HttpErrorHook(flow)
     if (yield from stream.check_killed(False)):
         return
-    reached = event.code != ErrorCode.CONNECT_FAILED
-    error = gateway_error(event.message, reached=reached)
-    logger.warning(
-        "llmitm: %s: the upstream failed before its answer (%s); answering %d %s",
-        flow.request.pretty_url,
-        event.message,
-        error.status,
-        error.code,
-    )
-    body = gateway_error_body(error)
-    flow.response = http.Response.make(
-        error.status, body, {"content-type": "application/json", "x-llmitm-endpoint": "llmitm"}
-    )
+    headers = {"content-type": "application/json", "x-llmitm-endpoint": "llmitm"}
+    timed_out = timeout_answer(flow)  # llmitm itself closed it: no head in first_byte_timeout
+    if timed_out is not None:
+        status, body = timed_out.status, orjson.dumps(timed_out.body)
+        headers["x-should-retry"] = "false"
+    else:
+        reached = event.code != ErrorCode.CONNECT_FAILED
+        error = gateway_error(event.message, reached=reached)
+        logger.warning(
+            "llmitm: %s: the upstream failed before its answer (%s); answering %d %s",
+            flow.request.pretty_url,
+            event.message,
+            error.status,
+            error.code,
+        )
+        status, body = error.status, gateway_error_body(error)
+    flow.response = http.Response.make(status, body, headers)
     flow.response.timestamp_end = time.time()
     client = stream.context.client
     yield SendHttp(ResponseHeaders(stream.stream_id, flow.response, False), client)

@@ -19,6 +19,7 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
+from llmitm.addons.access import REFUSED_KEY
 from llmitm.addons.choices import check_choices
 from llmitm.addons.record import options
 from llmitm.addons.record.flows import Capture, capture_of, fields, keep_capture, now_us
@@ -136,8 +137,13 @@ class LlmFlowRecorder:
     # --- hooks ---------------------------------------------------------------------------
 
     def request(self, flow: http.HTTPFlow) -> None:
-        if flow.response or flow.error or not flow.live or flow.metadata.get(SOCKET_KEY):
+        if flow.error or not flow.live or flow.metadata.get(SOCKET_KEY):
             return  # a socket llmitm serves is recorded as the calls made over it
+        # LlmAccess answers refusals before anything else sees the flow; they are recorded
+        # all the same (never replayed). Other answers this early are not calls.
+        refused = flow.response is not None
+        if refused and flow.metadata.get(REFUSED_KEY) is None:
+            return
         settings, request = self.settings, flow.request
         scope = settings.scope
         in_path, path = split_scope_path(request.path)
@@ -161,16 +167,25 @@ class LlmFlowRecorder:
             logger.exception("llmitm: cannot record %s", request.pretty_url)
             return
         keep_capture(flow, capture)
+        if refused:
+            if settings.recording:
+                self._wipe_once(mode, scope)
+                capture.record = True
+            return
         if settings.replaying and self.replay.lookup(flow, capture, settings):
             return
-        if mode == "rewrite" and scope not in self.wiped:
-            self.wiped.add(scope)
-            self.store.submit(DeleteScope(scope))
+        self._wipe_once(mode, scope)
         capture.record = True
         set_mint(flow, Mint())
         # The stream callable should see the body as sent, not gzip (the router does the
         # same for the flows it plans).
         request.headers["accept-encoding"] = "identity"
+
+    def _wipe_once(self, mode: str, scope: str) -> None:
+        """``rewrite``: the scope's old recordings go before its first new one."""
+        if mode == "rewrite" and scope not in self.wiped:
+            self.wiped.add(scope)
+            self.store.submit(DeleteScope(scope))
 
     def server_connect(self, data: ServerConnectionHookData) -> None:
         # Replay opens no socket (the backstop of the answers in ``request``): whatever got

@@ -1,0 +1,73 @@
+"""The heap trim after flows that grew the proxy: it trims once the resident size has grown
+by GROWTH_MB since the last trim, once for all the flows that ended meanwhile, and never with
+the option off."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from mitmproxy.test import taddons, tflow
+
+from llmitm.addons import memory
+
+
+class FakeHeap:
+    def __init__(self, resident: float) -> None:
+        self.resident = resident
+        self.trims = 0
+
+    def trim(self, _pad: int) -> int:
+        self.trims += 1
+        self.resident -= 100
+        return 1
+
+
+@pytest.fixture
+def heap(monkeypatch: pytest.MonkeyPatch) -> FakeHeap:
+    fake = FakeHeap(100.0)
+    monkeypatch.setattr(memory, "_libc_trim", lambda: fake.trim)
+    monkeypatch.setattr(memory, "resident_mb", lambda: fake.resident)
+    monkeypatch.setattr(memory, "TRIM_DELAY_S", 0.01)
+    return fake
+
+
+async def ended(addon: memory.LlmMemoryTrim, flows: int) -> None:
+    for _ in range(flows):
+        addon.response(tflow.tflow(resp=True))
+    await asyncio.sleep(0.05)
+
+
+async def test_it_trims_once_the_heap_grew_by_growth_mb(heap: FakeHeap) -> None:
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=True)
+        heap.resident += memory.GROWTH_MB - 1
+        await ended(addon, 3)
+        assert heap.trims == 0  # grown, but not by enough
+        heap.resident += 1
+        await ended(addon, 3)
+        assert heap.trims == 1  # one look for the three flows
+        # The baseline is the trimmed size now: it takes another GROWTH_MB to trim again.
+        heap.resident += memory.GROWTH_MB - 1
+        await ended(addon, 1)
+        assert heap.trims == 1
+        heap.resident += 1
+        addon.error(tflow.tflow(err=True))
+        await asyncio.sleep(0.05)
+        assert heap.trims == 2
+
+
+async def test_the_option_off_never_trims(heap: FakeHeap) -> None:
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=False)
+        heap.resident += 10 * memory.GROWTH_MB
+        await ended(addon, 2)
+        assert heap.trims == 0
+
+
+def test_the_real_trim_and_resident_size_are_there_on_linux() -> None:
+    assert memory._libc_trim() is not None
+    resident = memory.resident_mb()
+    assert resident is not None and resident > 1
