@@ -37,6 +37,7 @@ def test_every_option_lands_in_the_settings() -> None:
             addon,
             llmitm_record="replay-or-record",
             llmitm_recordings="recs",
+            llmitm_allow_record_in_ci=True,  # CI refuses to record into a folder otherwise
             llmitm_replay_from="client",
             llmitm_match_profile="loose",
             llmitm_match_ignore=["messages.0.content"],

@@ -38,11 +38,13 @@ affinity_ttl = 60
 
 [endpoints.a]
 kind = "compatible"
+state = "native"  # the fake keeps Responses state: ids have an owner
 base_url = "{a}/v1"
 apis = ["chat", "responses"]
 
 [endpoints.b]
 kind = "compatible"
+state = "native"  # the fake keeps Responses state: ids have an owner
 base_url = "{b}/v1"
 apis = ["chat", "responses"]
 
@@ -53,17 +55,20 @@ apis = ["chat"]
 
 [endpoints.dead]
 kind = "compatible"
+state = "native"  # the fake keeps Responses state: ids have an owner
 base_url = "http://127.0.0.1:{dead}/v1"
 apis = ["chat", "responses"]
 
 [endpoints.c]
 kind = "compatible"
+state = "native"  # the fake keeps Responses state: ids have an owner
 base_url = "{c}/v1"
 apis = ["chat", "responses"]
 max_concurrency = 4
 
 [endpoints.d]
 kind = "compatible"
+state = "native"  # the fake keeps Responses state: ids have an owner
 base_url = "{d}/v1"
 apis = ["chat", "responses"]
 max_concurrency = 3
