@@ -208,18 +208,25 @@ class ResponsesNormaliser:
         """``chunk`` itself when it is one delta event that fits the template (its text is
         recorded), else ``None`` to take the general path. No parse, no copy."""
         template = self.template
-        if (
-            template is None
-            or not chunk.startswith(template.line)
-            or not chunk.endswith(b"\n\n")
-            or template.item.closed
-            or self.finished
-        ):
+        if template is None or template.item.closed or self.finished:
             return None
-        delta = template.match(chunk, len(template.line), len(chunk) - 2, self._seq)
+        seq = self._seq
+        scan = template.scan
+        if scan is not None:
+            end = scan(chunk, 0, seq)
+            if end == len(chunk):
+                self._seq = seq + 1
+                return chunk
+            if end >= 0:
+                # One fitting event and more after it: relay_events takes the read.
+                template.sink.pop()
+                return None
+        if not chunk.startswith(template.line) or not chunk.endswith(b"\n\n"):
+            return None
+        delta = template.match(chunk, len(template.line), len(chunk) - 2, seq)
         if delta is None:
             return None
-        self._seq += 1
+        self._seq = seq + 1
         template.sink.append(delta)
         return chunk
 
@@ -231,19 +238,30 @@ class ResponsesNormaliser:
         template = self.template
         if template is None or template.item.closed or self.finished:
             return 0
-        line, match, sink = template.line, template.match, template.sink
+        line, match, sink, scan = template.line, template.match, template.sink, template.scan
         start = len(line)
+        seq = self._seq
         position = 0
-        while chunk.startswith(line, position):
+        size = len(chunk)
+        while position < size:
+            if scan is not None:
+                end = scan(chunk, position, seq)
+                if end >= 0:
+                    seq += 1
+                    position = end
+                    continue
+            if not chunk.startswith(line, position):
+                break
             end = chunk.find(b"\n\n", position + start)
             if end < 0:
                 break
-            delta = match(chunk, position + start, end, self._seq)
+            delta = match(chunk, position + start, end, seq)
             if delta is None:
                 break
-            self._seq += 1
+            seq += 1
             sink.append(delta)
             position = end + 2
+        self._seq = seq
         return position
 
     def fast_event(self, name: str | None, data: bytes) -> bytes | None:
