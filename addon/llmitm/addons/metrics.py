@@ -44,7 +44,8 @@ METRICS_PATH = "/_llmitm/metrics"
 
 
 class _FirstChunk:
-    """Notes when a stream's first chunk arrives, then hands its place to ``len``."""
+    """Notes when a stream's first chunk arrives, then stops watching (the stream's other
+    chunks then cost it nothing)."""
 
     __slots__ = ("at", "number", "rewriter")
 
@@ -55,7 +56,7 @@ class _FirstChunk:
 
     def __call__(self, data: bytes) -> None:
         self.at = time.time()  # mitmproxy's timestamps are epoch seconds
-        self.rewriter.rewatch(self.number, len)
+        self.rewriter.unwatch(self.number)
 
 
 _FIRST_CHUNKS: weakref.WeakKeyDictionary[http.HTTPFlow, _FirstChunk] = weakref.WeakKeyDictionary()

@@ -173,7 +173,6 @@ class ResponsesNormaliser:
     """Make one upstream Responses event stream conformant."""
 
     fast_frame = None  # the pipeline calls feed_event(), which also sees the raw data
-    final_response = None  # the upstream's own Response: llmitm stores none of its own
 
     def __init__(self, context: TranslationContext | None = None) -> None:
         self.context = context or TranslationContext()
@@ -191,6 +190,9 @@ class ResponsesNormaliser:
         self.template: DeltaTemplate | None = None
         """The open item's delta bytes, once one of its deltas came out as it came in."""
         self._learn_misses = _LEARN_MISSES
+        self.final_response: dict[str, Any] | None = None
+        """The Response of the upstream's terminal event as the client got it, normalised
+        (what an emulated state stores: no second parse of the stream's bytes)."""
 
     @property
     def sequence(self) -> int:
@@ -687,6 +689,7 @@ class ResponsesNormaliser:
         out.append(
             {"type": event["type"], "sequence_number": self._next_seq(), "response": response}
         )
+        self.final_response = response
         self.finished = True
 
     def _final_output(self, upstream_output: Any) -> list[Any]:
