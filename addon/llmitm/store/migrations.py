@@ -240,6 +240,32 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(7, "conversations", _CONVERSATIONS),
+    Migration(
+        8,
+        "content-addressed chunks shared by recordings and Responses state",
+        (
+            # Large values stored once (store.content, store.sqlite_content): a chunk is a leaf
+            # (bytes) or a recipe (literals, whole chunks and slices of chunks), named by the
+            # sha256 of what it holds and counting the references to it (owner columns below
+            # and recipes), so a chunk is deleted when its last owner is.
+            """
+            CREATE TABLE store_chunks (
+                name BLOB PRIMARY KEY,
+                kind TEXT NOT NULL CHECK (kind IN ('leaf', 'recipe')),
+                refs INTEGER NOT NULL,
+                size INTEGER NOT NULL,
+                codec TEXT NOT NULL,
+                data BLOB NOT NULL
+            )
+            """,
+            # The owners. A row whose chunk column is set keeps its value there (and an empty
+            # value in the older column); rows from before keep theirs where they were.
+            "ALTER TABLE rec_messages ADD COLUMN body_chunk BLOB",
+            "ALTER TABLE rec_interactions ADD COLUMN canonical_chunk BLOB",
+            "ALTER TABLE responses ADD COLUMN input_chunk BLOB",
+            "ALTER TABLE responses ADD COLUMN response_chunk BLOB",
+        ),
+    ),
 )
 
 

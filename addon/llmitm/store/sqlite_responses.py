@@ -6,12 +6,21 @@ columns migration 6 adds to the first and third; ``store.sqlite`` calls it.
 Objects and item lists are stored as JSON blobs: the store never looks inside them, the
 local Responses API (sans-IO) does. A chain is one recursive query over
 ``previous_response_id``.
+
+From schema 8 on, the Response object and the input items are chunks of the shared chunk
+table (``store.sqlite_content``, columns ``response_chunk`` and ``input_chunk``): a client
+that resends its history each turn stores what the turn adds. Input items are kept without
+their ids (ids minted for a resent item differ every turn and would break the sharing); the
+ids go in ``input_items`` as a JSON list (``null`` for an item whose first key is not its id,
+kept whole), and an input item's ``response_items`` row holds an empty ``item``: it is read
+from its response's input.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import aiosqlite
 import orjson
@@ -25,6 +34,7 @@ from llmitm.responses_api.records import (
     ResponsesPurged,
     StoredResponse,
 )
+from llmitm.store import sqlite_content
 
 SEAL_KEY_NAME = "reasoning-seal"
 
@@ -34,39 +44,100 @@ _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 _OWNED = "(? IS NULL OR credential = ?)"
 
 
+def split_ids(items: list[dict[str, Any]]) -> tuple[list[str | None], list[dict[str, Any]]]:
+    """Input items as their ids and the items without them; an item whose first key is not
+    a string ``id`` keeps it and has ``None`` for id, so :func:`join_ids` restores each item
+    as it was, key order included."""
+    ids: list[str | None] = []
+    bare: list[dict[str, Any]] = []
+    for item in items:
+        item_id = item.get("id")
+        if isinstance(item_id, str) and next(iter(item)) == "id":
+            ids.append(item_id)
+            bare.append({k: v for k, v in item.items() if k != "id"})
+        else:
+            ids.append(None)
+            bare.append(item)
+    return ids, bare
+
+
+def join_ids(ids: list[str | None], bare: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [item if i is None else {"id": i, **item} for i, item in zip(ids, bare, strict=True)]
+
+
+async def _release(db: aiosqlite.Connection, where: str, params: tuple[Any, ...]) -> None:
+    async with db.execute(
+        f"SELECT input_chunk, response_chunk FROM responses WHERE {where}", params
+    ) as cursor:
+        names = [name for row in await cursor.fetchall() for name in row]
+    await sqlite_content.content_of(db).release(db, names)
+
+
 async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved]) -> None:
+    store = sqlite_content.content_of(db)
+    chunked = await store.ready(db)
+    if chunked:
+        # A response saved again (each status change) gives up the chunks of its last save.
+        ids = orjson.dumps([w.record.id for w in writes]).decode()
+        await _release(db, "id IN (SELECT value FROM json_each(?))", (ids,))
     # A response is saved again at each status change: its items are replaced with it.
     await db.executemany(
         "DELETE FROM response_items WHERE response_id = ?", [(w.record.id,) for w in writes]
     )
+    rows: list[tuple[Any, ...]] = []
+    item_rows: list[tuple[str, str, bytes]] = []
+    for w in writes:
+        record = w.record
+        output = record.response.get("output")
+        outputs = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
+        values: tuple[Any, ...]
+        if chunked:
+            ids, bare = split_ids(record.input_items)
+            input_chunk = await store.put(db, "input_items", orjson.dumps(bare))
+            response_chunk = await store.put(db, "response", orjson.dumps(record.response))
+            values = (b"", orjson.dumps(ids), input_chunk, response_chunk)
+            # An input item is read from its response's input: its row only finds it.
+            item_rows += [
+                (item["id"], record.id, b"")
+                for item in record.input_items
+                if isinstance(item.get("id"), str)
+            ]
+        else:
+            values = (orjson.dumps(record.response), orjson.dumps(record.input_items))
+            outputs = [*record.input_items, *outputs]
+        item_rows += [
+            (item["id"], record.id, orjson.dumps(item))
+            for item in outputs
+            if isinstance(item.get("id"), str)
+        ]
+        rows.append(
+            (
+                record.id,
+                *values[:2],
+                record.previous_response_id,
+                record.created_at,
+                record.expires_at,
+                record.credential,
+                *values[2:],
+            )
+        )
     await db.executemany(
         "INSERT OR REPLACE INTO response_items (item_id, response_id, item) VALUES (?, ?, ?)",
-        [
-            (item["id"], w.record.id, orjson.dumps(item))
-            for w in writes
-            for item in w.record.items()
-            if isinstance(item.get("id"), str)
-        ],
+        item_rows,
     )
-    await db.executemany(
-        f"INSERT OR REPLACE INTO responses ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                w.record.id,
-                orjson.dumps(w.record.response),
-                orjson.dumps(w.record.input_items),
-                w.record.previous_response_id,
-                w.record.created_at,
-                w.record.expires_at,
-                w.record.credential,
-            )
-            for w in writes
-        ],
-    )
+    columns = f"{_COLUMNS}, input_chunk, response_chunk" if chunked else _COLUMNS
+    marks = ", ".join("?" * len(columns.split(",")))
+    await db.executemany(f"INSERT OR REPLACE INTO responses ({columns}) VALUES ({marks})", rows)
 
 
 async def apply_deleted(db: aiosqlite.Connection, writes: Sequence[ResponseDeleted]) -> None:
     ids = [(w.id,) for w in writes]
+    if await sqlite_content.content_of(db).ready(db):
+        await _release(
+            db,
+            "id IN (SELECT value FROM json_each(?))",
+            (orjson.dumps([w.id for w in writes]).decode(),),
+        )
     await db.executemany("DELETE FROM responses WHERE id = ?", ids)
     await db.executemany("DELETE FROM response_items WHERE response_id = ?", ids)
     await db.executemany("DELETE FROM response_events WHERE response_id = ?", ids)
@@ -93,6 +164,8 @@ async def apply_owned(db: aiosqlite.Connection, writes: Sequence[ResponseOwned])
 
 async def apply_purged(db: aiosqlite.Connection, writes: Sequence[ResponsesPurged]) -> None:
     now = max(w.now for w in writes)
+    if await sqlite_content.content_of(db).ready(db):
+        await _release(db, "expires_at <= ?", (now,))
     await db.execute(
         "DELETE FROM response_events WHERE response_id IN "
         "(SELECT id FROM responses WHERE expires_at <= ?)",
@@ -107,26 +180,52 @@ async def apply_purged(db: aiosqlite.Connection, writes: Sequence[ResponsesPurge
     await db.execute("DELETE FROM response_owners WHERE expires_at <= ?", (now,))
 
 
-def _record(row: Sequence[object]) -> StoredResponse:
-    rid, response, items, previous, created_at, expires_at, credential = row
-    return StoredResponse(
-        id=str(rid),
-        response=orjson.loads(response),  # type: ignore[arg-type]
-        input_items=orjson.loads(items),  # type: ignore[arg-type]
-        previous_response_id=previous if isinstance(previous, str) else None,
-        created_at=float(created_at),  # type: ignore[arg-type]
-        expires_at=float(expires_at) if expires_at is not None else None,  # type: ignore[arg-type]
-        credential=credential if isinstance(credential, str) else None,
-    )
+async def _chunked(db: aiosqlite.Connection) -> bool:
+    """Whether this file has the chunk columns (a read-only one may be older)."""
+    async with db.execute(
+        "SELECT 1 FROM pragma_table_info('responses') WHERE name = 'input_chunk'"
+    ) as cursor:
+        return await cursor.fetchone() is not None
+
+
+async def _columns(db: aiosqlite.Connection, prefix: str = "") -> str:
+    extra = ", input_chunk, response_chunk" if await _chunked(db) else ", NULL, NULL"
+    return ", ".join(prefix + c.strip() for c in f"{_COLUMNS}{extra}".split(","))
+
+
+async def _records(db: aiosqlite.Connection, rows: Sequence[Sequence[Any]]) -> list[StoredResponse]:
+    memo: dict[bytes, bytes] = {}
+    names = [bytes(n) for row in rows for n in row[7:9] if n is not None]
+    values = iter(await sqlite_content.read(db, names, memo)) if names else iter(())
+    records = []
+    for row in rows:
+        rid, response, items, previous, created_at, expires_at, credential = row[:7]
+        input_items = orjson.loads(items)
+        if row[7] is not None:
+            input_items = join_ids(input_items, orjson.loads(next(values)))
+        if row[8] is not None:
+            response = next(values)
+        records.append(
+            StoredResponse(
+                id=str(rid),
+                response=orjson.loads(response),
+                input_items=input_items,
+                previous_response_id=previous if isinstance(previous, str) else None,
+                created_at=float(created_at),
+                expires_at=float(expires_at) if expires_at is not None else None,
+                credential=credential if isinstance(credential, str) else None,
+            )
+        )
+    return records
 
 
 async def read_response(
     db: aiosqlite.Connection, response_id: str, credential: str | None
 ) -> StoredResponse | None:
-    sql = f"SELECT {_COLUMNS} FROM responses WHERE id = ? AND {_LIVE} AND {_OWNED}"
+    sql = f"SELECT {await _columns(db)} FROM responses WHERE id = ? AND {_LIVE} AND {_OWNED}"
     async with db.execute(sql, (response_id, time.time(), credential, credential)) as cursor:
         row = await cursor.fetchone()
-    return _record(row) if row else None
+    return (await _records(db, [row]))[0] if row else None
 
 
 async def read_chain(
@@ -142,7 +241,7 @@ async def read_chain(
             FROM responses AS r JOIN chain ON r.id = chain.id
             WHERE r.previous_response_id IS NOT NULL AND chain.depth < ?
         )
-        SELECT {", ".join("r." + c.strip() for c in _COLUMNS.split(","))}
+        SELECT {await _columns(db, "r.")}
         FROM chain JOIN responses AS r ON r.id = chain.id
         WHERE (r.expires_at IS NULL OR r.expires_at > ?)
             AND (? IS NULL OR r.credential = ?)
@@ -152,7 +251,7 @@ async def read_chain(
     params = (response_id, now, credential, credential, max_depth, now, credential, credential)
     async with db.execute(sql, params) as cursor:
         rows = await cursor.fetchall()
-    records = [_record(row) for row in rows]
+    records = await _records(db, rows)
     # A deleted ancestor ends the chain: keep only the unbroken run ending at response_id.
     unbroken: list[StoredResponse] = []
     for record in reversed(records):
@@ -168,7 +267,8 @@ async def read_items(
     found: dict[str, dict] = {}
     for item_id in dict.fromkeys(item_ids):
         sql = """
-            SELECT i.item FROM response_items AS i JOIN responses AS r ON r.id = i.response_id
+            SELECT i.item, i.response_id FROM response_items AS i
+            JOIN responses AS r ON r.id = i.response_id
             WHERE i.item_id = ? AND (r.expires_at IS NULL OR r.expires_at > ?)
                 AND (? IS NULL OR r.credential = ?)
             ORDER BY r.created_at DESC LIMIT 1
@@ -176,8 +276,14 @@ async def read_items(
         params = (item_id, time.time(), credential, credential)
         async with db.execute(sql, params) as cursor:
             row = await cursor.fetchone()
-        if row:
+        if row and row[0]:
             found[item_id] = orjson.loads(row[0])
+        elif row:  # an input item: kept in its response's input
+            record = await read_response(db, row[1], credential)
+            for item in record.input_items if record else []:
+                if item.get("id") == item_id:
+                    found[item_id] = item
+                    break
     return found
 
 

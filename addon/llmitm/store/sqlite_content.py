@@ -1,0 +1,188 @@
+"""The shared chunk table in SQLite: putting values in (``store.content`` cuts them),
+reference counting, and reading them back. Recordings (bodies, canonical texts) and the
+Responses state (input items, response objects) all keep their large values here, so
+a text that is a request body's, a translated body's, a match key's and a stored item's is
+one row.
+
+Each chunk row counts its references: one per owner column that names it (a recording leg,
+an interaction's canonical text, a stored response…) and one per reference from a recipe.
+Owners call :meth:`ContentStore.put` (which adds their reference) and
+:meth:`ContentStore.release` when they are deleted or replaced; a chunk whose count falls to
+zero is deleted, and releases the chunks its recipe refers to in turn. Everything happens in
+the writer's transaction, so a crash leaves counts and rows as the last commit had them.
+:func:`check` recounts from the owners, for tests and ``rec verify``-like checks.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import aiosqlite
+
+from llmitm.store import blob_codec, content
+from llmitm.store.content import LEAF, Bases
+
+TABLE = "store_chunks"
+
+OWNER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("rec_messages", "body_chunk"),
+    ("rec_interactions", "canonical_chunk"),
+    ("responses", "input_chunk"),
+    ("responses", "response_chunk"),
+)
+"""Every column that holds a chunk name: the roots of reference counting."""
+
+
+class ContentStore:
+    """The write side, kept by one store's writer: the recent values each lane slices from."""
+
+    def __init__(self, bases: Bases | None = None) -> None:
+        self.bases = bases or Bases()
+        self._ready: bool | None = None
+
+    async def ready(self, db: aiosqlite.Connection) -> bool:
+        """Whether the schema has the chunk table (a store opened with fewer migration steps
+        writes values where it always did)."""
+        if self._ready is None:
+            self._ready = await has_chunks(db)
+        return self._ready
+
+    async def put(self, db: aiosqlite.Connection, lane: str, data: bytes) -> bytes:
+        """Store ``data`` (or find it stored) and add one reference to it; its chunk name."""
+        base, prefix, suffix = content.best_base(data, self.bases.candidates(lane))
+        if base is not None and not await _exists(db, base.name):
+            # Another process (``rec prune``) deleted it since we remembered it.
+            self.bases.clear()
+            base, prefix, suffix = None, 0, 0
+        encoded = content.encode(data, base, prefix, suffix)
+        await self._reference(db, encoded)
+        depth = base.depth + 1 if encoded.base is not None and base is not None else 0
+        self.bases.remember(lane, encoded.name, data, depth)
+        return encoded.name
+
+    async def _reference(self, db: aiosqlite.Connection, encoded: content.Encoded) -> None:
+        if await _add_refs(db, encoded.name, 1):
+            return
+        by_name = {chunk.name: chunk for chunk in encoded.chunks}
+        for child, count in Counter(encoded.children).items():
+            if not await _add_refs(db, child, count):
+                await _insert(db, by_name[child], count)  # a base always exists: a new leaf
+        await _insert(db, by_name[encoded.name], 1)
+
+    async def release(self, db: aiosqlite.Connection, names: Iterable[bytes | None]) -> None:
+        """Drop one reference per name given (``None`` skipped); delete what nothing uses."""
+        counts = Counter(bytes(n) for n in names if n is not None)
+        while counts:
+            name, count = counts.popitem()
+            async with db.execute(
+                f"UPDATE {TABLE} SET refs = refs - ? WHERE name = ? RETURNING refs, kind, codec, "
+                "CASE WHEN kind = 'recipe' THEN data END",
+                (count, name),
+            ) as cursor:
+                row = await cursor.fetchone()
+            if row is None or row[0] > 0:
+                continue
+            await db.execute(f"DELETE FROM {TABLE} WHERE name = ?", (name,))
+            self.bases.forget(name)
+            if row[1] != LEAF:
+                counts.update(content.children_of(blob_codec.decode(row[2], row[3])))
+
+
+_WRITERS: weakref.WeakKeyDictionary[aiosqlite.Connection, ContentStore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def content_of(db: aiosqlite.Connection) -> ContentStore:
+    """The content store of writer connection ``db``: appliers keep their ``(db, writes)``
+    shape, and the recent values live as long as the connection."""
+    store = _WRITERS.get(db)
+    if store is None:
+        store = _WRITERS[db] = ContentStore()
+    return store
+
+
+async def has_chunks(db: aiosqlite.Connection) -> bool:
+    async with db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)
+    ) as cursor:
+        return await cursor.fetchone() is not None
+
+
+async def _exists(db: aiosqlite.Connection, name: bytes) -> bool:
+    async with db.execute(f"SELECT 1 FROM {TABLE} WHERE name = ?", (name,)) as cursor:
+        return await cursor.fetchone() is not None
+
+
+async def _add_refs(db: aiosqlite.Connection, name: bytes, count: int) -> bool:
+    cursor = await db.execute(f"UPDATE {TABLE} SET refs = refs + ? WHERE name = ?", (count, name))
+    return cursor.rowcount > 0
+
+
+async def _insert(db: aiosqlite.Connection, chunk: content.Chunk, refs: int) -> None:
+    codec, stored = blob_codec.encode(chunk.data)
+    await db.execute(
+        f"INSERT INTO {TABLE} (name, kind, refs, size, codec, data) VALUES (?, ?, ?, ?, ?, ?)",
+        (chunk.name, chunk.kind, refs, len(chunk.data), codec, stored),
+    )
+
+
+async def read(
+    db: aiosqlite.Connection, names: Sequence[bytes], memo: dict[bytes, bytes] | None = None
+) -> list[bytes]:
+    """The contents of ``names``, in order. ``memo`` carries what was put together across
+    calls (one per read of many values: consecutive turns share their slices)."""
+    memo = {} if memo is None else memo
+    rows: dict[bytes, tuple[str, bytes]] = {}
+    todo = {bytes(n) for n in names if bytes(n) not in memo}
+    while todo:
+        wanted = list(todo)
+        todo = set()
+        for start in range(0, len(wanted), 500):
+            part = wanted[start : start + 500]
+            marks = ",".join("?" * len(part))
+            sql = f"SELECT name, kind, codec, data FROM {TABLE} WHERE name IN ({marks})"
+            async with db.execute(sql, part) as cursor:
+                async for name, kind, codec, data in cursor:
+                    data = blob_codec.decode(codec, data)
+                    rows[bytes(name)] = (kind, data)
+                    if kind != LEAF:
+                        todo.update(
+                            c for c in content.children_of(data) if c not in memo and c not in rows
+                        )
+        missing = [n for n in wanted if n not in rows]
+        if missing:
+            raise LookupError(f"chunk {missing[0].hex()} is missing from the store")
+
+    def fetch(name: bytes) -> tuple[str, bytes]:
+        return rows[name]
+
+    return [content.assemble(bytes(n), fetch, memo) for n in names]
+
+
+async def check(db: aiosqlite.Connection) -> list[str]:
+    """What is wrong with the chunk table, one line each (empty: nothing): references to
+    chunks that are missing, counts that differ from the references found, chunks nothing
+    refers to."""
+    found: Counter[bytes] = Counter()
+    for table, column in OWNER_COLUMNS:
+        async with db.execute(f"SELECT {column} FROM {table} WHERE {column} IS NOT NULL") as cursor:
+            async for (name,) in cursor:
+                found[bytes(name)] += 1
+    stored: dict[bytes, int] = {}
+    async with db.execute(f"SELECT name, kind, refs, codec, data FROM {TABLE}") as cursor:
+        async for name, kind, refs, codec, data in cursor:
+            stored[bytes(name)] = refs
+            if kind != LEAF:
+                found.update(content.children_of(blob_codec.decode(codec, data)))
+    problems = [
+        f"chunk {n.hex()[:16]} is referred to but missing" for n in found if n not in stored
+    ]
+    for name, refs in stored.items():
+        if refs != found.get(name, 0):
+            problems.append(
+                f"chunk {name.hex()[:16]} counts {refs} references, has {found.get(name, 0)}"
+            )
+    return problems
