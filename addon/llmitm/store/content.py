@@ -222,6 +222,10 @@ def best_base(data: bytes, candidates: list[_Recent]) -> tuple[_Recent | None, i
         s = common_suffix(data, candidate.data, min(len(data), len(candidate.data)) - p)
         if p + s > best_p + best_s:
             best, best_p, best_s = candidate, p, s
+        if p + s + MIN_SHARED >= len(candidate.data):
+            # All of it is reused (the previous turn, newest first): no older one does better,
+            # and comparing each of them would cost a turn what the history weighs.
+            break
     if best_p + best_s < MIN_SHARED:
         return None, 0, 0
     return best, best_p, best_s

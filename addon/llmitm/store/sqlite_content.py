@@ -6,7 +6,7 @@ one row.
 
 Each chunk row counts its references: one per owner column that names it (a recording leg,
 an interaction's canonical text, a stored response…) and one per reference from a recipe.
-Owners call :meth:`ContentStore.put` (which adds their reference) and
+Owners put their values through a :class:`Puts` (which adds their references) and call
 :meth:`ContentStore.release` when they are deleted or replaced; a chunk whose count falls to
 zero is deleted, and releases the chunks its recipe refers to in turn. Everything happens in
 the writer's transaction, so a crash leaves counts and rows as the last commit had them.
@@ -49,27 +49,8 @@ class ContentStore:
             self._ready = await has_chunks(db)
         return self._ready
 
-    async def put(self, db: aiosqlite.Connection, lane: str, data: bytes) -> bytes:
-        """Store ``data`` (or find it stored) and add one reference to it; its chunk name."""
-        base, prefix, suffix = content.best_base(data, self.bases.candidates(lane))
-        if base is not None and not await _exists(db, base.name):
-            # Another process (``rec prune``) deleted it since we remembered it.
-            self.bases.clear()
-            base, prefix, suffix = None, 0, 0
-        encoded = content.encode(data, base, prefix, suffix)
-        await self._reference(db, encoded)
-        depth = base.depth + 1 if encoded.base is not None and base is not None else 0
-        self.bases.remember(lane, encoded.name, data, depth)
-        return encoded.name
-
-    async def _reference(self, db: aiosqlite.Connection, encoded: content.Encoded) -> None:
-        if await _add_refs(db, encoded.name, 1):
-            return
-        by_name = {chunk.name: chunk for chunk in encoded.chunks}
-        for child, count in Counter(encoded.children).items():
-            if not await _add_refs(db, child, count):
-                await _insert(db, by_name[child], count)  # a base always exists: a new leaf
-        await _insert(db, by_name[encoded.name], 1)
+    def session(self) -> Puts:
+        return Puts(self.bases)
 
     async def release(self, db: aiosqlite.Connection, names: Iterable[bytes | None]) -> None:
         """Drop one reference per name given (``None`` skipped); delete what nothing uses."""
@@ -88,6 +69,64 @@ class ContentStore:
             self.bases.forget(name)
             if row[1] != LEAF:
                 counts.update(content.children_of(blob_codec.decode(row[2], row[3])))
+
+
+class Puts:
+    """The values one applier call stores, cut at once (:meth:`put`, no database) and written
+    in three statements (:meth:`commit`): one query for which chunks exist, one insert of the
+    new ones, one update of the counts of the others. A round trip to the database thread
+    costs more than cutting a turn's value, so values are never written one by one."""
+
+    def __init__(self, bases: Bases) -> None:
+        self.bases = bases
+        self._encoded: list[content.Encoded] = []
+
+    def put(self, lane: str, data: bytes) -> bytes:
+        """The chunk name ``data`` will have, with one reference, once committed."""
+        base, prefix, suffix = content.best_base(data, self.bases.candidates(lane))
+        encoded = content.encode(data, base, prefix, suffix)
+        self._encoded.append(encoded)
+        depth = base.depth + 1 if encoded.base is not None and base is not None else 0
+        self.bases.remember(lane, encoded.name, data, depth)
+        return encoded.name
+
+    async def commit(self, db: aiosqlite.Connection) -> bool:
+        """Write the chunks and counts; ``False`` (nothing written, the recent values
+        forgotten) when a value was sliced from a chunk that is gone — another process
+        (``rec prune``) deleted it — and the values must be put again."""
+        wanted = {e.name for e in self._encoded} | {c for e in self._encoded for c in e.children}
+        stored = await _existing(db, wanted)
+        new: dict[bytes, tuple[content.Chunk, int]] = {}
+        more: Counter[bytes] = Counter()
+        for encoded in self._encoded:
+            if encoded.name in stored or encoded.name in new:
+                more[encoded.name] += 1
+                continue
+            by_name = {chunk.name: chunk for chunk in encoded.chunks}
+            if encoded.name not in by_name:  # the same value as its base: the base itself
+                self.bases.clear()
+                return False
+            new[encoded.name] = (by_name[encoded.name], 1)
+            for child, count in Counter(encoded.children).items():
+                if child in stored or child in new:
+                    more[child] += count
+                elif child in by_name:
+                    new[child] = (by_name[child], count)
+                else:
+                    self.bases.clear()
+                    return False
+        await db.executemany(
+            f"INSERT INTO {TABLE} (name, kind, refs, size, codec, data) VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (chunk.name, chunk.kind, refs, len(chunk.data), *blob_codec.encode(chunk.data))
+                for chunk, refs in new.values()
+            ],
+        )
+        await db.executemany(
+            f"UPDATE {TABLE} SET refs = refs + ? WHERE name = ?",
+            [(count, name) for name, count in more.items()],
+        )
+        return True
 
 
 _WRITERS: weakref.WeakKeyDictionary[aiosqlite.Connection, ContentStore] = (
@@ -111,22 +150,15 @@ async def has_chunks(db: aiosqlite.Connection) -> bool:
         return await cursor.fetchone() is not None
 
 
-async def _exists(db: aiosqlite.Connection, name: bytes) -> bool:
-    async with db.execute(f"SELECT 1 FROM {TABLE} WHERE name = ?", (name,)) as cursor:
-        return await cursor.fetchone() is not None
-
-
-async def _add_refs(db: aiosqlite.Connection, name: bytes, count: int) -> bool:
-    cursor = await db.execute(f"UPDATE {TABLE} SET refs = refs + ? WHERE name = ?", (count, name))
-    return cursor.rowcount > 0
-
-
-async def _insert(db: aiosqlite.Connection, chunk: content.Chunk, refs: int) -> None:
-    codec, stored = blob_codec.encode(chunk.data)
-    await db.execute(
-        f"INSERT INTO {TABLE} (name, kind, refs, size, codec, data) VALUES (?, ?, ?, ?, ?, ?)",
-        (chunk.name, chunk.kind, refs, len(chunk.data), codec, stored),
-    )
+async def _existing(db: aiosqlite.Connection, names: set[bytes]) -> set[bytes]:
+    found: set[bytes] = set()
+    listed = list(names)
+    for start in range(0, len(listed), 500):
+        part = listed[start : start + 500]
+        marks = ",".join("?" * len(part))
+        async with db.execute(f"SELECT name FROM {TABLE} WHERE name IN ({marks})", part) as cursor:
+            found.update([bytes(row[0]) async for row in cursor])
+    return found
 
 
 async def read(

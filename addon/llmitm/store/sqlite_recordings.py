@@ -112,6 +112,8 @@ _INSERT_BLOB = "INSERT OR IGNORE INTO rec_blobs (sha256, size, codec, data) VALU
 
 
 async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingWrite]) -> None:
+    # One id recorded twice in one batch: the last wins, as INSERT OR REPLACE has it.
+    writes = list({w.interaction.id: w for w in writes}.values())
     store = sqlite_content.content_of(db)
     chunked = await store.ready(db)
     if chunked:
@@ -121,8 +123,31 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
             "id IN (SELECT value FROM json_each(?))",
             (orjson.dumps([w.interaction.id for w in writes]).decode(),),
         )
-    interactions = []
-    messages = []
+    while True:
+        puts = store.session() if chunked else None
+        interactions, messages, blobs = _recording_rows(writes, puts)
+        if puts is None or await puts.commit(db):
+            break
+    columns = (
+        {"chunk_column": ", canonical_chunk", "chunk_mark": ", ?"}
+        if chunked
+        else {"chunk_column": "", "chunk_mark": ""}
+    )
+    await db.executemany(
+        _INSERT_BLOB, [(d, len(b), *blob_codec.encode(b)) for d, b in blobs.items()]
+    )
+    await db.executemany(_INSERT_INTERACTION.format(**columns), interactions)
+    if chunked:
+        columns["chunk_column"] = ", body_chunk"
+    await db.executemany(_INSERT_MESSAGE.format(**columns), messages)
+
+
+def _recording_rows(
+    writes: Sequence[RecordingWrite], puts: sqlite_content.Puts | None
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], dict[str, bytes]]:
+    """The rows of ``writes``; with ``puts``, whole bodies and canonical texts as chunks."""
+    interactions: list[tuple[Any, ...]] = []
+    messages: list[tuple[Any, ...]] = []
     blobs: dict[str, bytes] = {}
     # Legs that share one chunk list (a passthrough stream's upstream and client legs) are
     # joined and stored once.
@@ -130,8 +155,8 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
     for write in writes:
         i = write.interaction
         canonical: tuple[Any, ...] = (i.canonical,)
-        if chunked:
-            canonical = ("", await store.put(db, f"canonical:{i.scope}", i.canonical.encode()))
+        if puts is not None:
+            canonical = ("", puts.put(f"canonical:{i.scope}", i.canonical.encode()))
         interactions.append(
             (
                 i.id,
@@ -160,10 +185,10 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
         )
         for leg, message in i.legs.items():
             chunk: tuple[Any, ...] = ()
-            if message.chunks is None and chunked:
+            if message.chunks is None and puts is not None:
                 # The previous turn's body of this leg is the base a resent history slices.
                 digest = ""
-                chunk = (await store.put(db, f"{leg}:{i.scope}", message.content or b""),)
+                chunk = (puts.put(f"{leg}:{i.scope}", message.content or b""),)
             elif message.chunks is None:
                 body = message.content or b""
                 digest = hashlib.sha256(body).hexdigest()
@@ -175,7 +200,7 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
                 if not digest:
                     digest = digests[id(message.chunks)] = f"stream:{i.id}:{leg}"
                     blobs[digest] = message.body()
-                chunk = (None,) if chunked else ()
+                chunk = (None,) if puts is not None else ()
             index_codec, index = blob_codec.RAW, None
             if message.chunks is not None:
                 index_codec, index = blob_codec.encode(pack_index(message.chunks))
@@ -193,18 +218,7 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
                     *chunk,
                 )
             )
-    columns = (
-        {"chunk_column": ", canonical_chunk", "chunk_mark": ", ?"}
-        if chunked
-        else {"chunk_column": "", "chunk_mark": ""}
-    )
-    await db.executemany(
-        _INSERT_BLOB, [(d, len(b), *blob_codec.encode(b)) for d, b in blobs.items()]
-    )
-    await db.executemany(_INSERT_INTERACTION.format(**columns), interactions)
-    if chunked:
-        columns["chunk_column"] = ", body_chunk"
-    await db.executemany(_INSERT_MESSAGE.format(**columns), messages)
+    return interactions, messages, blobs
 
 
 async def _release_chunks(
@@ -278,7 +292,11 @@ async def apply_rekey(db: aiosqlite.Connection, writes: Sequence[RekeyRecording]
     if await store.ready(db):
         for w in writes:
             await _release_chunks(db, "id = ?", (w.id,), legs=False)
-            name = await store.put(db, "canonical:rekey", w.canonical.encode())
+            while True:
+                puts = store.session()
+                name = puts.put("canonical:rekey", w.canonical.encode())
+                if await puts.commit(db):
+                    break
             await db.execute(
                 "UPDATE rec_interactions SET match_key = ?, match_key_version = ?, "
                 "canonical = '', canonical_chunk = ? WHERE id = ?",

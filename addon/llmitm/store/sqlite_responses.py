@@ -12,8 +12,8 @@ table (``store.sqlite_content``, columns ``response_chunk`` and ``input_chunk``)
 that resends its history each turn stores what the turn adds. Input items are kept without
 their ids (ids minted for a resent item differ every turn and would break the sharing); the
 ids go in ``input_items`` as a JSON list (``null`` for an item whose first key is not its id,
-kept whole), and an input item's ``response_items`` row holds an empty ``item``: it is read
-from its response's input.
+kept whole), and an item's ``response_items`` row holds an empty ``item``: it is read from
+its response.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ async def _release(db: aiosqlite.Connection, where: str, params: tuple[Any, ...]
 
 
 async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved]) -> None:
+    # A response saved twice in one batch: the last save wins, as across batches.
+    writes = list({w.record.id: w for w in writes}.values())
     store = sqlite_content.content_of(db)
     chunked = await store.ready(db)
     if chunked:
@@ -84,30 +86,41 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
     await db.executemany(
         "DELETE FROM response_items WHERE response_id = ?", [(w.record.id,) for w in writes]
     )
+    while True:
+        puts = store.session() if chunked else None
+        rows, item_rows = _saved_rows(writes, puts)
+        if puts is None or await puts.commit(db):
+            break
+    await db.executemany(
+        "INSERT OR REPLACE INTO response_items (item_id, response_id, item) VALUES (?, ?, ?)",
+        item_rows,
+    )
+    columns = f"{_COLUMNS}, input_chunk, response_chunk" if chunked else _COLUMNS
+    marks = ", ".join("?" * len(columns.split(",")))
+    await db.executemany(f"INSERT OR REPLACE INTO responses ({columns}) VALUES ({marks})", rows)
+
+
+def _saved_rows(
+    writes: Sequence[ResponseSaved], puts: sqlite_content.Puts | None
+) -> tuple[list[tuple[Any, ...]], list[tuple[str, str, bytes]]]:
+    """The ``responses`` and ``response_items`` rows of ``writes``; with ``puts``, the
+    Response object and the input items as chunks, and items only indexed (an empty
+    ``item``: read from the response)."""
     rows: list[tuple[Any, ...]] = []
     item_rows: list[tuple[str, str, bytes]] = []
     for w in writes:
         record = w.record
-        output = record.response.get("output")
-        outputs = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
         values: tuple[Any, ...]
-        if chunked:
+        if puts is not None:
             ids, bare = split_ids(record.input_items)
-            input_chunk = await store.put(db, "input_items", orjson.dumps(bare))
-            response_chunk = await store.put(db, "response", orjson.dumps(record.response))
+            input_chunk = puts.put("input_items", orjson.dumps(bare))
+            response_chunk = puts.put("response", orjson.dumps(record.response))
             values = (b"", orjson.dumps(ids), input_chunk, response_chunk)
-            # An input item is read from its response's input: its row only finds it.
-            item_rows += [
-                (item["id"], record.id, b"")
-                for item in record.input_items
-                if isinstance(item.get("id"), str)
-            ]
         else:
             values = (orjson.dumps(record.response), orjson.dumps(record.input_items))
-            outputs = [*record.input_items, *outputs]
         item_rows += [
-            (item["id"], record.id, orjson.dumps(item))
-            for item in outputs
+            (item["id"], record.id, b"" if puts is not None else orjson.dumps(item))
+            for item in record.items()
             if isinstance(item.get("id"), str)
         ]
         rows.append(
@@ -121,13 +134,7 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
                 *values[2:],
             )
         )
-    await db.executemany(
-        "INSERT OR REPLACE INTO response_items (item_id, response_id, item) VALUES (?, ?, ?)",
-        item_rows,
-    )
-    columns = f"{_COLUMNS}, input_chunk, response_chunk" if chunked else _COLUMNS
-    marks = ", ".join("?" * len(columns.split(",")))
-    await db.executemany(f"INSERT OR REPLACE INTO responses ({columns}) VALUES ({marks})", rows)
+    return rows, item_rows
 
 
 async def apply_deleted(db: aiosqlite.Connection, writes: Sequence[ResponseDeleted]) -> None:
@@ -278,9 +285,9 @@ async def read_items(
             row = await cursor.fetchone()
         if row and row[0]:
             found[item_id] = orjson.loads(row[0])
-        elif row:  # an input item: kept in its response's input
+        elif row:  # an item kept in its response only
             record = await read_response(db, row[1], credential)
-            for item in record.input_items if record else []:
+            for item in record.items() if record else []:
                 if item.get("id") == item_id:
                     found[item_id] = item
                     break
