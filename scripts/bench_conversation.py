@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import importlib.util
+import itertools
 import random
 import sqlite3
 import statistics
@@ -44,10 +45,36 @@ sys.modules["bench_proxy"] = bench
 _spec.loader.exec_module(bench)
 
 SETTLE_S = 0.25  # after an answer: let the proxy's writer commit the turn before reading CPU
-WORDS = (
-    "agent tool call result file patch test build error stack trace function module "
-    "import value return branch commit review change line config option request stream"
-).split()
+WORDS = [
+    *[
+        "agent",
+        "tool",
+        "call",
+        "result",
+        "file",
+        "patch",
+        "test",
+        "build",
+        "error",
+        "stack",
+        "trace",
+        "function",
+        "module",
+    ],
+    *[
+        "import",
+        "value",
+        "return",
+        "branch",
+        "commit",
+        "review",
+        "change",
+        "line",
+        "config",
+        "option",
+        "request",
+    ],
+]
 
 CONFIG = """\
 [endpoints.chat-only]
@@ -192,7 +219,7 @@ def main() -> int:
         print("| " + " | ".join(row) + " |")
     print()
     total = sum(requests)
-    new = requests[0] + sum(max(0, b - a) for a, b in zip(requests, requests[1:], strict=False))
+    new = requests[0] + sum(max(0, b - a) for a, b in itertools.pairwise(requests))
     print(f"requests in all: {total / 2**20:.2f} MiB; new in all: {new / 2**20:.2f} MiB")
     for n in names:
         cpu2 = statistics.median(median(n, t, 0) for t in (1, 2, 3))

@@ -5,6 +5,7 @@ chunks nothing uses any more, and no reference ever dangles."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import sqlite3
 from pathlib import Path
@@ -26,7 +27,7 @@ from llmitm.store.folder import read_folder, write_folder
 from llmitm.store.memory_responses import MemoryResponses
 from llmitm.store.recordings import DeleteRecordings, PruneRecordings, RecordingWrite
 
-WORDS = "agent tool call result file patch test build error trace module value".split()
+WORDS = ["agent", "tool", "call", "result", "file", "patch", "test", "build", "error", "trace"]
 INSTRUCTIONS = "You are a coding agent. " * 60
 TOOLS = [{"type": "function", "name": n, "parameters": {"type": "object"}} for n in "abc"]
 CHUNKED = len(MIGRATIONS)
@@ -134,7 +135,7 @@ def test_a_value_is_put_back_byte_for_byte_whatever_it_is() -> None:
         b"",
         b"tiny",
         bytes(rng.getrandbits(8) for _ in range(5000)),  # not JSON at all
-        b'{"a": "' + b"x\\\"y" * 400 + b'", "b": [1, 2]}',  # escapes inside a long string
+        b'{"a": "' + b'x\\"y' * 400 + b'", "b": [1, 2]}',  # escapes inside a long string
         b'["' + b"a" * 600 + b'", "' + b"a" * 600 + b'"]',  # the same long string twice
     ]
     growing = b'{"input": ['
@@ -185,7 +186,7 @@ async def test_a_conversation_stores_what_it_adds_and_reads_back_identical(tmp_p
     # What each late turn adds: a ~3 KB user message and a short answer (both in the
     # Responses body, the chat body, the canonical text and the stored input), ~200 bytes of
     # ids and a row per item. Before, each turn stored its whole history four times.
-    growth = [b - a for a, b in zip(sizes[19:], sizes[20:], strict=False)]
+    growth = [b - a for a, b in itertools.pairwise(sizes[19:])]
     assert max(growth) < 2 * conversation.new_bytes + 6_000
 
 
