@@ -45,36 +45,8 @@ sys.modules["bench_proxy"] = bench
 _spec.loader.exec_module(bench)
 
 SETTLE_S = 0.25  # after an answer: let the proxy's writer commit the turn before reading CPU
-WORDS = [
-    *[
-        "agent",
-        "tool",
-        "call",
-        "result",
-        "file",
-        "patch",
-        "test",
-        "build",
-        "error",
-        "stack",
-        "trace",
-        "function",
-        "module",
-    ],
-    *[
-        "import",
-        "value",
-        "return",
-        "branch",
-        "commit",
-        "review",
-        "change",
-        "line",
-        "config",
-        "option",
-        "request",
-    ],
-]
+WORDS = ["agent", "tool", "call", "result", "file", "patch", "test", "build", "error"]
+WORDS += ["stack", "trace", "function", "module", "import", "value", "return", "branch"]
 
 CONFIG = """\
 [endpoints.chat-only]
