@@ -264,6 +264,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE rec_interactions ADD COLUMN canonical_chunk BLOB",
             "ALTER TABLE responses ADD COLUMN input_chunk BLOB",
             "ALTER TABLE responses ADD COLUMN response_chunk BLOB",
+            # Input items by id, for item_reference, in 16 bytes a row: a resent history gets
+            # fresh ids every turn, so this index grows with the square of the turns, and a
+            # row of text ids cost ~250 bytes with its index. Keys are the first 8 bytes of
+            # the ids' blake2b; a reader confirms a hit by the item's id itself.
+            "ALTER TABLE responses ADD COLUMN id_key INTEGER",
+            "CREATE INDEX responses_id_key ON responses (id_key)",
+            """
+            CREATE TABLE response_input_ids (
+                item_key INTEGER NOT NULL,
+                response_key INTEGER NOT NULL,
+                PRIMARY KEY (item_key, response_key)
+            ) WITHOUT ROWID
+            """,
+            "CREATE INDEX response_input_ids_response ON response_input_ids (response_key)",
         ),
     ),
 )

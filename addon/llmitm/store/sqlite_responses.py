@@ -12,12 +12,15 @@ table (``store.sqlite_content``, columns ``response_chunk`` and ``input_chunk``)
 that resends its history each turn stores what the turn adds. Input items are kept without
 their ids (ids minted for a resent item differ every turn and would break the sharing); the
 ids go in ``input_items`` as a JSON list (``null`` for an item whose first key is not its id,
-kept whole), and an item's ``response_items`` row holds an empty ``item``: it is read from
-its response.
+kept whole). An output item's ``response_items`` row holds an empty ``item`` (it is read
+from its response); input items are found through ``response_input_ids``, 64-bit keys of
+item and response ids, since a resent history has fresh ids every turn and an index of them
+grows with the square of the turns.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -40,8 +43,10 @@ SEAL_KEY_NAME = "reasoning-seal"
 
 _COLUMNS = "id, response, input_items, previous_response_id, created_at, expires_at, credential"
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
+_LIVE_R = "(r.expires_at IS NULL OR r.expires_at > ?)"
 # ``credential IS ?`` with NULL for "anyone's" would match only NULL rows: "? IS NULL OR …".
 _OWNED = "(? IS NULL OR credential = ?)"
+_OWNED_R = "(? IS NULL OR r.credential = ?)"
 
 
 def split_ids(items: list[dict[str, Any]]) -> tuple[list[str | None], list[dict[str, Any]]]:
@@ -65,6 +70,13 @@ def join_ids(ids: list[str | None], bare: list[dict[str, Any]]) -> list[dict[str
     return [item if i is None else {"id": i, **item} for i, item in zip(ids, bare, strict=True)]
 
 
+def id_key(ident: str) -> int:
+    """An id as the 64-bit key of ``response_input_ids`` (readers confirm hits by the id)."""
+    return int.from_bytes(
+        hashlib.blake2b(ident.encode(), digest_size=8).digest(), "little", signed=True
+    )
+
+
 async def _release(db: aiosqlite.Connection, where: str, params: tuple[Any, ...]) -> None:
     async with db.execute(
         f"SELECT input_chunk, response_chunk FROM responses WHERE {where}", params
@@ -82,32 +94,42 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
         # A response saved again (each status change) gives up the chunks of its last save.
         ids = orjson.dumps([w.record.id for w in writes]).decode()
         await _release(db, "id IN (SELECT value FROM json_each(?))", (ids,))
+        await db.executemany(
+            "DELETE FROM response_input_ids WHERE response_key = ?",
+            [(id_key(w.record.id),) for w in writes],
+        )
     # A response is saved again at each status change: its items are replaced with it.
     await db.executemany(
         "DELETE FROM response_items WHERE response_id = ?", [(w.record.id,) for w in writes]
     )
     while True:
         puts = store.session() if chunked else None
-        rows, item_rows = _saved_rows(writes, puts)
+        rows, item_rows, input_keys = _saved_rows(writes, puts)
         if puts is None or await puts.commit(db):
             break
     await db.executemany(
         "INSERT OR REPLACE INTO response_items (item_id, response_id, item) VALUES (?, ?, ?)",
         item_rows,
     )
-    columns = f"{_COLUMNS}, input_chunk, response_chunk" if chunked else _COLUMNS
+    if input_keys:  # an older schema (a store opened with fewer steps) has no such table
+        await db.executemany(
+            "INSERT OR IGNORE INTO response_input_ids (item_key, response_key) VALUES (?, ?)",
+            input_keys,
+        )
+    columns = f"{_COLUMNS}, input_chunk, response_chunk, id_key" if chunked else _COLUMNS
     marks = ", ".join("?" * len(columns.split(",")))
     await db.executemany(f"INSERT OR REPLACE INTO responses ({columns}) VALUES ({marks})", rows)
 
 
 def _saved_rows(
     writes: Sequence[ResponseSaved], puts: sqlite_content.Puts | None
-) -> tuple[list[tuple[Any, ...]], list[tuple[str, str, bytes]]]:
-    """The ``responses`` and ``response_items`` rows of ``writes``; with ``puts``, the
-    Response object and the input items as chunks, and items only indexed (an empty
-    ``item``: read from the response)."""
+) -> tuple[list[tuple[Any, ...]], list[tuple[str, str, bytes]], list[tuple[int, int]]]:
+    """The ``responses``, ``response_items`` and ``response_input_ids`` rows of ``writes``;
+    with ``puts``, the Response object and the input items as chunks, output items only
+    indexed (an empty ``item``: read from the response), input items by key."""
     rows: list[tuple[Any, ...]] = []
     item_rows: list[tuple[str, str, bytes]] = []
+    input_keys: list[tuple[int, int]] = []
     for w in writes:
         record = w.record
         values: tuple[Any, ...]
@@ -115,12 +137,21 @@ def _saved_rows(
             ids, bare = split_ids(record.input_items)
             input_chunk = puts.put("input_items", orjson.dumps(bare))
             response_chunk = puts.put("response", orjson.dumps(record.response))
-            values = (b"", orjson.dumps(ids), input_chunk, response_chunk)
+            key = id_key(record.id)
+            values = (b"", orjson.dumps(ids), input_chunk, response_chunk, key)
+            input_keys += [
+                (id_key(item["id"]), key)
+                for item in record.input_items
+                if isinstance(item.get("id"), str)
+            ]
+            output = record.response.get("output")
+            indexed = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
         else:
             values = (orjson.dumps(record.response), orjson.dumps(record.input_items))
+            indexed = record.items()
         item_rows += [
             (item["id"], record.id, b"" if puts is not None else orjson.dumps(item))
-            for item in record.items()
+            for item in indexed
             if isinstance(item.get("id"), str)
         ]
         rows.append(
@@ -134,7 +165,7 @@ def _saved_rows(
                 *values[2:],
             )
         )
-    return rows, item_rows
+    return rows, item_rows, input_keys
 
 
 async def apply_deleted(db: aiosqlite.Connection, writes: Sequence[ResponseDeleted]) -> None:
@@ -144,6 +175,10 @@ async def apply_deleted(db: aiosqlite.Connection, writes: Sequence[ResponseDelet
             db,
             "id IN (SELECT value FROM json_each(?))",
             (orjson.dumps([w.id for w in writes]).decode(),),
+        )
+        await db.executemany(
+            "DELETE FROM response_input_ids WHERE response_key = ?",
+            [(id_key(w.id),) for w in writes],
         )
     await db.executemany("DELETE FROM responses WHERE id = ?", ids)
     await db.executemany("DELETE FROM response_items WHERE response_id = ?", ids)
@@ -173,6 +208,11 @@ async def apply_purged(db: aiosqlite.Connection, writes: Sequence[ResponsesPurge
     now = max(w.now for w in writes)
     if await sqlite_content.content_of(db).ready(db):
         await _release(db, "expires_at <= ?", (now,))
+        await db.execute(
+            "DELETE FROM response_input_ids WHERE response_key IN "
+            "(SELECT id_key FROM responses WHERE expires_at <= ? AND id_key IS NOT NULL)",
+            (now,),
+        )
     await db.execute(
         "DELETE FROM response_events WHERE response_id IN "
         "(SELECT id FROM responses WHERE expires_at <= ?)",
@@ -272,26 +312,58 @@ async def read_items(
     db: aiosqlite.Connection, item_ids: Sequence[str], credential: str | None
 ) -> dict[str, dict]:
     found: dict[str, dict] = {}
+    chunked = await _chunked(db)
     for item_id in dict.fromkeys(item_ids):
-        sql = """
-            SELECT i.item, i.response_id FROM response_items AS i
+        # The newest of: the item's response_items row (an output item, or any item of a
+        # response saved before schema 8), the newest response whose input has it.
+        sql = f"""
+            SELECT i.item, i.response_id, r.created_at FROM response_items AS i
             JOIN responses AS r ON r.id = i.response_id
-            WHERE i.item_id = ? AND (r.expires_at IS NULL OR r.expires_at > ?)
-                AND (? IS NULL OR r.credential = ?)
+            WHERE i.item_id = ? AND {_LIVE_R} AND {_OWNED_R}
             ORDER BY r.created_at DESC LIMIT 1
         """
         params = (item_id, time.time(), credential, credential)
         async with db.execute(sql, params) as cursor:
             row = await cursor.fetchone()
+        best: tuple[float, dict[str, Any]] | None = None
         if row and row[0]:
-            found[item_id] = orjson.loads(row[0])
-        elif row:  # an item kept in its response only
-            record = await read_response(db, row[1], credential)
-            for item in record.items() if record else []:
-                if item.get("id") == item_id:
-                    found[item_id] = item
+            best = (row[2], orjson.loads(row[0]))
+        elif row:
+            best = await _item_of(db, row[1], row[2], item_id, credential)
+        if chunked:
+            sql = f"""
+                SELECT r.id, r.created_at FROM response_input_ids AS x
+                JOIN responses AS r ON r.id_key = x.response_key
+                WHERE x.item_key = ? AND {_LIVE_R} AND {_OWNED_R}
+                ORDER BY r.created_at DESC
+            """
+            params = (id_key(item_id), time.time(), credential, credential)
+            async with db.execute(sql, params) as cursor:
+                candidates = await cursor.fetchall()
+            for response_id, created_at in candidates:
+                if best is not None and best[0] >= created_at:
                     break
+                hit = await _item_of(db, response_id, created_at, item_id, credential)
+                if hit is not None:  # else a key shared by chance: try an older one
+                    best = hit
+                    break
+        if best is not None:
+            found[item_id] = best[1]
     return found
+
+
+async def _item_of(
+    db: aiosqlite.Connection,
+    response_id: str,
+    created_at: float,
+    item_id: str,
+    credential: str | None,
+) -> tuple[float, dict[str, Any]] | None:
+    record = await read_response(db, response_id, credential)
+    for item in record.items() if record else []:
+        if item.get("id") == item_id:
+            return created_at, item
+    return None
 
 
 async def read_events(db: aiosqlite.Connection, response_id: str, after: int) -> list[bytes]:
