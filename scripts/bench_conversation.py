@@ -19,6 +19,11 @@ and each figure is the median over runs.
 
     python scripts/bench_conversation.py [--turns 50] [--new-bytes 4096] [--runs 1]
                                          [--before ../other-checkout] [--every 5]
+                                         [--store-only]
+
+``--store-only`` plays the same conversation without proxies, straight into two stores in
+this process (this schema, and schema 7's layout, before shared chunks): the store's own
+share of the CPU and the size, apart from the rest of the proxy.
 """
 
 from __future__ import annotations
@@ -130,6 +135,8 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
         rng = random.Random(run)
         history: list[dict] = []
         figures: dict[str, list[tuple[float, int]]] = {name: [] for name in proxies}
+        for name, (_, _, db) in proxies.items():
+            figures[f"_empty:{name}"] = [(0.0, store_bytes(db) if db else 0)]
         sizes: list[int] = []
         for turn in range(1, args.turns + 1):
             history.append({"role": "user", "content": text(rng, args.new_bytes)})
@@ -162,6 +169,95 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
             print(f"kept {tmp}", file=sys.stderr)
 
 
+def play_store(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]]]:
+    """The same conversation written straight into two stores in this process: this
+    checkout's schema, and the layout of schema 7 (before shared chunks; this code still
+    writes it for a store opened with those steps). Per turn, the CPU of ``submit`` + ``flush``
+    (the writer's work, all threads) and the bytes of pages in use."""
+    import asyncio
+
+    from llmitm.replay.model import Interaction, Message
+    from llmitm.responses_api.records import ResponseSaved, StoredResponse
+    from llmitm.store import MIGRATIONS, SqliteStore
+    from llmitm.store.recordings import RecordingWrite
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-store-"))
+    layouts = {"store": MIGRATIONS, "store-schema7": MIGRATIONS[:7]}
+
+    async def conversation() -> dict[str, list[tuple[float, int]]]:
+        rng = random.Random(run)
+        history: list[dict] = []
+        figures: dict[str, list[tuple[float, int]]] = {name: [] for name in layouts}
+        stores = {name: SqliteStore(tmp / f"{name}.db", migrations=steps)
+                  for name, steps in layouts.items()}  # fmt: skip
+        sizes: list[int] = []
+        for name, store in stores.items():
+            await store.open()
+            figures[f"_empty:{name}"] = [(0.0, store_bytes(tmp / f"{name}.db"))]
+        try:
+            for turn in range(1, args.turns + 1):
+                history.append({"role": "user", "content": text(rng, args.new_bytes)})
+                body = orjson.dumps({"model": "echo", "instructions": INSTRUCTIONS,
+                                     "input": history, "tools": TOOLS})  # fmt: skip
+                chat = orjson.dumps({"model": "echo", "messages": [
+                    {"role": "system", "content": INSTRUCTIONS}, *history]})  # fmt: skip
+                answer = {"type": "message", "role": "assistant", "id": f"msg_{turn}",
+                          "content": [{"type": "output_text", "text": "Echo: " + history[-1]["content"]}]}  # fmt: skip  # noqa: E501
+                canonical = orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS).decode()
+                items = [{"id": f"msg_{rng.getrandbits(192):048x}", "type": "message", **h}
+                         for h in history]  # fmt: skip
+                response = {"id": f"resp_{turn}", "object": "response", "output": [answer],
+                            "instructions": INSTRUCTIONS, "tools": TOOLS}  # fmt: skip
+                writes = [
+                    RecordingWrite(
+                        Interaction(
+                            id=f"{turn:013x}abcdef",
+                            scope="global",
+                            key=f"{turn:016x}",
+                            key_version=1,
+                            method="POST",
+                            route="responses",
+                            model="echo",
+                            stream=False,
+                            canonical=canonical,
+                            started_us=turn,
+                            status=200,
+                            minted={"msg": [i["id"] for i in items]},
+                            legs={
+                                "client_req": Message(
+                                    [], body, method="POST", url="http://x/v1/responses"
+                                ),
+                                "upstream_req": Message(
+                                    [], chat, method="POST", url="http://u/v1/chat"
+                                ),
+                                "upstream_resp": Message([], orjson.dumps(answer), status=200),
+                                "client_resp": Message([], orjson.dumps(response), status=200),
+                            },
+                        )
+                    ),
+                    ResponseSaved(StoredResponse(f"resp_{turn}", response, items, None, 1.0)),
+                ]
+                history.append({"role": "assistant", "content": answer["content"][0]["text"]})
+                sizes.append(len(body))
+                order = list(stores) if turn % 2 else list(reversed(stores))
+                for name in order:
+                    start = time.process_time()
+                    for write in writes:
+                        stores[name].submit(write)
+                    await stores[name].flush()
+                    cpu = time.process_time() - start
+                    figures[name].append((cpu, store_bytes(tmp / f"{name}.db")))
+                if turn % args.every == 0 or turn == 1:
+                    bench.progress(f"run {run + 1} turn {turn}: request {len(body) / 1024:.0f} KiB")
+            figures["_request"] = [(0.0, size) for size in sizes]
+            return figures
+        finally:
+            for store in stores.values():
+                await store.close()
+
+    return asyncio.run(conversation())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=50)
@@ -170,8 +266,13 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=5, help="print every Nth turn")
     parser.add_argument("--keep", action="store_true", help="say where the stores are kept")
     parser.add_argument("--before", help="another checkout whose llmitm runs beside this one")
+    parser.add_argument(
+        "--store-only",
+        action="store_true",
+        help="no proxies: write the turns straight into this schema's store and schema 7's",
+    )
     args = parser.parse_args()
-    runs = [play(args, run) for run in range(args.runs)]
+    runs = [(play_store if args.store_only else play)(args, run) for run in range(args.runs)]
     names = [name for name in runs[0] if not name.startswith("_")]
 
     def median(name: str, turn: int, field: int) -> float:
@@ -199,8 +300,8 @@ def main() -> int:
         line = f"{n}: CPU per turn, turns 2-4 {cpu2 * 1000:.1f} ms → last 3 {cpu_end * 1000:.1f} ms"
         line += f" ({cpu_end / cpu2:.2f}×)"
         if n != "mitmdump":
-            size = median(n, args.turns - 1, 1)
-            line += f"; store {size / 2**20:.2f} MiB = {size / new:.2f}× the new content"
+            size = median(n, args.turns - 1, 1) - median(f"_empty:{n}", 0, 1)
+            line += f"; store grew {size / 2**20:.2f} MiB = {size / new:.2f}× the new content"
         print(line)
     return 0
 

@@ -165,7 +165,10 @@ class Bases:
     the candidates a new value of that lane is sliced from. Bounded by bytes held: the
     oldest are forgotten first. Forget all when chunks may have been deleted."""
 
-    def __init__(self, per_lane: int = 16, max_bytes: int = 32 << 20) -> None:
+    def __init__(self, per_lane: int = 8, max_bytes: int = 16 << 20) -> None:
+        # Eight per lane: the previous turn of up to eight conversations interleaved (the
+        # newest that covers a value ends the search, so a single one costs one comparison).
+        # 16 MiB: what a proxy holds for it at most, whatever the bodies weigh.
         self.per_lane = per_lane
         self.max_bytes = max_bytes
         self._lanes: dict[str, OrderedDict[bytes, _Recent]] = {}
