@@ -115,17 +115,20 @@ class Puts:
                 else:
                     self.bases.clear()
                     return False
-        await db.executemany(
-            f"INSERT INTO {TABLE} (name, kind, refs, size, codec, data) VALUES (?, ?, ?, ?, ?, ?)",
-            [
-                (chunk.name, chunk.kind, refs, len(chunk.data), *blob_codec.encode(chunk.data))
-                for chunk, refs in new.values()
-            ],
-        )
-        await db.executemany(
-            f"UPDATE {TABLE} SET refs = refs + ? WHERE name = ?",
-            [(count, name) for name, count in more.items()],
-        )
+        if new:
+            await db.executemany(
+                f"INSERT INTO {TABLE} (name, kind, refs, size, codec, data) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (chunk.name, chunk.kind, refs, len(chunk.data), *blob_codec.encode(chunk.data))
+                    for chunk, refs in new.values()
+                ],
+            )
+        if more:
+            await db.executemany(
+                f"UPDATE {TABLE} SET refs = refs + ? WHERE name = ?",
+                [(count, name) for name, count in more.items()],
+            )
         return True
 
 

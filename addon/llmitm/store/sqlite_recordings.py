@@ -133,9 +133,10 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
         if chunked
         else {"chunk_column": "", "chunk_mark": ""}
     )
-    await db.executemany(
-        _INSERT_BLOB, [(d, len(b), *blob_codec.encode(b)) for d, b in blobs.items()]
-    )
+    if blobs:
+        await db.executemany(
+            _INSERT_BLOB, [(d, len(b), *blob_codec.encode(b)) for d, b in blobs.items()]
+        )
     await db.executemany(_INSERT_INTERACTION.format(**columns), interactions)
     if chunked:
         columns["chunk_column"] = ", body_chunk"
@@ -226,20 +227,19 @@ async def _release_chunks(
 ) -> None:
     """Release the chunks of the recordings ``where`` selects (before they are deleted or
     replaced): their canonical texts and, with ``legs``, their bodies."""
-    names: list[bytes | None] = []
-    async with db.execute(
+    # One query, not two: the writer pays a thread round trip per statement.
+    sql = (
         f"SELECT canonical_chunk FROM rec_interactions WHERE {where} "
-        "AND canonical_chunk IS NOT NULL",
-        params,
-    ) as cursor:
-        names += [row[0] async for row in cursor]
+        "AND canonical_chunk IS NOT NULL"
+    )
     if legs:
-        async with db.execute(
-            "SELECT body_chunk FROM rec_messages WHERE body_chunk IS NOT NULL AND interaction_id "
-            f"IN (SELECT id FROM rec_interactions WHERE {where})",
-            params,
-        ) as cursor:
-            names += [row[0] async for row in cursor]
+        sql += (
+            " UNION ALL SELECT body_chunk FROM rec_messages WHERE body_chunk IS NOT NULL "
+            f"AND interaction_id IN (SELECT id FROM rec_interactions WHERE {where})"
+        )
+        params = (*params, *params)
+    async with db.execute(sql, params) as cursor:
+        names: list[bytes | None] = [row[0] async for row in cursor]
     await sqlite_content.content_of(db).release(db, names)
 
 
