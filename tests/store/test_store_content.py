@@ -295,3 +295,29 @@ async def test_resent_histories_read_back_as_they_were_saved(responses: Any) -> 
     assert await reader.response("resp_6") == records[5]
     if isinstance(reader, SqliteStore):
         assert await check(reader) == []
+
+
+async def test_a_recording_stored_again_under_its_id_gives_up_its_old_chunks(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "again.db"
+    conversation = Conversation(seed=5)
+    first, _ = conversation.next()
+    second, _ = conversation.next()
+    second.id = first.id
+    del second.legs["upstream_req"]  # fewer legs than the first time
+    async with SqliteStore(path) as store:
+        store.submit(RecordingWrite(first))
+        await store.flush()
+        store.submit(RecordingWrite(second))
+        await store.flush()
+        (stored,) = await store.load_recordings()
+        assert legs(stored) == legs(second)
+        assert await check(store) == []
+        store.submit(RecordingWrite(second))  # the same again: nothing grows
+        await store.flush()
+        chunks = chunk_count(path)
+        store.submit(RecordingWrite(second))
+        await store.flush()
+        assert chunk_count(path) == chunks
+        assert await check(store) == []

@@ -18,6 +18,7 @@ from __future__ import annotations
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import aiosqlite
 
@@ -73,13 +74,23 @@ class ContentStore:
 
 class Puts:
     """The values one applier call stores, cut at once (:meth:`put`, no database) and written
-    in three statements (:meth:`commit`): one query for which chunks exist, one insert of the
-    new ones, one update of the counts of the others. A round trip to the database thread
-    costs more than cutting a turn's value, so values are never written one by one."""
+    in two statements (:meth:`commit`): one query for which chunks exist (and, given
+    :meth:`replacing`, which chunks the rows about to be replaced hold), one upsert of the
+    new chunks and the counts of the others. A round trip to the database thread costs more
+    than cutting a turn's value, so nothing is written one by one."""
 
     def __init__(self, bases: Bases) -> None:
         self.bases = bases
         self._encoded: list[content.Encoded] = []
+        self._replacing: tuple[str, tuple[Any, ...]] | None = None
+        self.replaced: list[bytes | None] = []
+        """After :meth:`commit`: the chunks the replaced rows held (one per row and column,
+        ``None`` where a row had none), to :meth:`ContentStore.release` once they are gone.
+        Released after the new references are counted, a chunk both hold never drops to 0."""
+
+    def replacing(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Also run ``sql`` (one column of chunk names) in the commit's query."""
+        self._replacing = (sql, params)
 
     def put(self, lane: str, data: bytes) -> bytes:
         """The chunk name ``data`` will have, with one reference, once committed."""
@@ -95,7 +106,7 @@ class Puts:
         forgotten) when a value was sliced from a chunk that is gone — another process
         (``rec prune``) deleted it — and the values must be put again."""
         wanted = {e.name for e in self._encoded} | {c for e in self._encoded for c in e.children}
-        stored = await _existing(db, wanted)
+        stored = await self._query(db, wanted)
         new: dict[bytes, tuple[content.Chunk, int]] = {}
         more: Counter[bytes] = Counter()
         for encoded in self._encoded:
@@ -115,21 +126,43 @@ class Puts:
                 else:
                     self.bases.clear()
                     return False
-        if new:
+        rows = [
+            (chunk.name, chunk.kind, refs + more.pop(chunk.name, 0), len(chunk.data),
+             *blob_codec.encode(chunk.data))
+            for chunk, refs in new.values()
+        ]  # fmt: skip
+        # Chunks already stored only count one more reference: the conflict path.
+        rows += [(name, LEAF, count, 0, "", b"") for name, count in more.items()]
+        if rows:
             await db.executemany(
                 f"INSERT INTO {TABLE} (name, kind, refs, size, codec, data) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (chunk.name, chunk.kind, refs, len(chunk.data), *blob_codec.encode(chunk.data))
-                    for chunk, refs in new.values()
-                ],
-            )
-        if more:
-            await db.executemany(
-                f"UPDATE {TABLE} SET refs = refs + ? WHERE name = ?",
-                [(count, name) for name, count in more.items()],
+                "VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET refs = refs + excluded.refs",
+                rows,
             )
         return True
+
+    async def _query(self, db: aiosqlite.Connection, names: set[bytes]) -> set[bytes]:
+        """Which of ``names`` are stored; fills :attr:`replaced` on the way."""
+        found: set[bytes] = set()
+        listed = list(names)
+        replacing = self._replacing
+        self.replaced = []
+        for start in range(0, max(len(listed), 1), 500):
+            part = listed[start : start + 500]
+            sql = f"SELECT 0, name FROM {TABLE} WHERE name IN ({','.join('?' * len(part))})"
+            params: tuple[Any, ...] = tuple(part)
+            if replacing is not None:
+                sql += f" UNION ALL SELECT 1, * FROM ({replacing[0]})"
+                params += replacing[1]
+                replacing = None
+            async with db.execute(sql, params) as cursor:
+                async for old, name in cursor:
+                    if old:
+                        self.replaced.append(name)
+                    else:
+                        found.add(bytes(name))
+        return found
 
 
 _WRITERS: weakref.WeakKeyDictionary[aiosqlite.Connection, ContentStore] = (
@@ -151,17 +184,6 @@ async def has_chunks(db: aiosqlite.Connection) -> bool:
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)
     ) as cursor:
         return await cursor.fetchone() is not None
-
-
-async def _existing(db: aiosqlite.Connection, names: set[bytes]) -> set[bytes]:
-    found: set[bytes] = set()
-    listed = list(names)
-    for start in range(0, len(listed), 500):
-        part = listed[start : start + 500]
-        marks = ",".join("?" * len(part))
-        async with db.execute(f"SELECT name FROM {TABLE} WHERE name IN ({marks})", part) as cursor:
-            found.update([bytes(row[0]) async for row in cursor])
-    return found
 
 
 async def read(

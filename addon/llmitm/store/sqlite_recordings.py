@@ -116,17 +116,15 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
     writes = list({w.interaction.id: w for w in writes}.values())
     store = sqlite_content.content_of(db)
     chunked = await store.ready(db)
-    if chunked:
-        # A recording stored again under its id (INSERT OR REPLACE) gives up its old chunks.
-        await _release_chunks(
-            db,
-            "id IN (SELECT value FROM json_each(?))",
-            (orjson.dumps([w.interaction.id for w in writes]).decode(),),
-        )
+    ids = orjson.dumps([w.interaction.id for w in writes]).decode()
     while True:
         puts = store.session() if chunked else None
         interactions, messages, blobs = _recording_rows(writes, puts)
-        if puts is None or await puts.commit(db):
+        if puts is None:
+            break
+        # A recording stored again under its id (INSERT OR REPLACE) gives up its old chunks.
+        puts.replacing(_CHUNKS_OF_IDS, (ids, ids))
+        if await puts.commit(db):
             break
     columns = (
         {"chunk_column": ", canonical_chunk", "chunk_mark": ", ?"}
@@ -138,9 +136,24 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
             _INSERT_BLOB, [(d, len(b), *blob_codec.encode(b)) for d, b in blobs.items()]
         )
     await db.executemany(_INSERT_INTERACTION.format(**columns), interactions)
+    replaced = puts is not None and any(puts.replaced)
+    if replaced:  # legs the new recording lacks must not keep released chunks
+        await db.execute(
+            "DELETE FROM rec_messages WHERE interaction_id IN (SELECT value FROM json_each(?))",
+            (ids,),
+        )
     if chunked:
         columns["chunk_column"] = ", body_chunk"
     await db.executemany(_INSERT_MESSAGE.format(**columns), messages)
+    if replaced:
+        await store.release(db, puts.replaced)  # type: ignore[union-attr]
+
+
+_CHUNKS_OF_IDS = (
+    "SELECT canonical_chunk FROM rec_interactions WHERE id IN (SELECT value FROM json_each(?)) "
+    "UNION ALL SELECT body_chunk FROM rec_messages "
+    "WHERE interaction_id IN (SELECT value FROM json_each(?))"
+)
 
 
 def _recording_rows(

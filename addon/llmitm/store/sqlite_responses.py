@@ -92,27 +92,27 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
     writes = list({w.record.id: w for w in writes}.values())
     store = sqlite_content.content_of(db)
     chunked = await store.ready(db)
-    # A response is saved again at each status change: its items are replaced with it, and
-    # its chunks given up. (A first save, the common case, has nothing to replace: two
-    # statements fewer, each a round trip to the database thread.)
-    saved_before = True
-    if chunked:
-        ids = orjson.dumps([w.record.id for w in writes]).decode()
-        saved_before = await _release(db, "id IN (SELECT value FROM json_each(?))", (ids,)) > 0
-        if saved_before:
+    ids = orjson.dumps([w.record.id for w in writes]).decode()
+    while True:
+        puts = store.session() if chunked else None
+        rows, item_rows, input_keys = _saved_rows(writes, puts)
+        if puts is None:
+            break
+        # A response is saved again at each status change: it gives up its last save's
+        # chunks and items (the query says whether any was saved before: a first save, the
+        # common case, then costs two statements fewer, each a round trip to the database).
+        puts.replacing(_SAVED_BEFORE, (ids, ids))
+        if await puts.commit(db):
+            break
+    if puts is None or puts.replaced:
+        if puts is not None:
             await db.executemany(
                 "DELETE FROM response_input_ids WHERE response_key = ?",
                 [(id_key(w.record.id),) for w in writes],
             )
-    if saved_before:
         await db.executemany(
             "DELETE FROM response_items WHERE response_id = ?", [(w.record.id,) for w in writes]
         )
-    while True:
-        puts = store.session() if chunked else None
-        rows, item_rows, input_keys = _saved_rows(writes, puts)
-        if puts is None or await puts.commit(db):
-            break
     if item_rows:
         await db.executemany(
             "INSERT OR REPLACE INTO response_items (item_id, response_id, item) VALUES (?, ?, ?)",
@@ -126,6 +126,15 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
     columns = f"{_COLUMNS}, input_chunk, response_chunk, id_key" if chunked else _COLUMNS
     marks = ", ".join("?" * len(columns.split(",")))
     await db.executemany(f"INSERT OR REPLACE INTO responses ({columns}) VALUES ({marks})", rows)
+    if puts is not None and any(puts.replaced):
+        await store.release(db, puts.replaced)
+
+
+# Two rows per response saved before (NULL where a row from before schema 8 holds none).
+_SAVED_BEFORE = (
+    "SELECT input_chunk FROM responses WHERE id IN (SELECT value FROM json_each(?)) "
+    "UNION ALL SELECT response_chunk FROM responses WHERE id IN (SELECT value FROM json_each(?))"
+)
 
 
 def _saved_rows(
