@@ -25,6 +25,7 @@ from llmitm.responses_api.records import (
 from llmitm.store import MIGRATIONS, SqliteStore, content, sqlite_content
 from llmitm.store.folder import read_folder, write_folder
 from llmitm.store.memory_responses import MemoryResponses
+from llmitm.store.raw_values import database_values
 from llmitm.store.recordings import DeleteRecordings, PruneRecordings, RecordingWrite
 
 WORDS = ["agent", "tool", "call", "result", "file", "patch", "test", "build", "error", "trace"]
@@ -341,3 +342,17 @@ async def test_a_recording_stored_again_under_its_id_gives_up_its_old_chunks(
         await store.flush()
         assert chunk_count(path) == chunks
         assert await check(store) == []
+
+
+async def test_a_secret_scan_sees_values_whole_not_their_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "scan.db"
+    conversation = Conversation(seed=6)
+    turns = [conversation.next()[0] for _ in range(4)]
+    async with SqliteStore(path) as store:
+        for interaction in turns:
+            store.submit(RecordingWrite(interaction))
+        await store.flush()
+    values = [value for value, _ in database_values(path)]
+    for interaction in turns:  # each body whole, though most of it is a slice of the last
+        assert interaction.legs["client_req"].body().decode() in values
+        assert interaction.canonical in values
