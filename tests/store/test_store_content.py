@@ -22,7 +22,7 @@ from llmitm.responses_api.records import (
     ResponsesPurged,
     StoredResponse,
 )
-from llmitm.store import MIGRATIONS, SqliteStore, content, sqlite_content
+from llmitm.store import MIGRATIONS, SqliteStore, content
 from llmitm.store.folder import read_folder, write_folder
 from llmitm.store.memory_responses import MemoryResponses
 from llmitm.store.raw_values import database_values
@@ -119,8 +119,7 @@ def payload(path: Path) -> int:
 
 
 async def check(store: SqliteStore) -> list[str]:
-    assert store._reader is not None
-    return await sqlite_content.check(store._reader)
+    return await store.content_problems()
 
 
 def chunk_count(path: Path) -> int:

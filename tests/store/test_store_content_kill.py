@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llmitm.store import SqliteStore, sqlite_content
+from llmitm.store import SqliteStore
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,6 @@ async def test_sigkill_mid_write_leaves_counts_and_references_whole(tmp_path: Pa
         with sqlite3.connect(path) as db:
             assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         async with SqliteStore(path, read_only=True) as store:
-            assert store._reader is not None
-            assert await sqlite_content.check(store._reader) == []
+            assert await store.content_problems() == []
             recordings = await store.load_recordings()  # every body can be put together
             assert recordings and all(i.legs["client_req"].content for i in recordings)

@@ -19,7 +19,7 @@ from llmitm.responses_api.conversation_records import (
     StoredConversation,
 )
 from llmitm.responses_api.records import ResponseSaved, StoredResponse
-from llmitm.store import MIGRATIONS, SqliteStore, sqlite_content
+from llmitm.store import MIGRATIONS, SqliteStore
 from llmitm.store.recordings import PruneRecordings, RecordingWrite
 
 BODY = orjson.dumps({"model": "m", "input": [{"role": "user", "content": "long " * 400}]})
@@ -131,5 +131,4 @@ async def test_an_older_schema_upgrades_and_keeps_what_it_held(
         await store.flush()
         (today,) = await store.load_recordings()
         assert today.legs["client_req"].content == BODY
-        assert store._reader is not None
-        assert await sqlite_content.check(store._reader) == []
+        assert await store.content_problems() == []
