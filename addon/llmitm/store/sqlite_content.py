@@ -10,7 +10,13 @@ Owners put their values through a :class:`Puts` (which adds their references) an
 :meth:`ContentStore.release` when they are deleted or replaced; a chunk whose count falls to
 zero is deleted, and releases the chunks its recipe refers to in turn. Everything happens in
 the writer's transaction, so a crash leaves counts and rows as the last commit had them.
-:func:`check` recounts from the owners, for tests and ``rec verify``-like checks.
+:func:`check` recounts from the owners, for tests and ``rec verify --db``.
+
+A server database implements the same thing with the same statements: the cutting and the
+putting back (``store.content``) know no database; the table is ``name bytea primary key``,
+the upsert is PostgreSQL's ``ON CONFLICT`` as here, and ``json_each(?)`` over a list of ids
+becomes ``= ANY($1)``. Several writers sharing one database stay correct because each
+commit re-checks, under its transaction, that the chunks it slices still exist.
 """
 
 from __future__ import annotations
