@@ -15,8 +15,10 @@ the writer's transaction, so a crash leaves counts and rows as the last commit h
 A server database implements the same thing with the same statements: the cutting and the
 putting back (``store.content``) know no database; the table is ``name bytea primary key``,
 the upsert is PostgreSQL's ``ON CONFLICT`` as here, and ``json_each(?)`` over a list of ids
-becomes ``= ANY($1)``. Several writers sharing one database stay correct because each
-commit re-checks, under its transaction, that the chunks it slices still exist.
+becomes ``= ANY($1)``. Here a commit's check that the chunks it counts on still exist holds
+until its upsert because SQLite has one writer at a time (``BEGIN IMMEDIATE``); with
+concurrent writers the check must lock those rows (``SELECT … FOR SHARE``), or a release
+running beside it could delete one in between.
 """
 
 from __future__ import annotations
