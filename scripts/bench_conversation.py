@@ -33,6 +33,7 @@ import http.client
 import importlib.util
 import itertools
 import random
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -167,6 +168,8 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
         procs.stop_all()
         if args.keep:
             print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def play_store(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]]]:
@@ -254,6 +257,10 @@ def play_store(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float
         finally:
             for store in stores.values():
                 await store.close()
+            if args.keep:
+                print(f"kept {tmp}", file=sys.stderr)
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
 
     return asyncio.run(conversation())
 
