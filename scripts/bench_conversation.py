@@ -279,6 +279,8 @@ def main() -> int:
         help="no proxies: write the turns straight into this schema's store and schema 7's",
     )
     args = parser.parse_args()
+    if args.turns < 2:
+        parser.error("--turns: at least 2 (turn 2 is the first one compared)")
     runs = [(play_store if args.store_only else play)(args, run) for run in range(args.runs)]
     names = [name for name in runs[0] if not name.startswith("_")]
 
@@ -302,7 +304,7 @@ def main() -> int:
     new = requests[0] + sum(max(0, b - a) for a, b in itertools.pairwise(requests))
     print(f"requests in all: {total / 2**20:.2f} MiB; new in all: {new / 2**20:.2f} MiB")
     for n in names:
-        cpu2 = statistics.median(median(n, t, 0) for t in (1, 2, 3))
+        cpu2 = statistics.median(median(n, t, 0) for t in range(1, min(4, args.turns)))
         cpu_end = statistics.median(median(n, t, 0) for t in range(args.turns - 3, args.turns))
         line = f"{n}: CPU per turn, turns 2-4 {cpu2 * 1000:.1f} ms → last 3 {cpu_end * 1000:.1f} ms"
         line += f" ({cpu_end / cpu2:.2f}×)"
