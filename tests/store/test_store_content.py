@@ -355,3 +355,25 @@ async def test_a_secret_scan_sees_values_whole_not_their_chunks(tmp_path: Path) 
     for interaction in turns:  # each body whole, though most of it is a slice of the last
         assert interaction.legs["client_req"].body().decode() in values
         assert interaction.canonical in values
+
+
+async def test_a_base_another_process_pruned_is_not_sliced(tmp_path: Path) -> None:
+    # Two stores on one file, as two llmitm processes (or a proxy and `rec prune`) share it:
+    # the first remembers turn 1 as the base of turn 2, the second deletes turn 1 in between.
+    path = tmp_path / "shared.db"
+    conversation = Conversation(seed=7)
+    first, second = conversation.next(), conversation.next()
+    async with SqliteStore(path) as proxy, SqliteStore(path) as pruner:
+        proxy.submit(RecordingWrite(first[0]))
+        proxy.submit(ResponseSaved(first[1]))
+        await proxy.flush()
+        pruner.submit(PruneRecordings(before_us=1 << 62))
+        pruner.submit(ResponseDeleted(first[1].id))
+        await pruner.flush()
+        assert chunk_count(path) == 0
+        proxy.submit(RecordingWrite(second[0]))
+        proxy.submit(ResponseSaved(second[1]))
+        await proxy.flush()
+        assert [legs(i) for i in await proxy.load_recordings()] == [legs(second[0])]
+        assert await proxy.response(second[1].id) == second[1]
+        assert await proxy.content_problems() == []
