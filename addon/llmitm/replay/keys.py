@@ -102,6 +102,9 @@ class KeyOptions:
     ignore: tuple[str, ...] = ()
     headers: tuple[str, ...] = HEADER_ALLOW
     match_host: bool = False
+    volatile: bool = True
+    """Replace volatile values by numbered placeholders (``False``: every value counts as
+    sent — the response cache's keys, where a different date or id is a different question)."""
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -215,6 +218,8 @@ def _reduced(body: Any, options: KeyOptions) -> Any:
 
 def canonical_body(body: Any, options: KeyOptions) -> Any:
     """The redacted body reduced to what identifies the request under ``options``."""
+    if not options.volatile:
+        return _reduced(body, options)
     pattern = _VOLATILE_STRICT if options.profile == "strict" else _VOLATILE
     return _placeholders(_reduced(body, options), pattern, _Numbering())
 
