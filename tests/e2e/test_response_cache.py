@@ -59,6 +59,12 @@ endpoints = ["both"]
 cache = {{ max_entries = 2 }}
 
 [[routes]]
+name = "shared"
+models = ["shared-*"]
+endpoints = ["chat-only"]
+cache = {{ scope = "shared" }}
+
+[[routes]]
 name = "plain"
 models = ["plain-*"]
 endpoints = ["both"]
@@ -287,6 +293,31 @@ def test_another_credential_misses(stack: tuple[Proxy, Upstream, Upstream]) -> N
     assert chat(alice, "cached-c", "whose")[0] == "hit"
     assert chat(bob, "cached-c", "whose")[0] == "hit"
     assert count(both) == before + 2
+
+
+def test_a_shared_route_serves_every_credential_but_sealed_reasoning(
+    stack: tuple[Proxy, Upstream, Upstream],
+) -> None:
+    proxy, _both, chat_only = stack
+    alice, bob = sdk(proxy, "sk-alice"), sdk(proxy, "sk-bob")
+    before = count(chat_only)
+    assert chat(alice, "shared-a", "for everyone")[0] == "miss"
+    assert chat(bob, "shared-a", "for everyone")[0] == "hit"
+    assert count(chat_only) == before + 1
+    # Reasoning llmitm seals into encrypted_content for a stateless Responses client over a
+    # chat upstream belongs to the credential it was sealed for, shared route or not.
+    alice, bob = (
+        sdk(proxy, key, **{"x-fake-scenario": "reasoning"}) for key in ("sk-alice", "sk-bob")
+    )
+    sealed = {"store": False, "include": ["reasoning.encrypted_content"]}
+    calls = [
+        (who, who.responses.with_raw_response.create(model="shared-r", input="sealed", **sealed))
+        for who in (alice, bob, alice)
+    ]
+    assert [raw.headers.get("x-llmitm-cache") for _, raw in calls] == ["miss", "miss", "hit"]
+    reasoning = [item for item in calls[0][1].parse().output if item.type == "reasoning"]
+    assert reasoning and reasoning[0].encrypted_content
+    assert count(chat_only) == before + 3
 
 
 def test_a_bad_cache_request_is_an_openai_400(stack: tuple[Proxy, Upstream, Upstream]) -> None:

@@ -150,6 +150,16 @@ def test_the_key_is_the_credential_s_unless_shared() -> None:
     assert key(BASE, route="r1") != key(BASE, route="r2")
 
 
+def test_a_shared_route_keeps_sealed_answers_under_the_credential_s_key() -> None:
+    match = cache.request_key("POST", "/v1/responses", [], orjson.dumps(BASE), "h")
+    shared = CacheSettings(scope="shared")
+    everyone, alice = cache.cache_keys(match, "r", "h", "hmac:a", shared)
+    _, bob = cache.cache_keys(match, "r", "h", "hmac:b", shared)
+    assert everyone == cache.cache_keys(match, "r", "h", "hmac:b", shared)[0]
+    assert len({everyone, alice, bob}) == 3
+    assert cache.cache_keys(match, "r", "h", "hmac:a", CacheSettings()) == (alice, alice)
+
+
 # --- answers ------------------------------------------------------------------------------
 
 
@@ -252,8 +262,8 @@ def entry(expires: float, *, credential: str | None = "hmac:a", private: bool = 
 def test_ttl_on_an_injected_clock() -> None:
     store = ResponseCache()
     store.put("r", "k", entry(expires=10.0), max_entries=5)
-    assert store.get("r", "k", "hmac:a", now=9.99) is not None
-    assert store.get("r", "k", "hmac:a", now=10.0) is None
+    assert store.get("r", ["k"], "hmac:a", now=9.99) is not None
+    assert store.get("r", ["k"], "hmac:a", now=10.0) is None
     assert len(store) == 0 and store.stats.expired == 1
     assert (store.stats.hits, store.stats.misses) == (1, 1)
 
@@ -263,19 +273,24 @@ def test_max_entries_per_route_evicts_the_least_recently_used() -> None:
     for name in ("a", "b", "c"):
         store.put("r", name, entry(100.0), max_entries=3)
     store.put("other", "x", entry(100.0), max_entries=1)
-    assert store.get("r", "a", "hmac:a", now=0) is not None  # "a" is now the most recent
+    assert store.get("r", ["a"], "hmac:a", now=0) is not None  # "a" is now the most recent
     store.put("r", "d", entry(100.0), max_entries=3)
-    assert store.get("r", "b", "hmac:a", now=0) is None
-    assert all(store.get("r", n, "hmac:a", now=0) is not None for n in ("a", "c", "d"))
-    assert store.get("other", "x", "hmac:a", now=0) is not None  # another route's bound
+    assert store.get("r", ["b"], "hmac:a", now=0) is None
+    assert all(store.get("r", [n], "hmac:a", now=0) is not None for n in ("a", "c", "d"))
+    assert store.get("other", ["x"], "hmac:a", now=0) is not None  # another route's bound
     assert len(store) == 4 and store.stats.evicted == 1
 
 
 def test_private_entries_are_their_credential_s_only() -> None:
     store = ResponseCache()
     store.put("r", "k", entry(100.0, credential="hmac:a", private=True), max_entries=5)
-    assert store.get("r", "k", "hmac:b", now=0) is None
-    assert store.get("r", "k", None, now=0) is None
-    assert store.get("r", "k", "hmac:a", now=0) is not None
+    assert store.get("r", ["k"], "hmac:b", now=0) is None
+    assert store.get("r", ["k"], None, now=0) is None
+    assert store.get("r", ["k"], "hmac:a", now=0) is not None
     store.put("r", "p", entry(100.0, credential="hmac:a"), max_entries=5)
-    assert store.get("r", "p", "hmac:b", now=0) is not None  # a shared key, nothing sealed
+    assert store.get("r", ["p"], "hmac:b", now=0) is not None  # a shared key, nothing sealed
+    # Tried in order, one hit or miss counted per lookup.
+    before = (store.stats.hits, store.stats.misses)
+    assert store.get("r", ["nothing", "p"], "hmac:b", now=0) is not None
+    assert store.get("r", ["nothing", "else"], "hmac:b", now=0) is None
+    assert (store.stats.hits, store.stats.misses) == (before[0] + 1, before[1] + 1)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import orjson
 from mitmproxy import http
 
+from llmitm.addons.access import client_key_of
 from llmitm.addons.direct import answer_error
 from llmitm.addons.record.flows import answer, fields
 from llmitm.addons.settings import LlmitmSettings
@@ -39,6 +40,7 @@ from llmitm.replay import cache
 from llmitm.replay.fingerprint import credential, fingerprint
 from llmitm.replay.serve import FRAMING
 from llmitm.replay.tap import StreamTap
+from llmitm.routing.access import route_refusal
 from llmitm.routing.config import Config
 from llmitm.routing.plan import match_route
 from llmitm.wire.errors import ApiError
@@ -57,7 +59,8 @@ class _Pending:
 
     decision: cache.Decision
     route: str
-    key: str
+    keys: tuple[str, str]
+    """Where an answer everyone may get is kept, and where one only :attr:`credential` may."""
     credential: str | None
     api: str
     stream: bool
@@ -142,6 +145,8 @@ class LlmCacheLookup:
         )
         model = key.model or deployment or ""
         route = match_route(self.settings.config, model, request.pretty_host) if model else None
+        if route is not None and route_refusal(client_key_of(flow, self.settings), route.name):
+            return  # the router refuses it: a cached answer must not get round that
         decision = cache.decide(route.cache if route is not None else None, directive)
         if decision is None:
             return
@@ -150,12 +155,12 @@ class LlmCacheLookup:
         sent = credential(fields(request.headers))
         who = fingerprint(self._fingerprint_key, sent) if sent is not None else None
         name = route.label if route is not None else ""
-        entry_key = cache.cache_key(key, name, request.pretty_host, who, decision.settings)
-        pending = _Pending(decision, name, entry_key, who, api, key.stream, model)
+        keys = cache.cache_keys(key, name, request.pretty_host, who, decision.settings)
+        pending = _Pending(decision, name, keys, who, api, key.stream, model)
         _PENDING[flow] = pending
         if not decision.read:
             return
-        entry = self.cache.get(name, entry_key, who, time.monotonic())
+        entry = self.cache.get(name, keys, who, time.monotonic())
         if entry is None:
             return
         pending.hit = entry
@@ -229,18 +234,20 @@ class LlmCacheFill:
                 planned.plan.endpoint.name
             )
         settings = pending.decision.settings
+        private = cache.holds_sealed_reasoning(body)
         entry = cache.Entry(
             status=status,
             headers=headers,
             body=cache.marked_body(pending.stream, body),
             expires=time.monotonic() + pending.decision.ttl,
             credential=pending.credential,
-            private=cache.holds_sealed_reasoning(body),
+            private=private,
             tokens=tokens,
             model=pending.model,
             endpoint=endpoint,
         )
-        self.lookup.cache.put(pending.route, pending.key, entry, settings.max_entries)
+        key = pending.keys[1] if private else pending.keys[0]
+        self.lookup.cache.put(pending.route, key, entry, settings.max_entries)
 
     def _account_hit(self, pending: _Pending, entry: cache.Entry) -> None:
         if entry.tokens is None:

@@ -25,7 +25,8 @@ chat stream with its ``[DONE]`` or a finish reason, a Responses stream with
 ``response.completed``, a completed Response, a chat completion with choices) — never an
 error, a 429, a cut or failed stream, nor a background request's queued answer. An answer
 that holds sealed reasoning (``encrypted_content``) is served only to the credential that
-filled it, also on a ``shared`` route.
+filled it, also on a ``shared`` route (kept under that credential's key, so clients sharing a
+route never replace each other's sealed answers).
 
 A hit's body marks its usage as cached in OpenAI's terms (:func:`marked_body`): the whole
 prompt was served from a cache, so ``prompt_tokens_details.cached_tokens`` (chat) or
@@ -37,8 +38,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 import orjson
@@ -215,6 +216,18 @@ def cache_key(
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+def cache_keys(
+    key: MatchKey, route: str, host: str, credential: str | None, settings: CacheSettings
+) -> tuple[str, str]:
+    """The key an answer everyone may get is kept under, and the key of one only
+    ``credential`` may get (an answer with sealed reasoning): the same unless ``shared``, where
+    each credential's sealed answers stay apart and never push out each other's."""
+    own = cache_key(key, route, host, credential, replace(settings, scope="credential"))
+    if settings.scope != "shared":
+        return own, own
+    return cache_key(key, route, host, credential, settings), own
+
+
 def request_key(
     method: str,
     path: str,
@@ -368,23 +381,26 @@ class ResponseCache:
     routes: dict[str, OrderedDict[str, Entry]] = field(default_factory=dict)
     stats: CacheStats = field(default_factory=CacheStats)
 
-    def get(self, route: str, key: str, credential: str | None, now: float) -> Entry | None:
-        """The live entry for ``key`` that ``credential`` may be served (counted as a hit or
-        a miss)."""
+    def get(
+        self, route: str, keys: Sequence[str], credential: str | None, now: float
+    ) -> Entry | None:
+        """The first live entry of ``keys`` that ``credential`` may be served (one hit or one
+        miss however many keys were tried)."""
         entries = self.routes.get(route)
-        entry = entries.get(key) if entries is not None else None
-        if entry is not None and now >= entry.expires:
+        for key in keys if entries is not None else ():
             assert entries is not None
-            del entries[key]
-            self.stats.expired += 1
-            entry = None
-        if entry is None or (entry.private and entry.credential != credential):
-            self.stats.misses += 1
-            return None
-        assert entries is not None
-        entries.move_to_end(key)
-        self.stats.hits += 1
-        return entry
+            entry = entries.get(key)
+            if entry is not None and now >= entry.expires:
+                del entries[key]
+                self.stats.expired += 1
+                continue
+            if entry is None or (entry.private and entry.credential != credential):
+                continue
+            entries.move_to_end(key)
+            self.stats.hits += 1
+            return entry
+        self.stats.misses += 1
+        return None
 
     def put(self, route: str, key: str, entry: Entry, max_entries: int) -> None:
         entries = self.routes.setdefault(route, OrderedDict())
