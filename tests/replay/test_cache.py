@@ -91,6 +91,17 @@ def test_strip_field_removes_only_the_llmitm_field() -> None:
     assert orjson.loads(content) == body and value == {"cache": "use"}
 
 
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_a_large_body_s_field_is_found_at_its_edges(where: str) -> None:
+    history = [{"role": "user", "content": "x" * 1000} for _ in range(600)]  # ~0.6 MB
+    body: dict[str, Any] = {"model": "m", "messages": history}
+    body = {"llmitm": {"cache": "use"}, **body} if where == "first" else {**body, "llmitm": {}}
+    content = orjson.dumps(body)
+    assert len(content) > cache.WHOLE_SCAN
+    stripped = cache.strip_field(content)
+    assert stripped is not None and "llmitm" not in orjson.loads(stripped[0])
+
+
 def test_decide() -> None:
     route = CacheSettings(ttl=60.0, max_entries=3)
     assert cache.decide(None, None) is None
