@@ -120,9 +120,12 @@ def test_decide() -> None:
     assert skip is not None and (skip.read, skip.write, skip.label) == (False, False, "skip")
 
 
-def test_background_requests_are_refused() -> None:
+def test_background_and_conversation_requests_are_refused() -> None:
     assert cache.refusal({"model": "m", "background": True}) is not None
-    assert cache.refusal({"model": "m", "background": False}) is None
+    assert cache.refusal({"model": "m", "conversation": "conv_1"}) is not None
+    assert cache.refusal({"model": "m", "conversation": {"id": "conv_1"}}) is not None
+    assert cache.refusal(["not", "an", "object"]) is not None
+    assert cache.refusal({"model": "m", "background": False, "conversation": None}) is None
 
 
 # --- keys ---------------------------------------------------------------------------------

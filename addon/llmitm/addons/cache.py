@@ -140,8 +140,13 @@ class LlmCacheLookup:
         directive: cache.Directive | None,
     ) -> None:
         request = flow.request
+        body = _json_object(content)
+        if cache.refusal(body) is not None:
+            return
+        assert isinstance(body, dict)
+        headers = fields(request.headers)
         key = cache.request_key(
-            request.method, request.path, fields(request.headers), content, request.pretty_host
+            request.method, request.path, headers, content, request.pretty_host, body
         )
         model = key.model or deployment or ""
         route = match_route(self.settings.config, model, request.pretty_host) if model else None
@@ -150,9 +155,7 @@ class LlmCacheLookup:
         decision = cache.decide(route.cache if route is not None else None, directive)
         if decision is None:
             return
-        if b'"background"' in content and cache.refusal(_json_object(content)) is not None:
-            return
-        sent = credential(fields(request.headers))
+        sent = credential(headers)
         who = fingerprint(self._fingerprint_key, sent) if sent is not None else None
         name = route.label if route is not None else ""
         keys = cache.cache_keys(key, name, request.pretty_host, who, decision.settings)

@@ -24,7 +24,8 @@ kept) or ``refresh`` (not read, kept); a route without one caches only the reque
 Only a complete answer is kept (:func:`answer_complete`): a 2xx that ended as it should (a
 chat stream with its ``[DONE]`` or a finish reason, a Responses stream with
 ``response.completed``, a completed Response, a chat completion with choices) — never an
-error, a 429, a cut or failed stream, nor a background request's queued answer. An answer
+error, a 429, a cut or failed stream, a background request's queued answer, nor the answer
+to a request in a ``conversation`` (a hit would not add its turn to the conversation). An answer
 that holds sealed reasoning (``encrypted_content``) is served only to the credential that
 filled it, also on a ``shared`` route (kept under that credential's key, so clients sharing a
 route never replace each other's sealed answers).
@@ -220,8 +221,12 @@ def decide(route: CacheSettings | None, directive: Directive | None) -> Decision
 
 def refusal(body: Any) -> str | None:
     """Why a request's answer is never cached, whatever it asks (``None``: it may be)."""
-    if isinstance(body, dict) and body.get("background") is True:
+    if not isinstance(body, dict):
+        return "not a JSON object (the router answers what is wrong with it)"
+    if body.get("background") is True:
         return "a background request's answer is a queued response, not the answer"
+    if body.get("conversation") is not None:
+        return "a request in a conversation adds its turn to it: a hit would not"
     return None
 
 
@@ -252,9 +257,11 @@ def request_key(
     headers: Iterable[tuple[str, str]],
     content: bytes,
     host: str,
+    parsed: dict[str, Any] | None = None,
 ) -> MatchKey:
-    """The request's match key under the cache's options (the body without ``llmitm``)."""
-    return match_key(method, path, headers, content, KEY_OPTIONS, host)
+    """The request's match key under the cache's options (the body without ``llmitm``;
+    ``parsed``: that body already parsed)."""
+    return match_key(method, path, headers, content, KEY_OPTIONS, host, parsed=parsed)
 
 
 # --- answers ------------------------------------------------------------------------------

@@ -240,8 +240,11 @@ def match_key(
     content: bytes | None,
     options: KeyOptions = KeyOptions(),
     host: str = "",
+    *,
+    parsed: dict[str, Any] | None = None,
 ) -> MatchKey:
-    """The key of one client request (``url_path`` with its query; headers as sent)."""
+    """The key of one client request (``url_path`` with its query; headers as sent;
+    ``parsed``: ``content`` already parsed as a JSON object, not parsed again)."""
     method = method.upper()
     route, deployment = route_of(method, url_path)
     query = url_path.partition("?")[2]
@@ -250,9 +253,9 @@ def match_key(
     )
     wanted = {name.lower() for name in options.headers}
     kept = sorted((k.lower(), v) for k, v in headers if k.lower() in wanted)
-    body: Any = None
+    body: Any = parsed
     text = ""
-    if content:
+    if content and body is None:
         try:
             body = orjson.loads(content)
         except orjson.JSONDecodeError:
