@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from llmitm.addons.access import LlmAccess, LlmAccessStrip
 from llmitm.addons.background import LlmBackground
-from llmitm.addons.cache import LlmCacheFill, LlmCacheLookup
+from llmitm.addons.cache import LlmCacheLookup
+from llmitm.addons.cache_fill import LlmCacheFill
 from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview

@@ -1,16 +1,18 @@
 """The response cache's shell: looks create calls up before anything records or routes them,
-and fills the cache from the answers that complete (the rules are :mod:`llmitm.replay.cache`'s).
+and (``cache_fill.py``) fills the cache from the answers that complete (the rules are
+:mod:`llmitm.replay.cache`'s).
 
-Two addons share one :class:`_Pending` per flow, as the recorder and its tap do:
+Two addons share one :class:`Pending` per flow, as the recorder and its tap do:
 
 - :class:`LlmCacheLookup` (before the recorder) reads what the request asks (the
   ``x-llmitm-cache`` header, the ``llmitm`` body field — both removed here, so neither the
   match keys nor the upstream see them), picks the route's settings, and answers a hit at
   once with the cached answer (the recorded-answer helper replay uses), marked
   ``x-llmitm-cache: hit``. A hit is not recorded, routed or sent upstream.
-- :class:`LlmCacheFill` (after the stream translator) taps the stream of a miss that may be
-  kept (one C call per chunk), keeps the client's answer when the flow ends complete, and
-  writes a hit's usage record (endpoint ``cache``, every input token cached).
+- :class:`~llmitm.addons.cache_fill.LlmCacheFill` (after the stream translator) taps the
+  stream of a miss that may be kept (one C call per chunk), keeps the client's answer when
+  the flow ends complete, and writes a hit's usage record (endpoint ``cache``, every input
+  token cached).
 
 It costs a request nothing unless a route has a cache, the request carries the header, or
 its body holds the ``"llmitm"`` field (one byte search). The cache lives in this process's
@@ -32,13 +34,9 @@ from llmitm.addons.access import client_key_of
 from llmitm.addons.direct import answer_error
 from llmitm.addons.record.flows import answer, fields
 from llmitm.addons.settings import LlmitmSettings
-from llmitm.addons.state import SOCKET_KEY, FlowState, flow_state
-from llmitm.addons.store import LlmStore
-from llmitm.addons.streams import flow_stream, stream_outcome
-from llmitm.exchange.usage import body_tokens, stream_tokens, usage_record
+from llmitm.addons.state import SOCKET_KEY
 from llmitm.replay import cache
 from llmitm.replay.fingerprint import credential, fingerprint
-from llmitm.replay.serve import FRAMING
 from llmitm.replay.tap import StreamTap
 from llmitm.routing.access import route_refusal
 from llmitm.routing.config import Config
@@ -50,11 +48,10 @@ logger = logging.getLogger(__name__)
 
 CACHE_ENDPOINT = "cache"
 """What usage records and metrics name as the endpoint of a hit (no endpoint was called)."""
-_NOT_KEPT = FRAMING | {cache.HEADER}
 
 
 @dataclass(slots=True)
-class _Pending:
+class Pending:
     """The cache's part in one flow, from lookup to fill."""
 
     decision: cache.Decision
@@ -69,12 +66,12 @@ class _Pending:
     tap: StreamTap | None = None
 
 
-_PENDING: weakref.WeakKeyDictionary[http.HTTPFlow, _Pending] = weakref.WeakKeyDictionary()
+PENDING: weakref.WeakKeyDictionary[http.HTTPFlow, Pending] = weakref.WeakKeyDictionary()
 
 
 def cache_hit(flow: http.HTTPFlow) -> bool:
     """Whether the cache answered ``flow``."""
-    pending = _PENDING.get(flow)
+    pending = PENDING.get(flow)
     return pending is not None and pending.hit is not None
 
 
@@ -159,8 +156,8 @@ class LlmCacheLookup:
         who = fingerprint(self._fingerprint_key, sent) if sent is not None else None
         name = route.label if route is not None else ""
         keys = cache.cache_keys(key, name, request.pretty_host, who, decision.settings)
-        pending = _Pending(decision, name, keys, who, api, key.stream, model)
-        _PENDING[flow] = pending
+        pending = Pending(decision, name, keys, who, api, key.stream, model)
+        PENDING[flow] = pending
         if not decision.read:
             return
         entry = self.cache.get(name, keys, who, time.monotonic())
@@ -168,102 +165,6 @@ class LlmCacheLookup:
             return
         pending.hit = entry
         answer(flow, entry.status, [*entry.headers, (cache.HEADER, "hit")], entry.body, None)
-
-
-class LlmCacheFill:
-    """Keeps complete answers of misses; accounts hits."""
-
-    name = "llmitm_cache_fill"
-
-    def __init__(self, lookup: LlmCacheLookup, store: LlmStore) -> None:
-        self.lookup = lookup
-        self.store = store
-
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
-        pending = _PENDING.get(flow)
-        response = flow.response
-        if pending is None or pending.hit is not None or response is None:
-            return
-        response.headers[cache.HEADER] = pending.decision.label
-        if not pending.decision.write:
-            return
-        stream = flow_stream(flow)
-        if stream is not None:
-            pending.tap = tap = StreamTap()
-            stream.add_note(tap.note)
-
-    def response(self, flow: http.HTTPFlow) -> None:
-        pending = _PENDING.get(flow)  # kept: the metrics, after this, ask whether it was a hit
-        if pending is None:
-            return
-        try:
-            if pending.hit is not None:
-                self._account_hit(pending, pending.hit)
-            elif pending.decision.write:
-                self._fill(flow, pending)
-        except Exception:
-            logger.exception("llmitm: cache fill failed for %s", flow.request.pretty_url)
-
-    def error(self, flow: http.HTTPFlow) -> None:
-        _PENDING.pop(flow, None)  # a cut or aborted answer is never kept
-
-    def _fill(self, flow: http.HTTPFlow, pending: _Pending) -> None:
-        response = flow.response
-        if response is None or flow.error is not None:
-            return
-        state = flow_state(flow)
-        planned = state if isinstance(state, FlowState) else None
-        if planned is not None and planned.upstream_cut is not None:
-            return
-        tap = pending.tap
-        if tap is not None:
-            _times, upstream, client = tap.finish()
-            body = (client or upstream).body()
-            outcome = stream_outcome(flow)
-            tokens = stream_tokens(outcome) if outcome is not None else None
-        else:
-            if response.stream:
-                return  # streamed by something that is not llmitm's: nothing was kept
-            body = response.get_content(strict=False) or b""
-            tokens = body_tokens(body)
-        status = response.status_code
-        if not cache.answer_complete(pending.api, pending.stream, status, body):
-            return
-        headers = [(k, v) for k, v in fields(response.headers) if k.lower() not in _NOT_KEPT]
-        endpoint = ""
-        if planned is not None:
-            routed = planned.routed
-            endpoint = (routed.endpoint if routed is not None else None) or (
-                planned.plan.endpoint.name
-            )
-        settings = pending.decision.settings
-        private = cache.holds_sealed_reasoning(body)
-        entry = cache.Entry(
-            status=status,
-            headers=headers,
-            body=cache.marked_body(pending.stream, body),
-            expires=time.monotonic() + pending.decision.ttl,
-            credential=pending.credential,
-            private=private,
-            tokens=tokens,
-            model=pending.model,
-            endpoint=endpoint,
-        )
-        key = pending.keys[1] if private else pending.keys[0]
-        self.lookup.cache.put(pending.route, key, entry, settings.max_entries)
-
-    def _account_hit(self, pending: _Pending, entry: cache.Entry) -> None:
-        if entry.tokens is None:
-            return
-        input_tokens, _cached, output, reasoning = entry.tokens
-        self.store.submit(
-            usage_record(
-                (input_tokens, input_tokens, output, reasoning),
-                endpoint=CACHE_ENDPOINT,
-                model=entry.model,
-                route=pending.route,
-            )
-        )
 
 
 def _json_object(content: bytes) -> object:
