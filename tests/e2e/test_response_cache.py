@@ -59,6 +59,12 @@ endpoints = ["both"]
 cache = {{ max_entries = 2 }}
 
 [[routes]]
+name = "failover"
+models = ["failover-*"]
+endpoints = ["chat-only", "both"]
+cache = true
+
+[[routes]]
 name = "shared"
 models = ["shared-*"]
 endpoints = ["chat-only"]
@@ -176,6 +182,27 @@ def test_responses_client_hits_streamed_and_not_native_and_translated(
     assert finals[0].output_text == finals[1].output_text == "Hello from the fake upstream."
     assert finals[1].usage.input_tokens_details.cached_tokens == finals[1].usage.input_tokens
     assert count(upstream) == before + 2
+
+
+def test_a_failover_route_s_relayed_stream_is_kept_and_served(
+    stack: tuple[Proxy, Upstream, Upstream],
+) -> None:
+    proxy, _both, chat_only = stack
+    client = sdk(proxy)
+    before = count(chat_only)
+    texts, headers = [], []
+    for _ in range(2):
+        with client.chat.completions.with_streaming_response.create(
+            model="failover-a",
+            messages=[{"role": "user", "content": "through the relay"}],
+            stream=True,
+        ) as raw:
+            headers.append(raw.headers.get("x-llmitm-cache"))
+            chunks = list(raw.parse())
+        texts.append("".join(c.choices[0].delta.content or "" for c in chunks if c.choices))
+    assert headers == ["miss", "hit"]
+    assert texts[0] == texts[1] == "Hello from the fake upstream."
+    assert count(chat_only) == before + 1
 
 
 def test_ttl_expiry(stack: tuple[Proxy, Upstream, Upstream]) -> None:
