@@ -15,7 +15,9 @@ Two addons share one :class:`Pending` per flow, as the recorder and its tap do:
   token cached).
 
 It costs a request nothing unless a route has a cache, the request carries the header, or
-its body holds the ``"llmitm"`` field (one byte search). The cache lives in this process's
+its body holds the ``"llmitm"`` field (a byte search of its edges); while a route has a cache,
+a request on another route costs one parse of its body (to find its route), and only a
+request the cache takes part in has its key made. The cache lives in this process's
 memory: bounded per route, lost at exit, never shared between processes.
 """
 
@@ -141,17 +143,18 @@ class LlmCacheLookup:
         if cache.refusal(body) is not None:
             return
         assert isinstance(body, dict)
-        headers = fields(request.headers)
-        key = cache.request_key(
-            request.method, request.path, headers, content, request.pretty_host, body
-        )
-        model = key.model or deployment or ""
+        named = body.get("model")
+        model = deployment or (named if isinstance(named, str) else "")
         route = match_route(self.settings.config, model, request.pretty_host) if model else None
         if route is not None and route_refusal(client_key_of(flow, self.settings), route.name):
             return  # the router refuses it: a cached answer must not get round that
         decision = cache.decide(route.cache if route is not None else None, directive)
         if decision is None:
-            return
+            return  # a route without a cache: no key is made
+        headers = fields(request.headers)
+        key = cache.request_key(
+            request.method, request.path, headers, content, request.pretty_host, body
+        )
         sent = credential(headers)
         who = fingerprint(self._fingerprint_key, sent) if sent is not None else None
         name = route.label if route is not None else ""
