@@ -102,6 +102,9 @@ class KeyOptions:
     ignore: tuple[str, ...] = ()
     headers: tuple[str, ...] = HEADER_ALLOW
     match_host: bool = False
+    volatile: bool = True
+    """Replace volatile values by numbered placeholders (``False``: every value counts as
+    sent — the response cache's keys, where a different date or id is a different question)."""
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -215,6 +218,8 @@ def _reduced(body: Any, options: KeyOptions) -> Any:
 
 def canonical_body(body: Any, options: KeyOptions) -> Any:
     """The redacted body reduced to what identifies the request under ``options``."""
+    if not options.volatile:
+        return _reduced(body, options)
     pattern = _VOLATILE_STRICT if options.profile == "strict" else _VOLATILE
     return _placeholders(_reduced(body, options), pattern, _Numbering())
 
@@ -235,8 +240,11 @@ def match_key(
     content: bytes | None,
     options: KeyOptions = KeyOptions(),
     host: str = "",
+    *,
+    parsed: dict[str, Any] | None = None,
 ) -> MatchKey:
-    """The key of one client request (``url_path`` with its query; headers as sent)."""
+    """The key of one client request (``url_path`` with its query; headers as sent;
+    ``parsed``: ``content`` already parsed as a JSON object, not parsed again)."""
     method = method.upper()
     route, deployment = route_of(method, url_path)
     query = url_path.partition("?")[2]
@@ -245,9 +253,9 @@ def match_key(
     )
     wanted = {name.lower() for name in options.headers}
     kept = sorted((k.lower(), v) for k, v in headers if k.lower() in wanted)
-    body: Any = None
+    body: Any = parsed
     text = ""
-    if content:
+    if content and body is None:
         try:
             body = orjson.loads(content)
         except orjson.JSONDecodeError:
