@@ -22,7 +22,7 @@ from llmitm.addons.record.flows import Capture, capture_of, fields
 from llmitm.addons.state import FlowState, flow_mint, flow_state
 from llmitm.addons.streams import flow_stream
 from llmitm.replay.capture import ClientResponse, FlowEnd, build_interaction, relayed_request
-from llmitm.replay.model import Message
+from llmitm.replay.model import Interaction, Message, new_id
 from llmitm.replay.tap import StreamTap, pieces
 from llmitm.wire.redact import redact_headers, redact_url
 
@@ -92,14 +92,21 @@ class LlmRecordTap:
         recorder = self.recorder
         try:
             end = flow_end(flow, capture)
-            interaction = build_interaction(
-                capture, end, session=recorder.session, mode=recorder.settings.mode
-            )
         except Exception:
             logger.exception("llmitm: cannot record %s", flow.request.pretty_url)
             return
-        capture.recorded = interaction.id
-        recorder.finished(interaction)
+        # The id is the flow's now (the console's summary line names it); the record, whose
+        # redaction and key cost CPU in proportion to the bodies, is built off the loop.
+        capture.recorded = interaction_id = new_id(capture.started_us)
+        session, mode = recorder.session, recorder.settings.mode
+
+        def build() -> Interaction:
+            capture.see()
+            return build_interaction(
+                capture, end, session=session, mode=mode, interaction_id=interaction_id
+            )
+
+        recorder.builder.submit(build)
 
 
 def flow_end(flow: http.HTTPFlow, capture: Capture) -> FlowEnd:
