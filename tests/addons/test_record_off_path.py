@@ -117,14 +117,15 @@ async def test_shutdown_delivers_what_the_worker_built() -> None:
 
 
 def test_a_replaying_mode_keys_the_request_at_once() -> None:
-    recorder, tap, kept = recording()
+    recorder, tap, _ = recording()
     with taddons.context(recorder, tap) as tctx:
         tctx.configure(recorder, llmitm_record="replay-or-record")
         flow = chat_flow()
         recorder.request(flow)
         capture = capture_of(flow)
         assert capture is not None and capture.key is not None and capture.unseen is None
-        assert SECRET.encode() not in (capture.client_req and capture.client_req.content or b"")
+        assert capture.client_req is not None
+        assert SECRET.encode() not in (capture.client_req.content or b"")
 
 
 def test_without_a_loop_the_record_is_built_in_the_hook() -> None:
