@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import orjson
+import pytest
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow
 
 from llmitm.addons.record import LlmFlowRecorder, LlmRecordTap, recording_id
+from llmitm.addons.record import tap as tap_module
 from llmitm.addons.record.flows import capture_of
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
@@ -76,7 +79,17 @@ def assert_redacted_and_keyed(interaction: Interaction) -> None:
     assert interaction.key == expected.key
 
 
-async def test_record_mode_keys_and_redacts_after_the_flow_off_the_loop() -> None:
+async def test_record_mode_keys_and_redacts_after_the_flow_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built_on: list[threading.Thread] = []
+    build = tap_module.build_interaction
+
+    def noting(*args: Any, **kwargs: Any) -> Interaction:
+        built_on.append(threading.current_thread())
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(tap_module, "build_interaction", noting)
     recorder, tap, kept = recording()
     with taddons.context(recorder, tap) as tctx:
         tctx.configure(recorder, llmitm_record="record")
@@ -98,6 +111,7 @@ async def test_record_mode_keys_and_redacts_after_the_flow_off_the_loop() -> Non
         (interaction,) = kept.records
         assert interaction.id == promised
         assert kept.threads == [threading.main_thread()]  # delivered on the loop
+        assert built_on and built_on[0] is not threading.main_thread()  # built off it
         assert_redacted_and_keyed(interaction)
         assert recorder.report.recorded == 1
         recorder.done()

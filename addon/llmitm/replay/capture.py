@@ -64,7 +64,15 @@ def see_request(
     the fingerprint of the credential it sent (``fingerprint_key``: none without a store)."""
     raw = request.content
     content = redact_body(raw) or b""
-    key = match_key(request.method, request.path, request.headers, content, options, request.host)
+    key = match_key(
+        request.method,
+        request.path,
+        request.headers,
+        content,
+        options,
+        request.host,
+        redacted=True,
+    )
     message = Message(
         headers=redact_headers(request.headers),
         content=content,

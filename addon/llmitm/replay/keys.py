@@ -233,9 +233,12 @@ def _placeholders(value: Any, pattern: re.Pattern[str], numbering: _Numbering) -
     return value
 
 
-def _reduced(body: Any, options: KeyOptions) -> Any:
-    """The redacted body without the profile's dropped fields and the ignore paths."""
-    body = redact_json(body)
+def _reduced(body: Any, options: KeyOptions, redacted: bool = False) -> Any:
+    """The redacted body without the profile's dropped fields and the ignore paths
+    (``redacted``: the body is redaction's output already, redacting it again changes
+    nothing)."""
+    if not redacted:
+        body = redact_json(body)
     if isinstance(body, dict):
         drop = DROPPED_FIELDS[options.profile]
         body = {k: v for k, v in body.items() if k not in drop}
@@ -246,10 +249,10 @@ def _reduced(body: Any, options: KeyOptions) -> Any:
     return body
 
 
-def canonical_body(body: Any, options: KeyOptions) -> Any:
+def canonical_body(body: Any, options: KeyOptions, redacted: bool = False) -> Any:
     """The redacted body reduced to what identifies the request under ``options``."""
     pattern = _VOLATILE_STRICT if options.profile == "strict" else _VOLATILE
-    return _placeholders(_reduced(body, options), pattern, _Numbering())
+    return _placeholders(_reduced(body, options, redacted), pattern, _Numbering())
 
 
 def volatile_values(body: Any, options: KeyOptions) -> list[tuple[str, str]]:
@@ -268,8 +271,12 @@ def match_key(
     content: bytes | None,
     options: KeyOptions = KeyOptions(),
     host: str = "",
+    *,
+    redacted: bool = False,
 ) -> MatchKey:
-    """The key of one client request (``url_path`` with its query; headers as sent)."""
+    """The key of one client request (``url_path`` with its query; headers as sent;
+    ``redacted``: ``content`` is :func:`~llmitm.wire.redact.redact_body`'s output, so its
+    walk is not done twice — the key is the same either way)."""
     method = method.upper()
     route, deployment = route_of(method, url_path)
     query = url_path.partition("?")[2]
@@ -301,7 +308,7 @@ def match_key(
         "model": model,
         "query": [list(pair) for pair in pairs],
         "headers": [list(pair) for pair in kept],
-        "body": canonical_body(body, options) if body is not None else text,
+        "body": canonical_body(body, options, redacted) if body is not None else text,
     }
     if options.match_host:
         canonical["host"] = host.lower()

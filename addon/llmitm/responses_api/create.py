@@ -21,8 +21,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from llmitm.responses_api.chain import history_items
 from llmitm.responses_api.compaction import restore_compactions
 from llmitm.responses_api.items import input_items
@@ -88,13 +86,12 @@ async def prepare_create(
     if b'"item_reference"' in content and isinstance(body.get("input"), list):
         changed = await resolve_references(body["input"], reader, credential)
     if create.store:
-        # A copy the translation cannot touch. JSON values round-trip through orjson in a
-        # third of copy.deepcopy's time (an agent's input is MBs, resent every turn).
-        given = body.get("input")
-        create.input_items = input_items(
-            given if isinstance(given, str) or given is None else orjson.loads(orjson.dumps(given)),
-            ids,
-        )
+        # Each stored item is a new dict (``input_items``), so what rewrites the request's
+        # items in place — reasoning restored, compactions opened, a chain inlined — leaves
+        # the stored ones alone; what lies deeper (content parts, tool outputs) is shared, as
+        # nothing after this rewrites it in place: translation builds new objects. No deep
+        # copy: an agent's input is MBs, resent every turn.
+        create.input_items = input_items(body.get("input"), ids)
     previous = body.get("previous_response_id")
     if isinstance(previous, str) and previous:
         create.previous_response_id = previous
