@@ -65,7 +65,7 @@ class LlmFlowRecorder:
         self.fingerprint_key: bytes | None = None
         """Makes ``Interaction.credential`` (replay.fingerprint); read from the store."""
         self._started = False
-        self.builder = RecordBuilder(self.finished)
+        self.builder = RecordBuilder(self.finished, self._store_behind)
         """Builds finished flows' records off the event loop, delivers them to finished()."""
         self.before_record: Callable[[Interaction], Interaction | None] | None = None
         """Sees each finished, redacted interaction before it is kept; returns it (edited or
@@ -184,6 +184,14 @@ class LlmFlowRecorder:
         # The stream callable should see the body as sent, not gzip (the router does the
         # same for the flows it plans).
         request.headers["accept-encoding"] = "identity"
+
+    def _store_behind(self) -> int:
+        """Writes the store has not finished (the record builder paces itself by it)."""
+        store = self.store.store
+        if store is None:
+            return 0
+        stats = store.stats()
+        return stats.submitted - stats.written - stats.failed
 
     def _wipe_once(self, mode: str, scope: str) -> None:
         """``rewrite``: the scope's old recordings go before its first new one."""
