@@ -227,6 +227,11 @@ def main() -> int:
     parser.add_argument(
         "--profile", type=Path, help="run llmitm under cProfile, writing DIR/<name>.prof"
     )
+    parser.add_argument(
+        "--setups",
+        default="",
+        help="comma-separated subset of: pass, failover, translated (mitmdump always runs)",
+    )
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -255,6 +260,10 @@ def main() -> int:
                 ("llmitm failover", llmitm_port, "big-failover", "chat", llmitm_pid),
                 ("llmitm →responses", llmitm_port, "big-translated", "responses", llmitm_pid),
             ]
+            if args.setups:
+                chosen = {f"llmitm {name}" for name in args.setups.split(",")}
+                chosen |= {"llmitm →responses"} if "llmitm translated" in chosen else set()
+                setups = [s for s in setups if not s[0].startswith("llmitm") or s[0] in chosen]
             times: dict[str, list[float]] = {name: [] for name, *_ in setups}
             sizes: dict[str, int] = {}
             for round_ in range(args.runs):
