@@ -175,19 +175,20 @@ class ChatNormaliser:
             and (self._render is None or not self._skips_fast_path(data))
         )
 
-    def plain_held(self, data: bytes, marked: bool) -> bool:
-        """:meth:`plain` for an event held across reads, whose pieces were searched for the
-        markers as they came (``marked``: one was found). Anything unusual is parsed."""
+    def plain_held(self, head: bytes, marked: bool) -> bool:
+        """:meth:`plain` for an event held across reads, told by the first bytes of its data
+        (``head``) and whether a search of its pieces as they came found one of the markers
+        (``marked``). Anything unusual is parsed."""
         if (
             marked
             or self.finished
             or self._head is None
             or self._render is not None
-            or not data.startswith(b"{")
+            or not head.startswith(b"{")
         ):
             return False
-        colon = data.find(b'":', 1, 4096)  # the first key's (a writer's spacing)
-        return 0 < colon < len(data) - 2 and data[colon + 2] != 0x20
+        colon = head.find(b'":', 1)  # the first key's (a writer's spacing)
+        return 0 < colon < len(head) - 2 and head[colon + 2] != 0x20
 
     def fast_frame(self, event: dict[str, Any], chunk: bytes, data: bytes) -> bytes:
         """A parsed chunk that arrived as one whole event: its own bytes when it needs no

@@ -220,24 +220,33 @@ class StreamPipeline:
                 self._scan_held(decoder.held_pieces())
             return self._parts(self._translate(decoder.feed(chunk)))
         pieces = decoder.held_pieces()
-        marked = False
-        if self._chat_norm is not None:
-            self._scan_held(pieces)
-            marked = self._marked or has_marker(self._scan_tail + chunk[:end])
-            self._scan_first, self._scan_tail = None, b""
-        pieces.append(chunk[: end + 2])
-        events = decoder.feed(chunk)  # the held event first: one data line, joined once
-        name, data = events[0]
         chat_norm = self._chat_norm
-        if chat_norm is not None and name is None and data != DONE_DATA:
+        if chat_norm is not None:
+            self._scan_held(pieces)
+            marked = self._marked or self._marks(self._scan_tail, chunk[:end])
+            self._scan_first, self._scan_tail = None, b""
+            pieces.append(chunk[: end + 2])
             self.events_in += 1
-            frames = self._held_chat(chat_norm, data, marked)
+            if chat_norm.plain_held(pieces[0][6:4096], marked):
+                # Nothing to look at: the event goes out as the pieces it came in, unjoined.
+                decoder.drop_held()
+                rest = chunk[end + 2 :]
+                return pieces + self._parts(self._translate(decoder.feed(rest))) if rest else pieces
+            events = decoder.feed(chunk)  # the held event first: one data line, joined once
+            frames = self._held_chat(chat_norm, events[0][1])
             parts = pieces if frames is None else self._parts(frames)
         else:
+            events = decoder.feed(chunk)
             parts = self._parts(self._translate(events[:1]))
         if len(events) > 1:
             parts += self._parts(self._translate(events[1:]))
         return parts
+
+    @staticmethod
+    def _marks(tail: bytes, piece: bytes) -> bool:
+        """Whether ``piece``, or it and the bytes searched before it (``tail``), hold one of
+        the chat normaliser's markers; the piece is not copied to be searched."""
+        return has_marker(tail + piece[:MARKER_SPAN]) or has_marker(piece)
 
     def _scan_held(self, pieces: list[bytes]) -> None:
         """Search the held pieces not searched yet for the chat normaliser's markers (as
@@ -251,21 +260,16 @@ class StreamPipeline:
             return
         tail = self._scan_tail
         for piece in pieces[self._scanned :]:
-            window = tail + piece
-            if has_marker(window):
+            if self._marks(tail, piece):
                 self._marked = True
                 return
-            tail = window[-MARKER_SPAN:]
+            tail = (tail + piece[-MARKER_SPAN:])[-MARKER_SPAN:]
         self._scanned = len(pieces)
         self._scan_tail = tail
 
-    def _held_chat(
-        self, chat_norm: ChatNormaliser, data: bytes, marked: bool
-    ) -> list[bytes] | None:
-        """What :meth:`_translate` makes of a chat event, ``None`` when that is the event as
-        it came (then its pieces go out, not a copy)."""
-        if chat_norm.plain_held(data, marked):
-            return None
+    def _held_chat(self, chat_norm: ChatNormaliser, data: bytes) -> list[bytes] | None:
+        """What :meth:`_translate` makes of a chat event that is not plain, ``None`` when
+        that is the event as it came (then its pieces go out, not a copy)."""
         try:
             obj = _loads(data)
         except _JSONDecodeError:

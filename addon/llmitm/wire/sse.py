@@ -59,6 +59,13 @@ class SSEDecoder:
         """The held bytes of an unfinished event, as a list of the pieces they came in."""
         return list(self._pending)
 
+    def drop_held(self) -> None:
+        """Forget the held bytes: the driver took them (with :meth:`held_pieces`) and the
+        rest of their event, and will feed what follows."""
+        self._pending = []
+        self._held = 0
+        self._ends_lf = self._lines = self.held_line = False
+
     @property
     def idle(self) -> bool:
         """Nothing buffered, no pending CR, past the start: a chunk that is one whole event
