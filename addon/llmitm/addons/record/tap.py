@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
+from llmitm.addons.patches.cut_streams import gateway_answer
 from llmitm.addons.record.compactor import TapCompactor
 from llmitm.addons.record.flows import Capture, capture_of, fields
 from llmitm.addons.state import FlowState, flow_mint, flow_state
@@ -104,7 +105,9 @@ class LlmRecordTap:
 
 def flow_end(flow: http.HTTPFlow, capture: Capture) -> FlowEnd:
     """The plain values a finished flow holds, for :func:`build_interaction`."""
-    request, response = flow.request, flow.response
+    # An upstream that failed before its head: the flow ends at its error hook, before the
+    # JSON answer the client gets is its response; that answer is what is kept.
+    request, response = flow.request, gateway_answer(flow)
     t0 = request.timestamp_end or request.timestamp_start
     upstream_stream = client_stream = None
     tap = capture.tap
