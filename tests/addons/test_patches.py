@@ -21,7 +21,15 @@ from mitmproxy.proxy.layers.http import HttpStream
 from mitmproxy.test import taddons, tflow
 
 from llmitm.addons import patches
-from llmitm.addons.patches import connections, console_ui, cut_streams, fallback, headers, hooks
+from llmitm.addons.patches import (
+    connections,
+    console_ui,
+    cut_streams,
+    fallback,
+    headers,
+    hooks,
+    options,
+)
 from llmitm.addons.patches import master as master_patch
 from llmitm.addons.patches.coalesce import coalesce_client_writes
 from llmitm.addons.stall import close_server_side
@@ -324,3 +332,36 @@ def test_hooks_without_the_addon_manager_method_leave_mitmproxy_as_it_is(
         assert not hooks.install()
         assert not hooks.install()
     assert len(_warnings(caplog, hooks.PATCH)) == 1
+
+
+# --- option reads ----------------------------------------------------------------------------
+
+
+def test_option_reads_copy_only_what_can_change() -> None:
+    from collections.abc import Sequence
+
+    from mitmproxy.optmanager import OptManager
+
+    assert options.MISSING is None
+    assert options.install() and options.install()  # idempotent
+    opts = OptManager()
+    opts.add_option("flag", bool, False, "a flag")
+    opts.add_option("port", int, 1, "a number")
+    opts.add_option("hosts", Sequence[str], [], "a list")
+    assert (opts.flag, opts.port, opts.hosts) == (False, 1, [])  # at their defaults
+    opts.update(flag=True, port=8123, hosts=["a"])
+    assert (opts.flag, opts.port) == (True, 8123)
+    hosts = opts.hosts
+    hosts.append("b")  # a copy, as mitmproxy hands out: the option is unchanged
+    assert opts.hosts == ["a"]
+    assert opts.hosts is not opts.hosts
+
+
+def test_option_reads_without_the_option_class_leave_mitmproxy_as_it_is(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(options, "MISSING", "_Option")
+    with caplog.at_level(logging.WARNING):
+        assert not options.install()
+        assert not options.install()
+    assert len(_warnings(caplog, options.PATCH)) == 1
