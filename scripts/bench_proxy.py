@@ -13,6 +13,8 @@ Setups, the baselines once per client API:
   3t llmitm pass trusted     the same endpoint with ``conformant = ["chat", "responses"]`` and
                              ``state = "native"``:
                              relayed by the guard, what 3 cost before default normalisation
+  3n llmitm pass native      the same endpoint with ``state = "native"`` only: normalised,
+                             its Responses state left to the server (3 keeps it, emulated)
   4 llmitm responses→chat    Responses client → llmitm → chat-only upstream
   5 llmitm chat→responses    chat client → llmitm → Responses-only upstream
   6 llmitm failover route    chat client → llmitm → relay (failover job) → the same upstream
@@ -117,9 +119,19 @@ apis = ["chat", "responses"]
 conformant = ["chat", "responses"]
 state = "native"
 
+[endpoints.both-native]
+kind = "compatible"
+base_url = "{both}/v1"
+apis = ["chat", "responses"]
+state = "native"
+
 [[routes]]
 models = ["bench-pass"]
 endpoints = ["both"]
+
+[[routes]]
+models = ["bench-native"]
+endpoints = ["both-native"]
 
 [[routes]]
 models = ["bench-trusted"]
@@ -253,6 +265,15 @@ def all_setups() -> list[Setup]:
             "llmitm",
             "bench-trusted",
             "both-trusted",
+        ),
+        # Normalised, but its Responses state left to the server: what emulated state costs.
+        Setup(
+            "llmitm-native-responses",
+            "3n llmitm pass native · responses",
+            "responses",
+            "llmitm",
+            "bench-native",
+            "both-native",
         ),
         Setup(
             "llmitm-relay-chat",

@@ -356,6 +356,19 @@ def test_check_secrets_opens_compressed_bodies(tmp_path: Path, capsys) -> None:
     assert status == 1 and "sk-pro" in out and key not in out
 
 
+def test_verify_names_a_database_whose_shared_chunks_are_broken(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "llmitm.db"
+    assert main(["rec", "import", str(RECORDINGS), "--db", str(db)]) == 0
+    assert main(["rec", "verify", "--db", str(db)]) == 0  # an import leaves counts whole
+    with sqlite3.connect(db) as connection:  # a chunk lost (edited by hand, a bad copy)
+        connection.execute(
+            "DELETE FROM store_chunks WHERE rowid = (SELECT max(rowid) FROM store_chunks)"
+        )
+    capsys.readouterr()
+    status, out, _ = run_main(["rec", "verify", "--db", str(db)], capsys)
+    assert status == 1 and "store: chunk" in out and "missing" in out
+
+
 def test_verify_names_a_broken_folder_before_reading_it(tmp_path: Path, capsys) -> None:
     folder = tmp_path / "recordings"
     shutil.copytree(RECORDINGS, folder)

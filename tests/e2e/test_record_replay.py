@@ -8,6 +8,7 @@ not even after every recording was used" is asserted, not assumed.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 import signal
@@ -28,7 +29,8 @@ import openai
 import orjson
 import pytest
 
-from llmitm.store import blob_codec
+from llmitm.replay.model import Interaction
+from llmitm.store import SqliteStore, blob_codec
 
 from .processes import LLMITM, TWO_ENDPOINTS, Proxy, fake_upstream, llmitm_proxy
 
@@ -165,6 +167,11 @@ def replaying(
             yield proxy
 
 
+async def stored_recordings(db: Path) -> list[Interaction]:
+    async with SqliteStore(db, read_only=True) as store:
+        return await store.load_recordings()
+
+
 def test_recording_keeps_four_legs_timing_and_no_secret(recorded: Recorded) -> None:
     with sqlite3.connect(recorded.db) as db:
         rows = db.execute(
@@ -177,6 +184,10 @@ def test_recording_keeps_four_legs_timing_and_no_secret(recorded: Recorded) -> N
             blob_codec.decode(*row) for row in db.execute("SELECT codec, data FROM rec_blobs")
         ]
         credentials = {row[0] for row in db.execute("SELECT credential FROM rec_interactions")}
+    # Whole bodies and canonical texts sit in shared chunks (schema 8): read them back.
+    for interaction in asyncio.run(stored_recordings(recorded.db)):
+        bodies += [m.body() for m in interaction.legs.values()]
+        bodies.append(interaction.canonical.encode())
     assert [r[:4] for r in rows[:5]] == [
         ("chat.completions", "gpt-pass", "", 200),
         ("chat.completions", "gpt-pass", "", 200),

@@ -20,6 +20,8 @@ import openai
 import orjson
 import pytest
 
+from llmitm.store import SqliteStore
+
 from .processes import Proxy, Upstream, fake_upstream, llmitm_proxy
 
 pytestmark = pytest.mark.slow
@@ -97,11 +99,15 @@ def db_path(proxy: Proxy) -> Path:
 
 
 def db_rows(path: Path) -> list[bytes]:
-    with sqlite3.connect(path) as db:
-        return [
-            bytes(r[0]) + bytes(r[1])
-            for r in db.execute("SELECT response, input_items FROM responses")
-        ]
+    """Each stored response's object and input items, as the store reads them back (schema
+    8 keeps them in shared chunks, not in the row)."""
+
+    async def read() -> list[bytes]:
+        async with SqliteStore(path, read_only=True) as store:
+            records = [await store.response(rid) for rid in sorted(stored_ids(path))]
+        return [orjson.dumps([r.response, r.input_items]) for r in records if r is not None]
+
+    return asyncio.run(read())
 
 
 def usage_rows(path: Path) -> int:

@@ -106,3 +106,20 @@ def test_a_body_that_is_not_streamed_or_streamed_by_someone_else_has_no_owner() 
 
     flow = sse_flow(theirs)
     assert flow_stream(flow) is None and flow.response.stream is theirs
+
+
+def test_an_unwatched_watcher_sees_no_more_chunks_and_the_others_keep_theirs() -> None:
+    rewriter = StreamRewriter(StreamPipeline("chat-to-responses", context()))
+    first: list[bytes] = []
+    second: list[bytes] = []
+    number = rewriter.watch(first.append)
+    other = rewriter.watch(second.append)
+    rewriter(CHAT_SSE[:40])
+    rewriter.unwatch(number)
+    assert rewriter.observe == second.append  # one left: called itself, no wrapper
+    rewriter(CHAT_SSE[40:])
+    rewriter.unwatch(other)
+    assert rewriter.observe is None  # none left: the hot path calls nothing
+    rewriter(b"")
+    assert first == [CHAT_SSE[:40]]
+    assert second == [CHAT_SSE[:40], CHAT_SSE[40:]]

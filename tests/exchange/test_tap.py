@@ -71,7 +71,10 @@ def test_a_translated_stream_is_kept_whole() -> None:
     assert as_list(times, upstream) == sent_pieces(times, [*chunks, b""])
     assert client is not None and as_list(times, client) == sent_pieces(times, sent)
     assert b"".join(sent).endswith(b"data: [DONE]\n\n")
-    assert len(upstream.parts) == 1  # joined once, at the end
+    # Held compressed, one zstd frame per compaction (three here: two mid-stream, the end's).
+    zstd_frame = b"\x28\xb5\x2f\xfd"
+    assert len(upstream.parts) == 3 and all(p.startswith(zstd_frame) for p in upstream.parts)
+    assert sum(map(len, upstream.parts)) < len(b"".join(chunks)) / 2
 
 
 def test_a_guard_that_hands_every_chunk_on_keeps_one_leg() -> None:

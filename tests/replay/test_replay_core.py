@@ -19,6 +19,7 @@ from llmitm.wire.redact import (
     redact_body,
     redact_chunks,
     redact_headers,
+    redact_json,
     redact_url,
 )
 
@@ -79,6 +80,45 @@ def test_json_bodies_by_field_name_and_by_shape() -> None:
     assert out["nested"] == {"github_token": "<redacted>", "text": "use <redacted> and <redacted>"}
     clean = chat_body()
     assert redact_body(clean) is clean  # untouched bytes when nothing matched
+
+
+def test_a_body_without_a_secret_shape_still_loses_its_secret_named_fields() -> None:
+    # No credential literal in the bytes: only the field names are looked at, deep down too.
+    body = orjson.dumps(
+        {"input": [{"type": "message", "content": [{"text": "hi", "refresh_token": "r"}]}]}
+    )
+    assert orjson.loads(redact_body(body) or b"")["input"][0]["content"][0] == {
+        "text": "hi",
+        "refresh_token": "<redacted>",
+    }
+    # A key spelt with a \u escape is one all the same once parsed.
+    escaped = b'{"note": "use s\\u006b-' + KEY[3:].encode() + b'"}'
+    assert orjson.loads(redact_body(escaped) or b"") == {"note": "use <redacted>"}
+
+
+_JSON_NAMES = st.sampled_from(["text", "api_key", "max_tokens", "x_token", "a", "secret"])
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.sampled_from(["", "x", f"k {KEY}", "Bearer"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_JSON_NAMES, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_JSON_VALUES)
+def test_redacting_a_body_is_redacting_its_json(value: object) -> None:
+    # The fast paths (bytes without a credential literal) agree with the full walk.
+    content = orjson.dumps(value)
+    assert orjson.loads(redact_body(content) or b"null") == redact_json(value)
+
+
+@given(_JSON_VALUES)
+def test_a_redacted_body_keys_the_same_without_a_second_redaction(value: object) -> None:
+    content = redact_body(orjson.dumps({"model": "m", "input": value})) or b""
+    again = match_key("POST", "/v1/responses", [], content)
+    assert match_key("POST", "/v1/responses", [], content, redacted=True) == again
 
 
 def test_stream_redaction_keeps_split_points_even_across_a_secret() -> None:
@@ -354,3 +394,41 @@ def test_serving_verbatim_and_from_upstream_without_a_plan() -> None:
     answer = from_upstream(recorded, None, None)
     assert answer.body == recorded.legs["upstream_resp"].body()
     assert all(name.lower() != "content-length" for name, _ in answer.headers)
+
+
+_VOLATILE_TEXT = st.lists(
+    st.sampled_from(
+        [
+            "2024-01-02",
+            "2024-01-02T03:04:05Z",
+            " 12:30",
+            "123e4567-e89b-12d3-a456-426614174000",
+            "call_",
+            "chatcmpl-",
+            "resp_",
+            "abcdef12",
+            "x",
+            "-",
+            "_",
+            " ",
+            "9",
+            "\n",
+            "é",
+        ]
+    ),
+    max_size=30,
+).map("".join)
+
+
+@given(_VOLATILE_TEXT, st.sampled_from(["default", "strict"]))
+def test_volatile_values_are_found_where_the_regex_finds_them(text: str, profile: str) -> None:
+    # The fast scan (only near a "-" or "_") finds every match the plain search does, in order.
+    from llmitm.replay import keys
+
+    pattern = keys._VOLATILE_STRICT if profile == "strict" else keys._VOLATILE
+    expected = [(m.span(), m.lastgroup) for m in pattern.finditer(text)]
+    found, at = [], 0
+    while (match := keys._next_match(pattern, text, at)) is not None:
+        found.append((match.span(), match.lastgroup))
+        at = match.end()
+    assert found == expected

@@ -63,8 +63,10 @@ async def test_recordings_round_trip_and_share_blobs(tmp_path: Path) -> None:
         assert [i.scope for i in await store.load_recordings()] == ["other"]
         assert (await store.last_replay_miss()).reason == "no-key"
     with sqlite3.connect(path) as db:
-        # the one remaining interaction: its request body and one stream body for two legs
-        assert db.execute("SELECT count(*) FROM rec_blobs").fetchone()[0] == 2
+        # the one remaining interaction: one stream body for two legs; its request body and
+        # its canonical text, both "{}", one shared chunk with two references
+        assert db.execute("SELECT count(*) FROM rec_blobs").fetchone()[0] == 1
+        assert db.execute("SELECT refs FROM store_chunks").fetchall() == [(2,)]
 
 
 async def test_the_migration_commutes_with_another_features_step(tmp_path: Path) -> None:

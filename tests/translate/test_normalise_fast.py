@@ -569,3 +569,40 @@ def test_a_read_of_several_fitting_deltas_is_passed_on_as_it_came() -> None:
     mixed = b"".join(frames[6:]) + frame({**head[1], "sequence_number": 8})[:20]
     assert pipeline.feed(mixed) == b"".join(frames[6:])  # an event cut short waits
     assert pipeline.events_in == 8
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        ("delta", "sequence_number"),  # OpenRouter, and the fake upstream
+        ("sequence_number", "delta", "obfuscation"),  # OpenAI and Azure
+        ("delta", "obfuscation", "sequence_number"),  # OpenAI's keys sorted
+        ("sequence_number", "delta"),
+    ],
+)
+def test_the_layouts_upstreams_write_get_a_scanner(fields: tuple[str, ...]) -> None:
+    """The few-C-calls check of a whole frame is there for each layout real servers use, and
+    it keeps each relayed delta's text (the general path keeps nothing more)."""
+    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    values = {"obfuscation": "Zq9"}
+    head = [
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
+    ]
+    frames = [frame({**e, "sequence_number": k}) for k, e in enumerate(head)]
+    for k, text in enumerate(["a", " b", "é"], start=len(head)):
+        event: Event = {"type": "response.output_text.delta", **ids}
+        for name in fields:
+            event[name] = {"delta": text, "sequence_number": k}.get(name, values.get(name))
+        event["logprobs"] = []
+        frames.append(frame(event))
+    pipeline = StreamPipeline("normalise-responses", context())
+    unparsed = count_unparsed(pipeline)
+    out = [pipeline.feed(chunk) for chunk in frames]
+    normaliser = pipeline._responses_norm
+    assert isinstance(normaliser, ResponsesNormaliser) and normaliser.template is not None
+    assert normaliser.template.scan is not None
+    assert unparsed == [2] and out[-2:] == frames[-2:]
+    assert normaliser.template.sink == ["a", " b", "é"]

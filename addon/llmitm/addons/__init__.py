@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from llmitm.addons.access import LlmAccess, LlmAccessStrip
 from llmitm.addons.background import LlmBackground
+from llmitm.addons.cache import LlmCacheLookup
+from llmitm.addons.cache_fill import LlmCacheFill
 from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
@@ -51,10 +53,13 @@ def make_addons() -> list[object]:
     # LlmEgressGuard, after the router, what LLM call nothing in llmitm took.
     egress = LlmEgress(settings, relay)
     router = LlmRouter(settings, relay)
+    # The response cache answers its hits before anything records or routes them, and keeps
+    # the answers of its misses once the translator has made them the client's.
+    cache = LlmCacheLookup(settings)
     # LlmMetrics measures calls as they end, after the translator; its scrape (like the model
     # list and the health answers) is served before the recorder or egress takes the path
     # for a foreign one.
-    metrics = LlmMetrics(router, recorder)
+    metrics = LlmMetrics(router, recorder, cache.cache)
     # LlmResponsesApi answers state calls and inlines stored chains before the router plans;
     # its done() (ending live background runs) comes before the store closes. LlmUsage reads
     # a non-streamed body before LlmStreamTranslator translates it; LlmResponsesStateWriter
@@ -76,6 +81,7 @@ def make_addons() -> list[object]:
         LlmMetricsEndpoint(metrics),
         LlmClientSide(),  # the client's request before anything rewrites it
         egress,
+        cache,  # strips the request's cache field before the recorder keys it
         recorder,
         LlmResponsesApi(state),
         LlmConversations(state),
@@ -96,6 +102,7 @@ def make_addons() -> list[object]:
         LlmResponsesStateWriter(state),
         LlmBackground(state),
         LlmRecordTap(recorder),  # before the console, which wraps what it finds
+        LlmCacheFill(cache, store),
         LlmConsole(),  # after LlmStreamTranslator: it taps the stream callable installed there
         metrics,
         LlmTraces(metrics),  # spans from the facts metrics took (the otel extra, optional)

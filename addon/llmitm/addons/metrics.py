@@ -15,12 +15,14 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
 from mitmproxy import http
 
 from llmitm.addons.access import addressed_to_llmitm
+from llmitm.addons.cache import CACHE_ENDPOINT, cache_hit
 from llmitm.addons.record import LlmFlowRecorder, replay_hit
 from llmitm.addons.router import LlmRouter
 from llmitm.addons.state import FlowState, flow_state
@@ -35,6 +37,7 @@ from llmitm.observe.metrics import (
     ProxyState,
     proxy_state,
 )
+from llmitm.replay.cache import ResponseCache
 from llmitm.wire.paths import classify_path
 from llmitm.wire.usage import usage_tokens
 
@@ -44,7 +47,8 @@ METRICS_PATH = "/_llmitm/metrics"
 
 
 class _FirstChunk:
-    """Notes when a stream's first chunk arrives, then hands its place to ``len``."""
+    """Notes when a stream's first chunk arrives, then stops watching (the stream's other
+    chunks then cost it nothing)."""
 
     __slots__ = ("at", "number", "rewriter")
 
@@ -55,7 +59,7 @@ class _FirstChunk:
 
     def __call__(self, data: bytes) -> None:
         self.at = time.time()  # mitmproxy's timestamps are epoch seconds
-        self.rewriter.rewatch(self.number, len)
+        self.rewriter.unwatch(self.number)
 
 
 _FIRST_CHUNKS: weakref.WeakKeyDictionary[http.HTTPFlow, _FirstChunk] = weakref.WeakKeyDictionary()
@@ -66,9 +70,12 @@ class LlmMetrics:
 
     name = "llmitm_metrics"
 
-    def __init__(self, router: LlmRouter, recorder: LlmFlowRecorder) -> None:
+    def __init__(
+        self, router: LlmRouter, recorder: LlmFlowRecorder, cache: ResponseCache | None = None
+    ) -> None:
         self.router = router
         self.recorder = recorder
+        self.cache = cache
         self.metrics = Metrics()
         self.sinks: list[Callable[[http.HTTPFlow, CallFacts], None]] = []
         """Others that want each call's facts (traces)."""
@@ -77,7 +84,16 @@ class LlmMetrics:
         """Routing's and the recorder's numbers now (on the event loop, where they change)."""
         report = self.recorder.report
         snapshot = self.router.routing.snapshot(time.monotonic())
-        return proxy_state(snapshot, report.hits, len(report.misses))
+        state = proxy_state(snapshot, report.hits, len(report.misses))
+        if self.cache is not None:
+            stats = self.cache.stats
+            state = replace(
+                state,
+                cache_hits=stats.hits,
+                cache_misses=stats.misses,
+                cache_entries=len(self.cache),
+            )
+        return state
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response
@@ -169,6 +185,8 @@ def call_facts(flow: http.HTTPFlow, first: _FirstChunk | None) -> CallFacts:
         endpoint = "passthrough" if forwarded else "llmitm"
     if replay_hit(flow):
         endpoint = "replay"
+    elif cache_hit(flow):
+        endpoint = CACHE_ENDPOINT
     attempts = facts.get("attempts", 1)
     return CallFacts(
         api=api,

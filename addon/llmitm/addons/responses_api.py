@@ -27,6 +27,7 @@ import orjson
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 
+from llmitm.addons.parsed import keep_parsed
 from llmitm.addons.responses_state import ResponsesState, answer, flow_ids, point_at_relay
 from llmitm.addons.state import RESPONSES_CREATE_KEY
 from llmitm.exchange.request import rewrite_headers
@@ -156,6 +157,10 @@ class LlmResponsesApi:
         create.created_by = created_by
         if changed:
             flow.request.content = orjson.dumps(body)
+        # The router plans with this object rather than parse and validate the bytes again
+        # (a changed body is validated again: what was inlined was never checked).
+        content = flow.request.get_content(strict=False) or b""
+        keep_parsed(flow, content, body, None if changed else "responses")
         flow.metadata[RESPONSES_CREATE_KEY] = create
 
     # -- state calls ----------------------------------------------------------------------

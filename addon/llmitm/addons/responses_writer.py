@@ -4,7 +4,8 @@ its id and stores the finished one (:class:`LlmResponsesStateWriter`).
 Once the router has planned a create call, a translated response gets the id of its
 ``response.created``, its terminal event, ``GET`` and the chain; in ``response`` the final
 Response object is stored (or, for a native endpoint, who owns the id it minted — unless
-the endpoint's ``state`` is emulated: then its own Response is stored under its id). A
+the endpoint's ``state`` is emulated: then its own Response, as the client got it, is stored
+under its id). A
 ``background`` call is taken over just after, by :mod:`llmitm.addons.background`.
 """
 
@@ -86,11 +87,12 @@ class LlmResponsesStateWriter:
         native = self._native(flow, create)
         keeps = self._stores(create, native) or create.conversation_id is not None
         # A translated create streamed as is (a replayed hit paced through the relay), or a
-        # native server's stream: no translator holds its final Response, so keep its
-        # bytes to store it (or its conversation's items) at the end.
+        # native server's stream that no translator reads (guarded or relayed as it is):
+        # keep its bytes to store its final Response (or its conversation's items) at the
+        # end. A normalised stream's translator holds that Response already.
         if keeps and (response.stream is True or native is not None):
             stream = flow_stream(flow)
-            if stream is not None:
+            if stream is not None and not stream.pipeline.knows_final_response:
                 _KEPT[flow] = kept = []
                 stream.watch(kept.append)
 
@@ -192,7 +194,8 @@ _KEPT: weakref.WeakKeyDictionary[http.HTTPFlow, list[bytes]] = weakref.WeakKeyDi
 
 def final_response(flow: http.HTTPFlow, *, native: bool = False) -> dict[str, Any] | None:
     """The Response object the client got: the stream translator's terminal one, or the
-    translated body (``native``: the server's own, whatever guards its stream)."""
+    translated body (``native``: the server's own as its stream's normaliser completed it,
+    else as its kept bytes or its body hold it)."""
     response = flow.response
     if response is None:
         return None
@@ -205,6 +208,10 @@ def final_response(flow: http.HTTPFlow, *, native: bool = False) -> dict[str, An
         return stream.outcome().final_response
     if response.status_code >= 400:
         return None
+    if streamed and isinstance(stream, StreamRewriter) and stream.pipeline.knows_final_response:
+        # A native server's stream, normalised: the Response its client got, not the
+        # server's raw one, and without parsing the stream a second time.
+        return stream.outcome().final_response
     if streamed and kept is not None:
         return _terminal_response(b"".join(kept))
     content = response.get_content(strict=False)

@@ -35,6 +35,7 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.access import client_key_of
 from llmitm.addons.direct import answer_error, point_at_endpoint, prepare_direct, wait_for_endpoint
+from llmitm.addons.parsed import take_parsed
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.relayed import hand_over, relayed_headers
 from llmitm.addons.settings import LlmitmSettings
@@ -129,12 +130,14 @@ class LlmRouter:
         self, flow: http.HTTPFlow, api: str, deployment: str | None, started: float
     ) -> Awaitable[None] | None:
         content = flow.request.get_content(strict=False) or b""
-        body = parse_body(content)
+        parsed = take_parsed(flow, content)  # LlmResponsesApi's, when it read these bytes
+        body, validated = parsed if parsed is not None else (parse_body(content), None)
         model = client_model(body, deployment)
         route = match_route(self.settings.config, model, flow.request.pretty_host)
         if route is None:
             return None
-        validate_request(body, api)  # before anything below reads the body
+        if validated != api:
+            validate_request(body, api)  # before anything below reads the body
         refused = route_refusal(client_key_of(flow, self.settings), route.name)
         if refused is not None:
             answer_error(flow, refused)

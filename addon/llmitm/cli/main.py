@@ -15,20 +15,36 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from llmitm import __version__
-from llmitm.cli import completion, rec, translate, usage
+from llmitm.cli import translate
 from llmitm.cli.examples import add_examples
-from llmitm.cli.run_args import add_run_options
+
+DESCRIPTION = "An LLM-aware mitmproxy addon: Chat Completions <-> Responses translation."
+
+
+def _top() -> tuple[argparse.ArgumentParser, Any]:
+    parser = argparse.ArgumentParser(prog="llmitm", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"llmitm {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    return parser, commands
+
+
+def _translate_parser() -> argparse.ArgumentParser:
+    """The parser of ``llmitm translate`` alone: a whole process translating a stream pays
+    for importing the translators, not the store, the console or mitmproxy's options."""
+    parser, commands = _top()
+    translate.add_parser(commands)
+    add_examples(parser)
+    return parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="llmitm",
-        description="An LLM-aware mitmproxy addon: Chat Completions <-> Responses translation.",
-    )
-    parser.add_argument("--version", action="version", version=f"llmitm {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from llmitm.cli import completion, rec, usage
+    from llmitm.cli.run_args import add_run_options
+
+    parser, commands = _top()
     # For --help and completion only: main() hands run's arguments to it before argparse
     # sees them (they are mitmdump's too).
     run = commands.add_parser(
@@ -52,7 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from llmitm.cli.run import run
 
         return run(argv[1:])
+    if argv[:1] == ["translate"]:
+        return translate.translate_command(_translate_parser().parse_args(argv))
     args = _parser().parse_args(argv)
+    from llmitm.cli import completion, rec, usage
+
     if args.command == "translate":
         return translate.translate_command(args)
     if args.command == "usage":

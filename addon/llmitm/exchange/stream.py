@@ -83,6 +83,7 @@ class PassThrough:
     usage = None
     response_id = None
     final_response = None
+    knows_final_response = False
 
     def start(self) -> bytes:
         return b""
@@ -126,7 +127,7 @@ class StreamRewriter:
         self._decode = decode
         self._started = False
         self._failed = False
-        self._watchers: list[Watcher] = []
+        self._watchers: list[Watcher | None] = []  # None: unwatched (numbers stay)
         self._notes: list[Note] = []
         self.last = monotonic()
         """When the upstream last sent a chunk (a stall watchdog reads it; one C call)."""
@@ -147,14 +148,21 @@ class StreamRewriter:
     def watch(self, watcher: Watcher) -> int:
         """Call ``watcher`` with every upstream chunk; the number :meth:`rewatch` takes."""
         self._watchers.append(watcher)
-        self.observe = _one_or_all(self._watchers)
+        self.observe = _one_or_all([w for w in self._watchers if w is not None])
         return len(self._watchers) - 1
 
     def rewatch(self, number: int, watcher: Watcher) -> None:
         """Put ``watcher`` in the place of watcher ``number`` (a watcher that becomes a
         cheaper one after a stream's first chunks)."""
         self._watchers[number] = watcher
-        self.observe = _one_or_all(self._watchers)
+        self.observe = _one_or_all([w for w in self._watchers if w is not None])
+
+    def unwatch(self, number: int) -> None:
+        """Stop calling watcher ``number`` (one that has seen what it wanted); the others
+        keep their numbers. With none left, the hot path calls nothing."""
+        self._watchers[number] = None
+        watching = [watcher for watcher in self._watchers if watcher is not None]
+        self.observe = _one_or_all(watching) if watching else None
 
     def add_note(self, note: Note) -> None:
         """Call ``note`` with ``(time, chunk in, bytes out)`` of every call."""

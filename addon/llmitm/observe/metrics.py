@@ -9,11 +9,12 @@ spelling (dots become underscores, the unit a suffix):
 
 each labelled ``gen_ai_operation_name``, ``gen_ai_provider_name``, ``gen_ai_request_model``,
 ``gen_ai_response_model``, ``openai_api_type`` (chat|responses: the client's API) and
-``llmitm_endpoint`` (the endpoint that answered; ``replay`` for a recording, ``llmitm`` for
+``llmitm_endpoint`` (the endpoint that answered; ``replay`` for a recording, ``cache`` for
+the response cache, ``llmitm`` for
 an answer llmitm gave itself, ``passthrough`` for an unrouted call). llmitm's own:
 ``llmitm_calls_total``, ``llmitm_failovers_total`` and, read when scraped
-(:class:`StateCollector`), endpoint health, cooldowns, concurrency in use, the queue and
-replay hits and misses.
+(:class:`StateCollector`), endpoint health, cooldowns, concurrency in use, the queue,
+replay and response-cache hits and misses, and the cache's entries.
 
 Every registry is the instance's own (mitmproxy may load an addon twice; the global registry
 would refuse the second set of names). No I/O: :meth:`Metrics.exposition` returns the text.
@@ -88,6 +89,9 @@ class ProxyState:
     waiting: int = 0
     replay_hits: int = 0
     replay_misses: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_entries: int = 0
 
 
 class StateCollector:
@@ -140,6 +144,17 @@ class StateCollector:
         )
         yield CounterMetricFamily(
             "llmitm_replay_misses", "Calls no recording answered", value=state.replay_misses
+        )
+        yield CounterMetricFamily(
+            "llmitm_cache_hits", "Calls the response cache answered", value=state.cache_hits
+        )
+        yield CounterMetricFamily(
+            "llmitm_cache_misses",
+            "Calls the response cache was asked for and had no answer",
+            value=state.cache_misses,
+        )
+        yield GaugeMetricFamily(
+            "llmitm_cache_entries", "Answers the response cache holds", value=state.cache_entries
         )
 
 

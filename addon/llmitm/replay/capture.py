@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from llmitm.replay.keys import MatchKey
+from llmitm.replay.fingerprint import credential, fingerprint
+from llmitm.replay.keys import KeyOptions, MatchKey, match_key
 from llmitm.replay.model import Chunk, Interaction, Message, Pieces, new_id
 from llmitm.replay.pool import Miss
 from llmitm.wire.redact import (
@@ -27,6 +28,61 @@ from llmitm.wire.redact import (
 )
 
 Headers = list[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRequest:
+    """The client's request as it came, unredacted and unparsed: all recording keeps of it on
+    the request path (references to the flow's own values, no copies). :func:`see_request`
+    makes the redacted message and the match key of it — in record mode once the flow has
+    ended, off the request path; in a replaying mode at once, as the lookup needs the key."""
+
+    method: str
+    path: str
+    """The path with its query, as the match key reads it."""
+    url: str
+    host: str
+    headers: Headers
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SeenRequest:
+    """The client's request made fit to keep: redacted, keyed, its credential fingerprinted."""
+
+    key: MatchKey
+    message: Message
+    clean: bool
+    """Its body held nothing to redact."""
+    credential: str | None
+
+
+def see_request(
+    request: ClientRequest, options: KeyOptions, fingerprint_key: bytes | None
+) -> SeenRequest:
+    """Redact ``request``, compute its match key (from the redacted body, as replay does) and
+    the fingerprint of the credential it sent (``fingerprint_key``: none without a store)."""
+    raw = request.content
+    content = redact_body(raw) or b""
+    key = match_key(
+        request.method,
+        request.path,
+        request.headers,
+        content,
+        options,
+        request.host,
+        redacted=True,
+    )
+    message = Message(
+        headers=redact_headers(request.headers),
+        content=content,
+        method=request.method,
+        url=redact_url(request.url),
+    )
+    sent = credential(request.headers) if fingerprint_key is not None else None
+    made = fingerprint(fingerprint_key, sent) if fingerprint_key is not None and sent else None
+    # redact_body hands a clean body back itself
+    return SeenRequest(key, message, content is raw, made)
 
 
 class Captured(Protocol):
@@ -94,11 +150,14 @@ def relayed_request(
     )
 
 
-def build_interaction(capture: Captured, end: FlowEnd, *, session: str, mode: str) -> Interaction:
-    """The finished flow as a redacted :class:`Interaction` (runs once, at the flow's end)."""
+def build_interaction(
+    capture: Captured, end: FlowEnd, *, session: str, mode: str, interaction_id: str | None = None
+) -> Interaction:
+    """The finished flow as a redacted :class:`Interaction` (runs once, at the flow's end;
+    ``interaction_id``: the id it was promised, else a new one)."""
     key = capture.key
     interaction = Interaction(
-        id=new_id(capture.started_us),
+        id=interaction_id or new_id(capture.started_us),
         scope=capture.scope,
         key=key.key,
         key_version=key.version,

@@ -102,6 +102,9 @@ class KeyOptions:
     ignore: tuple[str, ...] = ()
     headers: tuple[str, ...] = HEADER_ALLOW
     match_host: bool = False
+    volatile: bool = True
+    """Replace volatile values by numbered placeholders (``False``: every value counts as
+    sent — the response cache's keys, where a different date or id is a different question)."""
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -183,16 +186,49 @@ def _drop_path(value: Any, parts: Sequence[str]) -> Any:
     return value
 
 
+_LOOKBACK = 8
+"""How far into a volatile value its first ``-`` or ``_`` can be (``chatcmpl-``, a uuid's
+first group): every kind holds one, so a match can only begin that close before one."""
+
+
+def _next_match(pattern: re.Pattern[str], text: str, start: int) -> re.Match[str] | None:
+    """``pattern.search(text, start)``, trying only the places a volatile value can begin.
+
+    The regex tries each of its alternatives at every position — ~90 ns per character,
+    hundreds of milliseconds for the few MB of history an agent resends each turn — while
+    finding the next ``-`` or ``_`` is a memchr. Starts are tried in rising order, each once,
+    so the first match is the one the search would find (``\b`` still sees the whole text)."""
+    find, match = text.find, pattern.match
+    dash, under = find("-", start), find("_", start)
+    tried = start
+    while dash >= 0 or under >= 0:
+        sep = dash if under < 0 or 0 <= dash < under else under
+        for at in range(max(tried, sep - _LOOKBACK), sep + 1):
+            found = match(text, at)
+            if found is not None:
+                return found
+        tried = sep + 1
+        if sep == dash:
+            dash = find("-", tried)
+        else:
+            under = find("_", tried)
+    return None
+
+
 def _placeholders(value: Any, pattern: re.Pattern[str], numbering: _Numbering) -> Any:
     if isinstance(value, str):
-        if not pattern.search(value):
+        found = _next_match(pattern, value, 0)
+        if found is None:
             return value
-
-        def replace(match: re.Match[str]) -> str:
-            kind = match.lastgroup or "value"
-            return numbering.placeholder(kind, match.group(0))
-
-        return pattern.sub(replace, value)
+        parts: list[str] = []
+        last = 0
+        while found is not None:
+            parts.append(value[last : found.start()])
+            parts.append(numbering.placeholder(found.lastgroup or "value", found.group(0)))
+            last = found.end()
+            found = _next_match(pattern, value, last)
+        parts.append(value[last:])
+        return "".join(parts)
     if isinstance(value, dict):
         return {k: _placeholders(v, pattern, numbering) for k, v in value.items()}
     if isinstance(value, list):
@@ -200,9 +236,12 @@ def _placeholders(value: Any, pattern: re.Pattern[str], numbering: _Numbering) -
     return value
 
 
-def _reduced(body: Any, options: KeyOptions) -> Any:
-    """The redacted body without the profile's dropped fields and the ignore paths."""
-    body = redact_json(body)
+def _reduced(body: Any, options: KeyOptions, redacted: bool = False) -> Any:
+    """The redacted body without the profile's dropped fields and the ignore paths
+    (``redacted``: the body is redaction's output already, redacting it again changes
+    nothing)."""
+    if not redacted:
+        body = redact_json(body)
     if isinstance(body, dict):
         drop = DROPPED_FIELDS[options.profile]
         body = {k: v for k, v in body.items() if k not in drop}
@@ -213,10 +252,12 @@ def _reduced(body: Any, options: KeyOptions) -> Any:
     return body
 
 
-def canonical_body(body: Any, options: KeyOptions) -> Any:
+def canonical_body(body: Any, options: KeyOptions, redacted: bool = False) -> Any:
     """The redacted body reduced to what identifies the request under ``options``."""
+    if not options.volatile:
+        return _reduced(body, options, redacted)
     pattern = _VOLATILE_STRICT if options.profile == "strict" else _VOLATILE
-    return _placeholders(_reduced(body, options), pattern, _Numbering())
+    return _placeholders(_reduced(body, options, redacted), pattern, _Numbering())
 
 
 def volatile_values(body: Any, options: KeyOptions) -> list[tuple[str, str]]:
@@ -235,8 +276,14 @@ def match_key(
     content: bytes | None,
     options: KeyOptions = KeyOptions(),
     host: str = "",
+    *,
+    parsed: dict[str, Any] | None = None,
+    redacted: bool = False,
 ) -> MatchKey:
-    """The key of one client request (``url_path`` with its query; headers as sent)."""
+    """The key of one client request (``url_path`` with its query; headers as sent;
+    ``parsed``: ``content`` already parsed as a JSON object, not parsed again;
+    ``redacted``: ``content`` is :func:`~llmitm.wire.redact.redact_body`'s output, so its
+    walk is not done twice — the key is the same either way)."""
     method = method.upper()
     route, deployment = route_of(method, url_path)
     query = url_path.partition("?")[2]
@@ -245,9 +292,9 @@ def match_key(
     )
     wanted = {name.lower() for name in options.headers}
     kept = sorted((k.lower(), v) for k, v in headers if k.lower() in wanted)
-    body: Any = None
+    body: Any = parsed
     text = ""
-    if content:
+    if content and body is None:
         try:
             body = orjson.loads(content)
         except orjson.JSONDecodeError:
@@ -268,7 +315,7 @@ def match_key(
         "model": model,
         "query": [list(pair) for pair in pairs],
         "headers": [list(pair) for pair in kept],
-        "body": canonical_body(body, options) if body is not None else text,
+        "body": canonical_body(body, options, redacted) if body is not None else text,
     }
     if options.match_host:
         canonical["host"] = host.lower()

@@ -86,7 +86,12 @@ async def prepare_create(
     if b'"item_reference"' in content and isinstance(body.get("input"), list):
         changed = await resolve_references(body["input"], reader, credential)
     if create.store:
-        create.input_items = input_items(copy.deepcopy(body.get("input")), ids)
+        # Each stored item is a new dict (``input_items``), so what rewrites the request's
+        # items in place — reasoning restored, compactions opened, a chain inlined — leaves
+        # the stored ones alone; what lies deeper (content parts, tool outputs) is shared, as
+        # nothing after this rewrites it in place: translation builds new objects. No deep
+        # copy: an agent's input is MBs, resent every turn.
+        create.input_items = input_items(body.get("input"), ids)
     previous = body.get("previous_response_id")
     if isinstance(previous, str) and previous:
         create.previous_response_id = previous

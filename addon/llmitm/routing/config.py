@@ -20,6 +20,7 @@ One TOML file (stdlib ``tomllib``)::
     models = ["gpt-*"]                # model globs (and/or hosts = [...])
     endpoints = ["local"]
     model = "qwen3:8b"                # optional alias sent upstream
+    cache = { ttl = "1h", max_entries = 1000 }   # optional response cache (replay.cache)
 
     [client_keys.alice]               # optional: the proxy's own keys (routing.access)
     key_env = "LLMITM_KEY_ALICE"
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -58,6 +60,10 @@ UnmatchedPolicy = Literal["pass", "reject"]
 UNMATCHED_POLICIES: tuple[str, ...] = get_args(UnmatchedPolicy)
 ModelsSource = Literal["config", "upstream"]
 MODELS_SOURCES: tuple[str, ...] = get_args(ModelsSource)
+CacheScope = Literal["credential", "shared"]
+CACHE_SCOPES: tuple[str, ...] = get_args(CacheScope)
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
 
 
 class ConfigError(UserError, ValueError):
@@ -134,6 +140,37 @@ class Endpoint:
         return self.kind == "compatible" and api not in self.conformant
 
 
+def parse_duration(value: Any) -> float:
+    """Seconds from ``"1h"``, ``"30m"``, ``"45s"``, ``"500ms"``, ``"2d"`` or a plain number of
+    seconds; ``ValueError`` for anything else, zero or a negative span."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.fullmatch(value)):
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
+    else:
+        raise ValueError(f"not a duration: {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"not a positive duration: {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """A route's response cache (``cache = { ttl = "1h", max_entries = 1000 }``), or the
+    settings a request that opts in on a route without one gets (the defaults)."""
+
+    ttl: float = 3600.0
+    """Seconds an answer is served from the cache after it was stored."""
+    max_entries: int = 1000
+    """Answers kept for the route at most (the least recently used goes first)."""
+    scope: CacheScope = "credential"
+    """Who is served a cached answer: only the credential whose request filled it, or
+    (``shared``) every client of the route — except an answer holding sealed reasoning,
+    which stays its credential's."""
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """Which requests go to which endpoints."""
@@ -160,6 +197,8 @@ class Route:
     """Keep conversations on the endpoint that served them while it is healthy."""
     named: bool = False
     """The file gave ``name`` (else it is ``routes[i]``, which says nothing across files)."""
+    cache: CacheSettings | None = None
+    """The route's response cache (``None``: only requests that ask for it are cached)."""
 
     @property
     def label(self) -> str:
@@ -627,6 +666,35 @@ def _route(reader: _Reader, where: str, raw: Any, endpoints: Mapping[str, Endpoi
         stream_idle_timeout=reader.number(raw, "stream_idle_timeout", where, None, positive=True),
         affinity=reader.boolean(raw, "affinity", where, True),
         named="name" in raw,
+        cache=_cache(reader, f"{where}.cache", raw.get("cache")),
+    )
+
+
+_CACHE_KEYS = {"ttl", "max_entries", "scope"}
+
+
+def _cache(reader: _Reader, where: str, raw: Any) -> CacheSettings | None:
+    """A route's ``cache``: a table, or ``true`` for the defaults, ``false`` for none."""
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        return CacheSettings()
+    if not isinstance(raw, dict):
+        reader.fail(where, 'a table such as { ttl = "1h", max_entries = 1000 }, or true', raw)
+    reader.only_keys(raw, where + ".", _CACHE_KEYS)
+    defaults = CacheSettings()
+    ttl = defaults.ttl
+    if "ttl" in raw:
+        try:
+            ttl = parse_duration(raw["ttl"])
+        except ValueError:
+            reader.fail(
+                f"{where}.ttl", 'a duration such as "1h", "30m", "45s" or seconds', raw["ttl"]
+            )
+    return CacheSettings(
+        ttl=ttl,
+        max_entries=reader.integer(raw, "max_entries", where, defaults.max_entries),
+        scope=reader.choice(raw.get("scope", defaults.scope), f"{where}.scope", CACHE_SCOPES),
     )
 
 
@@ -670,6 +738,7 @@ _ROUTE_KEYS = {
     "first_byte_timeout",
     "stream_idle_timeout",
     "affinity",
+    "cache",
 }
 _POSITIVE = {
     "connect_timeout",

@@ -3,6 +3,9 @@
 ``api`` is the interface (``Store``, the write and row dataclasses) that the rest of llmitm
 programs against; ``sqlite`` is the embedded SQLite implementation; ``writer`` is the
 non-blocking write queue every backend shares; ``migrations`` holds the SQLite schema steps.
+``content`` cuts large values (request bodies, canonical texts, stored input items) into
+content-addressed chunks shared across turns and across recordings and Responses state, and
+``sqlite_content`` keeps them, reference-counted, in one table.
 """
 
 from llmitm.store.api import GROUP_BY, GroupBy, Store, StoreStats, UsageRow, Write

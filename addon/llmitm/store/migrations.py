@@ -240,6 +240,46 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(7, "conversations", _CONVERSATIONS),
+    Migration(
+        8,
+        "content-addressed chunks shared by recordings and Responses state",
+        (
+            # Large values stored once (store.content, store.sqlite_content): a chunk is a leaf
+            # (bytes) or a recipe (literals, whole chunks and slices of chunks), named by the
+            # sha256 of what it holds and counting the references to it (owner columns below
+            # and recipes), so a chunk is deleted when its last owner is.
+            """
+            CREATE TABLE store_chunks (
+                name BLOB PRIMARY KEY,
+                kind TEXT NOT NULL CHECK (kind IN ('leaf', 'recipe')),
+                refs INTEGER NOT NULL,
+                size INTEGER NOT NULL,
+                codec TEXT NOT NULL,
+                data BLOB NOT NULL
+            )
+            """,
+            # The owners. A row whose chunk column is set keeps its value there (and an empty
+            # value in the older column); rows from before keep theirs where they were.
+            "ALTER TABLE rec_messages ADD COLUMN body_chunk BLOB",
+            "ALTER TABLE rec_interactions ADD COLUMN canonical_chunk BLOB",
+            "ALTER TABLE responses ADD COLUMN input_chunk BLOB",
+            "ALTER TABLE responses ADD COLUMN response_chunk BLOB",
+            # Input items by id, for item_reference, in 16 bytes a row: a resent history gets
+            # fresh ids every turn, so this index grows with the square of the turns, and a
+            # row of text ids cost ~250 bytes with its index. Keys are the first 8 bytes of
+            # the ids' blake2b; a reader confirms a hit by the item's id itself.
+            "ALTER TABLE responses ADD COLUMN id_key INTEGER",
+            "CREATE INDEX responses_id_key ON responses (id_key)",
+            """
+            CREATE TABLE response_input_ids (
+                item_key INTEGER NOT NULL,
+                response_key INTEGER NOT NULL,
+                PRIMARY KEY (item_key, response_key)
+            ) WITHOUT ROWID
+            """,
+            "CREATE INDEX response_input_ids_response ON response_input_ids (response_key)",
+        ),
+    ),
 )
 
 

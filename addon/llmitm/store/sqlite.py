@@ -58,6 +58,7 @@ from llmitm.responses_api.records import (
     ResponsesPurged,
     StoredResponse,
 )
+from llmitm.store import sqlite_content
 from llmitm.store import sqlite_conversations as conversations
 from llmitm.store import sqlite_recordings as recordings
 from llmitm.store.api import GroupBy, Store, StoreStats, UsageRow, Write
@@ -363,6 +364,17 @@ class SqliteStore(Store, ResponseReader, ConversationReader):
         if self.schema_version < 4:
             return None
         return await recordings.read_fingerprint_key(reader)
+
+    async def content_problems(self) -> list[str]:
+        """What is wrong with the shared chunks (``store.sqlite_content.check``): references
+        to missing chunks, counts that differ from the references. Empty when all is well,
+        and for a file older than the chunk table."""
+        reader = self._read_connection()
+        if not await sqlite_content.has_chunks(reader):
+            return []
+        if not self.read_only:
+            await self.flush()
+        return await sqlite_content.check(reader)
 
     async def last_replay_miss(self) -> ReplayMissRecord | None:
         reader = self._read_connection()

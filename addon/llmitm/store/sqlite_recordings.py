@@ -14,7 +14,11 @@ migration in ``store.migrations``). Layout:
   and one small index per stream, not a row per piece: recording a 2000-event stream is a
   handful of inserts;
 - bodies and indexes from 1 KiB are zstd-compressed (``store.blob_codec``; the ``codec`` and
-  ``index_codec`` columns say how each is stored).
+  ``index_codec`` columns say how each is stored);
+- from schema 8 on, a whole body and the canonical text are chunks of the shared chunk table
+  (``store.sqlite_content``: ``body_chunk``, ``canonical_chunk``), cut so that a turn that
+  resends the history stores only what it adds; ``body_sha256`` and ``canonical`` are then
+  empty. Streams stay named ``rec_blobs`` rows: nothing repeats them.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import aiosqlite
 import orjson
 
 from llmitm.replay.model import LEGS, Chunk, Interaction, Message, Pieces
-from llmitm.store import blob_codec
+from llmitm.store import blob_codec, sqlite_content
 from llmitm.store.recordings import (
     DeleteRecordings,
     DeleteScope,
@@ -95,27 +99,78 @@ _INSERT_INTERACTION = """
     INSERT OR REPLACE INTO rec_interactions (
         id, session, started_us, scope, match_key, match_key_version, method, route, model,
         stream, canonical, status, endpoint, plan, ttfb_us, duration_us, truncated, error, mode,
-        minted, credential
-    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        minted, credential{chunk_column}
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?{chunk_mark})
 """
 _INSERT_MESSAGE = """
     INSERT OR REPLACE INTO rec_messages
         (interaction_id, leg, method, url, status, headers_json, body_sha256, chunk_index,
-         index_codec)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+         index_codec{chunk_column})
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?{chunk_mark})
 """
 _INSERT_BLOB = "INSERT OR IGNORE INTO rec_blobs (sha256, size, codec, data) VALUES (?, ?, ?, ?)"
 
 
 async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingWrite]) -> None:
-    interactions = []
-    messages = []
+    # One id recorded twice in one batch: the last wins, as INSERT OR REPLACE has it.
+    writes = list({w.interaction.id: w for w in writes}.values())
+    store = sqlite_content.content_of(db)
+    chunked = await store.ready(db)
+    ids = orjson.dumps([w.interaction.id for w in writes]).decode()
+    while True:
+        puts = store.session() if chunked else None
+        interactions, messages, blobs = _recording_rows(writes, puts)
+        if puts is None:
+            break
+        # A recording stored again under its id (INSERT OR REPLACE) gives up its old chunks.
+        puts.replacing(_CHUNKS_OF_IDS, (ids, ids))
+        if await puts.commit(db):
+            break
+    columns = (
+        {"chunk_column": ", canonical_chunk", "chunk_mark": ", ?"}
+        if chunked
+        else {"chunk_column": "", "chunk_mark": ""}
+    )
+    if blobs:
+        await db.executemany(
+            _INSERT_BLOB, [(d, len(b), *blob_codec.encode(b)) for d, b in blobs.items()]
+        )
+    await db.executemany(_INSERT_INTERACTION.format(**columns), interactions)
+    replaced = puts is not None and any(puts.replaced)
+    if replaced:  # legs the new recording lacks must not keep released chunks
+        await db.execute(
+            "DELETE FROM rec_messages WHERE interaction_id IN (SELECT value FROM json_each(?))",
+            (ids,),
+        )
+    if chunked:
+        columns["chunk_column"] = ", body_chunk"
+    await db.executemany(_INSERT_MESSAGE.format(**columns), messages)
+    if replaced:
+        await store.release(db, puts.replaced)  # type: ignore[union-attr]
+
+
+_CHUNKS_OF_IDS = (
+    "SELECT canonical_chunk FROM rec_interactions WHERE id IN (SELECT value FROM json_each(?)) "
+    "UNION ALL SELECT body_chunk FROM rec_messages "
+    "WHERE interaction_id IN (SELECT value FROM json_each(?))"
+)
+
+
+def _recording_rows(
+    writes: Sequence[RecordingWrite], puts: sqlite_content.Puts | None
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], dict[str, bytes]]:
+    """The rows of ``writes``; with ``puts``, whole bodies and canonical texts as chunks."""
+    interactions: list[tuple[Any, ...]] = []
+    messages: list[tuple[Any, ...]] = []
     blobs: dict[str, bytes] = {}
     # Legs that share one chunk list (a passthrough stream's upstream and client legs) are
     # joined and stored once.
     digests: dict[int, str] = {}
     for write in writes:
         i = write.interaction
+        canonical: tuple[Any, ...] = (i.canonical,)
+        if puts is not None:
+            canonical = ("", puts.put(f"canonical:{i.scope}", i.canonical.encode()))
         interactions.append(
             (
                 i.id,
@@ -128,7 +183,7 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
                 i.route,
                 i.model,
                 int(i.stream),
-                i.canonical,
+                canonical[0],
                 i.status,
                 i.endpoint,
                 i.plan,
@@ -139,10 +194,16 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
                 i.mode,
                 orjson.dumps(i.minted).decode() if i.minted else None,
                 i.credential,
+                *canonical[1:],
             )
         )
         for leg, message in i.legs.items():
-            if message.chunks is None:
+            chunk: tuple[Any, ...] = ()
+            if message.chunks is None and puts is not None:
+                # The previous turn's body of this leg is the base a resent history slices.
+                digest = ""
+                chunk = (puts.put(f"{leg}:{i.scope}", message.content or b""),)
+            elif message.chunks is None:
                 body = message.content or b""
                 digest = hashlib.sha256(body).hexdigest()
                 blobs.setdefault(digest, body)
@@ -153,6 +214,7 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
                 if not digest:
                     digest = digests[id(message.chunks)] = f"stream:{i.id}:{leg}"
                     blobs[digest] = message.body()
+                chunk = (None,) if puts is not None else ()
             index_codec, index = blob_codec.RAW, None
             if message.chunks is not None:
                 index_codec, index = blob_codec.encode(pack_index(message.chunks))
@@ -167,13 +229,31 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
                     digest,
                     index,
                     index_codec,
+                    *chunk,
                 )
             )
-    await db.executemany(
-        _INSERT_BLOB, [(d, len(b), *blob_codec.encode(b)) for d, b in blobs.items()]
+    return interactions, messages, blobs
+
+
+async def _release_chunks(
+    db: aiosqlite.Connection, where: str, params: tuple[Any, ...], *, legs: bool = True
+) -> None:
+    """Release the chunks of the recordings ``where`` selects (before they are deleted or
+    replaced): their canonical texts and, with ``legs``, their bodies."""
+    # One query, not two: the writer pays a thread round trip per statement.
+    sql = (
+        f"SELECT canonical_chunk FROM rec_interactions WHERE {where} "
+        "AND canonical_chunk IS NOT NULL"
     )
-    await db.executemany(_INSERT_INTERACTION, interactions)
-    await db.executemany(_INSERT_MESSAGE, messages)
+    if legs:
+        sql += (
+            " UNION ALL SELECT body_chunk FROM rec_messages WHERE body_chunk IS NOT NULL "
+            f"AND interaction_id IN (SELECT id FROM rec_interactions WHERE {where})"
+        )
+        params = (*params, *params)
+    async with db.execute(sql, params) as cursor:
+        names: list[bytes | None] = [row[0] async for row in cursor]
+    await sqlite_content.content_of(db).release(db, names)
 
 
 _DELETE_ORPHAN_BLOBS = """
@@ -182,6 +262,8 @@ _DELETE_ORPHAN_BLOBS = """
 
 
 async def _delete_where(db: aiosqlite.Connection, where: str, params: tuple[Any, ...]) -> None:
+    if await sqlite_content.content_of(db).ready(db):
+        await _release_chunks(db, where, params)
     await db.execute(
         f"DELETE FROM rec_messages WHERE interaction_id IN "
         f"(SELECT id FROM rec_interactions WHERE {where})",
@@ -219,6 +301,21 @@ async def apply_prune(db: aiosqlite.Connection, writes: Sequence[PruneRecordings
 
 async def apply_rekey(db: aiosqlite.Connection, writes: Sequence[RekeyRecording]) -> None:
     """New keys for stored recordings; the legs stay as they are (``rec migrate``)."""
+    store = sqlite_content.content_of(db)
+    if await store.ready(db):
+        for w in writes:
+            await _release_chunks(db, "id = ?", (w.id,), legs=False)
+            while True:
+                puts = store.session()
+                name = puts.put("canonical:rekey", w.canonical.encode())
+                if await puts.commit(db):
+                    break
+            await db.execute(
+                "UPDATE rec_interactions SET match_key = ?, match_key_version = ?, "
+                "canonical = '', canonical_chunk = ? WHERE id = ?",
+                (w.key, w.key_version, name, w.id),
+            )
+        return
     await db.executemany(
         "UPDATE rec_interactions SET match_key = ?, match_key_version = ?, canonical = ? "
         "WHERE id = ?",
@@ -242,27 +339,36 @@ async def apply_misses(db: aiosqlite.Connection, writes: Sequence[ReplayMissReco
 _COLUMNS = (
     "id, session, started_us, scope, match_key, match_key_version, method, route, model, "
     "stream, canonical, status, endpoint, plan, ttfb_us, duration_us, truncated, error, mode, "
-    "minted, credential"
+    "minted, credential, canonical_chunk"
 )
 # A database opened read-only is not migrated: one written before migration 4 lacks its
-# columns, which read as NULL (and raw bodies).
-_COLUMNS_3 = _COLUMNS.replace("minted, credential", "NULL, NULL")
-_BLOB_COLUMNS = "m.chunk_index, m.index_codec, b.codec, b.data"
-_BLOB_COLUMNS_3 = "m.chunk_index, '', '', b.data"
+# columns, which read as NULL (and raw bodies), one before 8 has no chunks.
+_COLUMNS_7 = _COLUMNS.replace("canonical_chunk", "NULL")
+_COLUMNS_3 = _COLUMNS_7.replace("minted, credential", "NULL, NULL")
+_BLOB_COLUMNS = "m.chunk_index, m.index_codec, b.codec, b.data, m.body_chunk"
+_BLOB_COLUMNS_7 = _BLOB_COLUMNS.replace("m.body_chunk", "NULL")
+_BLOB_COLUMNS_3 = "m.chunk_index, '', '', b.data, NULL"
 
 
-async def _before_4(db: aiosqlite.Connection) -> bool:
+async def _has_column(db: aiosqlite.Connection, table: str, column: str) -> bool:
     async with db.execute(
-        "SELECT 1 FROM pragma_table_info('rec_interactions') WHERE name = 'minted'"
+        f"SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?", (column,)
     ) as cursor:
-        return await cursor.fetchone() is None
+        return await cursor.fetchone() is not None
+
+
+async def _schema(db: aiosqlite.Connection) -> int:
+    """3, 4 or 8: the recordings schema a (perhaps read-only, unmigrated) file has."""
+    if await _has_column(db, "rec_interactions", "canonical_chunk"):
+        return 8
+    return 4 if await _has_column(db, "rec_interactions", "minted") else 3
 
 
 async def _columns(db: aiosqlite.Connection) -> str:
-    return _COLUMNS_3 if await _before_4(db) else _COLUMNS
+    return {3: _COLUMNS_3, 4: _COLUMNS_7, 8: _COLUMNS}[await _schema(db)]
 
 
-def _interaction(row: Sequence[Any]) -> Interaction:
+def _interaction(row: Sequence[Any], canonical: str) -> Interaction:
     return Interaction(
         id=row[0],
         session=row[1],
@@ -274,7 +380,7 @@ def _interaction(row: Sequence[Any]) -> Interaction:
         route=row[7],
         model=row[8],
         stream=bool(row[9]),
-        canonical=row[10],
+        canonical=canonical,
         status=row[11],
         endpoint=row[12],
         plan=row[13],
@@ -289,8 +395,22 @@ def _interaction(row: Sequence[Any]) -> Interaction:
     )
 
 
+async def _interactions(
+    db: aiosqlite.Connection, rows: Sequence[Sequence[Any]], memo: dict[bytes, bytes]
+) -> list[Interaction]:
+    """Rows as interactions, their canonical texts read from chunks where they are kept."""
+    names = [bytes(row[21]) for row in rows if row[21] is not None]
+    texts = iter(await sqlite_content.read(db, names, memo)) if names else iter(())
+    return [
+        _interaction(row, next(texts).decode() if row[21] is not None else row[10]) for row in rows
+    ]
+
+
 async def list_interactions(
-    db: aiosqlite.Connection, scope: str | None = None, limit: int | None = None
+    db: aiosqlite.Connection,
+    scope: str | None = None,
+    limit: int | None = None,
+    memo: dict[bytes, bytes] | None = None,
 ) -> list[Interaction]:
     """Interactions without their legs, newest last (``limit``: the newest ``limit``)."""
     where, params = ("WHERE scope = ?", (scope,)) if scope is not None else ("", ())
@@ -300,38 +420,48 @@ async def list_interactions(
         sql += f" LIMIT {int(limit):d}"
     async with db.execute(sql, params) as cursor:
         rows = await cursor.fetchall()
-    return [_interaction(row) for row in reversed(rows)]
+    return await _interactions(db, list(reversed(rows)), memo if memo is not None else {})
 
 
-async def _attach_legs(db: aiosqlite.Connection, interactions: list[Interaction]) -> None:
+async def _attach_legs(
+    db: aiosqlite.Connection, interactions: list[Interaction], memo: dict[bytes, bytes]
+) -> None:
     by_id = {i.id: i for i in interactions}
     if not by_id:
         return
     ids = list(by_id)
-    blob_columns = _BLOB_COLUMNS_3 if await _before_4(db) else _BLOB_COLUMNS
+    blob_columns = {3: _BLOB_COLUMNS_3, 4: _BLOB_COLUMNS_7, 8: _BLOB_COLUMNS}[await _schema(db)]
     for start in range(0, len(ids), 500):
         part = ids[start : start + 500]
         marks = ",".join("?" * len(part))
         sql = (
             "SELECT m.interaction_id, m.leg, m.method, m.url, m.status, m.headers_json, "
-            f"{blob_columns} FROM rec_messages m JOIN rec_blobs b "
+            f"{blob_columns} FROM rec_messages m LEFT JOIN rec_blobs b "
             f"ON b.sha256 = m.body_sha256 WHERE m.interaction_id IN ({marks})"
         )
         async with db.execute(sql, part) as cursor:
-            async for row in cursor:
-                iid, leg, method, url, status, headers, index, index_codec, codec, data = row
+            rows = list(await cursor.fetchall())
+        chunked = [bytes(row[10]) for row in rows if row[10] is not None]
+        bodies = iter(await sqlite_content.read(db, chunked, memo)) if chunked else iter(())
+        for row in rows:
+            iid, leg, method, url, status, headers, index, index_codec, codec, data, chunk = row
+            if chunk is not None:
+                data = next(bodies)
+            elif data is None:
+                raise LookupError(f"recording {iid}: the body of {leg} is missing")
+            else:
                 data = blob_codec.decode(codec, data)
-                message = Message(
-                    headers=[(k, v) for k, v in orjson.loads(headers)],
-                    method=method,
-                    url=url,
-                    status=status,
-                )
-                if index is not None:
-                    message.chunks = unpack_chunks(blob_codec.decode(index_codec, index), data)
-                else:
-                    message.content = data
-                by_id[iid].legs[leg] = message
+            message = Message(
+                headers=[(k, v) for k, v in orjson.loads(headers)],
+                method=method,
+                url=url,
+                status=status,
+            )
+            if index is not None:
+                message.chunks = unpack_chunks(blob_codec.decode(index_codec, index), data)
+            else:
+                message.content = data
+            by_id[iid].legs[leg] = message
     for interaction in interactions:
         interaction.legs = {leg: interaction.legs[leg] for leg in LEGS if leg in interaction.legs}
 
@@ -340,8 +470,9 @@ async def load_interactions(
     db: aiosqlite.Connection, scope: str | None = None
 ) -> list[Interaction]:
     """Every interaction (of ``scope``) with its legs, in arrival order."""
-    interactions = await list_interactions(db, scope)
-    await _attach_legs(db, interactions)
+    memo: dict[bytes, bytes] = {}
+    interactions = await list_interactions(db, scope, memo=memo)
+    await _attach_legs(db, interactions, memo)
     return interactions
 
 
@@ -354,8 +485,9 @@ async def get_interaction(db: aiosqlite.Connection, ident: str) -> Interaction |
         rows = list(await cursor.fetchall())
     if len(rows) != 1:
         return None
-    interaction = _interaction(rows[0])
-    await _attach_legs(db, [interaction])
+    memo: dict[bytes, bytes] = {}
+    (interaction,) = await _interactions(db, rows, memo)
+    await _attach_legs(db, [interaction], memo)
     return interaction
 
 

@@ -6,12 +6,24 @@ columns migration 6 adds to the first and third; ``store.sqlite`` calls it.
 Objects and item lists are stored as JSON blobs: the store never looks inside them, the
 local Responses API (sans-IO) does. A chain is one recursive query over
 ``previous_response_id``.
+
+From schema 8 on, the Response object and the input items are chunks of the shared chunk
+table (``store.sqlite_content``, columns ``response_chunk`` and ``input_chunk``): a client
+that resends its history each turn stores what the turn adds. Input items are kept without
+their ids (ids minted for a resent item differ every turn and would break the sharing); the
+ids go in ``input_items`` as a JSON list (``null`` for an item whose first key is not its id,
+kept whole). An output item's ``response_items`` row holds an empty ``item`` (it is read
+from its response); input items are found through ``response_input_ids``, 64-bit keys of
+item and response ids, since a resent history has fresh ids every turn and an index of them
+grows with the square of the turns.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import aiosqlite
 import orjson
@@ -25,48 +37,165 @@ from llmitm.responses_api.records import (
     ResponsesPurged,
     StoredResponse,
 )
+from llmitm.store import sqlite_content
 
 SEAL_KEY_NAME = "reasoning-seal"
 
 _COLUMNS = "id, response, input_items, previous_response_id, created_at, expires_at, credential"
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
+_LIVE_R = "(r.expires_at IS NULL OR r.expires_at > ?)"
 # ``credential IS ?`` with NULL for "anyone's" would match only NULL rows: "? IS NULL OR …".
 _OWNED = "(? IS NULL OR credential = ?)"
+_OWNED_R = "(? IS NULL OR r.credential = ?)"
+
+
+def split_ids(items: list[dict[str, Any]]) -> tuple[list[str | None], list[dict[str, Any]]]:
+    """Input items as their ids and the items without them; an item whose first key is not
+    a string ``id`` keeps it and has ``None`` for id, so :func:`join_ids` restores each item
+    as it was, key order included."""
+    ids: list[str | None] = []
+    bare: list[dict[str, Any]] = []
+    for item in items:
+        item_id = item.get("id")
+        if isinstance(item_id, str) and next(iter(item)) == "id":
+            ids.append(item_id)
+            bare.append({k: v for k, v in item.items() if k != "id"})
+        else:
+            ids.append(None)
+            bare.append(item)
+    return ids, bare
+
+
+def join_ids(ids: list[str | None], bare: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [item if i is None else {"id": i, **item} for i, item in zip(ids, bare, strict=True)]
+
+
+def id_key(ident: str) -> int:
+    """An id as the 64-bit key of ``response_input_ids`` (readers confirm hits by the id)."""
+    return int.from_bytes(
+        hashlib.blake2b(ident.encode(), digest_size=8).digest(), "little", signed=True
+    )
+
+
+async def _release(db: aiosqlite.Connection, where: str, params: tuple[Any, ...]) -> int:
+    """Release the chunks of the responses ``where`` selects; how many there were."""
+    async with db.execute(
+        f"SELECT input_chunk, response_chunk FROM responses WHERE {where}", params
+    ) as cursor:
+        rows = await cursor.fetchall()
+    await sqlite_content.content_of(db).release(db, [name for row in rows for name in row])
+    return len(rows)
 
 
 async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved]) -> None:
-    # A response is saved again at each status change: its items are replaced with it.
-    await db.executemany(
-        "DELETE FROM response_items WHERE response_id = ?", [(w.record.id,) for w in writes]
-    )
-    await db.executemany(
-        "INSERT OR REPLACE INTO response_items (item_id, response_id, item) VALUES (?, ?, ?)",
-        [
-            (item["id"], w.record.id, orjson.dumps(item))
-            for w in writes
-            for item in w.record.items()
-            if isinstance(item.get("id"), str)
-        ],
-    )
-    await db.executemany(
-        f"INSERT OR REPLACE INTO responses ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                w.record.id,
-                orjson.dumps(w.record.response),
-                orjson.dumps(w.record.input_items),
-                w.record.previous_response_id,
-                w.record.created_at,
-                w.record.expires_at,
-                w.record.credential,
+    # A response saved twice in one batch: the last save wins, as across batches.
+    writes = list({w.record.id: w for w in writes}.values())
+    store = sqlite_content.content_of(db)
+    chunked = await store.ready(db)
+    ids = orjson.dumps([w.record.id for w in writes]).decode()
+    while True:
+        puts = store.session() if chunked else None
+        rows, item_rows, input_keys = _saved_rows(writes, puts)
+        if puts is None:
+            break
+        # A response is saved again at each status change: it gives up its last save's
+        # chunks and items (the query says whether any was saved before: a first save, the
+        # common case, then costs two statements fewer, each a round trip to the database).
+        puts.replacing(_SAVED_BEFORE, (ids, ids))
+        if await puts.commit(db):
+            break
+    if puts is None or puts.replaced:
+        if puts is not None:
+            await db.executemany(
+                "DELETE FROM response_input_ids WHERE response_key = ?",
+                [(id_key(w.record.id),) for w in writes],
             )
-            for w in writes
-        ],
-    )
+        await db.executemany(
+            "DELETE FROM response_items WHERE response_id = ?", [(w.record.id,) for w in writes]
+        )
+    if item_rows:
+        await db.executemany(
+            "INSERT OR REPLACE INTO response_items (item_id, response_id, item) VALUES (?, ?, ?)",
+            item_rows,
+        )
+    if input_keys:  # an older schema (a store opened with fewer steps) has no such table
+        await db.executemany(
+            "INSERT OR IGNORE INTO response_input_ids (item_key, response_key) VALUES (?, ?)",
+            input_keys,
+        )
+    columns = f"{_COLUMNS}, input_chunk, response_chunk, id_key" if chunked else _COLUMNS
+    marks = ", ".join("?" * len(columns.split(",")))
+    await db.executemany(f"INSERT OR REPLACE INTO responses ({columns}) VALUES ({marks})", rows)
+    if puts is not None and any(puts.replaced):
+        await store.release(db, puts.replaced)
+
+
+# Two rows per response saved before (NULL where a row from before schema 8 holds none).
+_SAVED_BEFORE = (
+    "SELECT input_chunk FROM responses WHERE id IN (SELECT value FROM json_each(?)) "
+    "UNION ALL SELECT response_chunk FROM responses WHERE id IN (SELECT value FROM json_each(?))"
+)
+
+
+def _saved_rows(
+    writes: Sequence[ResponseSaved], puts: sqlite_content.Puts | None
+) -> tuple[list[tuple[Any, ...]], list[tuple[str, str, bytes]], list[tuple[int, int]]]:
+    """The ``responses``, ``response_items`` and ``response_input_ids`` rows of ``writes``;
+    with ``puts``, the Response object and the input items as chunks, output items only
+    indexed (an empty ``item``: read from the response), input items by key."""
+    rows: list[tuple[Any, ...]] = []
+    item_rows: list[tuple[str, str, bytes]] = []
+    input_keys: list[tuple[int, int]] = []
+    for w in writes:
+        record = w.record
+        values: tuple[Any, ...]
+        if puts is not None:
+            ids, bare = split_ids(record.input_items)
+            input_chunk = puts.put("input_items", orjson.dumps(bare))
+            response_chunk = puts.put("response", orjson.dumps(record.response))
+            key = id_key(record.id)
+            values = (b"", orjson.dumps(ids), input_chunk, response_chunk, key)
+            input_keys += [
+                (id_key(item["id"]), key)
+                for item in record.input_items
+                if isinstance(item.get("id"), str)
+            ]
+            output = record.response.get("output")
+            indexed = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
+        else:
+            values = (orjson.dumps(record.response), orjson.dumps(record.input_items))
+            indexed = record.items()
+        item_rows += [
+            (item["id"], record.id, b"" if puts is not None else orjson.dumps(item))
+            for item in indexed
+            if isinstance(item.get("id"), str)
+        ]
+        rows.append(
+            (
+                record.id,
+                *values[:2],
+                record.previous_response_id,
+                record.created_at,
+                record.expires_at,
+                record.credential,
+                *values[2:],
+            )
+        )
+    return rows, item_rows, input_keys
 
 
 async def apply_deleted(db: aiosqlite.Connection, writes: Sequence[ResponseDeleted]) -> None:
     ids = [(w.id,) for w in writes]
+    if await sqlite_content.content_of(db).ready(db):
+        await _release(
+            db,
+            "id IN (SELECT value FROM json_each(?))",
+            (orjson.dumps([w.id for w in writes]).decode(),),
+        )
+        await db.executemany(
+            "DELETE FROM response_input_ids WHERE response_key = ?",
+            [(id_key(w.id),) for w in writes],
+        )
     await db.executemany("DELETE FROM responses WHERE id = ?", ids)
     await db.executemany("DELETE FROM response_items WHERE response_id = ?", ids)
     await db.executemany("DELETE FROM response_events WHERE response_id = ?", ids)
@@ -93,6 +222,13 @@ async def apply_owned(db: aiosqlite.Connection, writes: Sequence[ResponseOwned])
 
 async def apply_purged(db: aiosqlite.Connection, writes: Sequence[ResponsesPurged]) -> None:
     now = max(w.now for w in writes)
+    if await sqlite_content.content_of(db).ready(db):
+        await _release(db, "expires_at <= ?", (now,))
+        await db.execute(
+            "DELETE FROM response_input_ids WHERE response_key IN "
+            "(SELECT id_key FROM responses WHERE expires_at <= ? AND id_key IS NOT NULL)",
+            (now,),
+        )
     await db.execute(
         "DELETE FROM response_events WHERE response_id IN "
         "(SELECT id FROM responses WHERE expires_at <= ?)",
@@ -107,26 +243,52 @@ async def apply_purged(db: aiosqlite.Connection, writes: Sequence[ResponsesPurge
     await db.execute("DELETE FROM response_owners WHERE expires_at <= ?", (now,))
 
 
-def _record(row: Sequence[object]) -> StoredResponse:
-    rid, response, items, previous, created_at, expires_at, credential = row
-    return StoredResponse(
-        id=str(rid),
-        response=orjson.loads(response),  # type: ignore[arg-type]
-        input_items=orjson.loads(items),  # type: ignore[arg-type]
-        previous_response_id=previous if isinstance(previous, str) else None,
-        created_at=float(created_at),  # type: ignore[arg-type]
-        expires_at=float(expires_at) if expires_at is not None else None,  # type: ignore[arg-type]
-        credential=credential if isinstance(credential, str) else None,
-    )
+async def _chunked(db: aiosqlite.Connection) -> bool:
+    """Whether this file has the chunk columns (a read-only one may be older)."""
+    async with db.execute(
+        "SELECT 1 FROM pragma_table_info('responses') WHERE name = 'input_chunk'"
+    ) as cursor:
+        return await cursor.fetchone() is not None
+
+
+async def _columns(db: aiosqlite.Connection, prefix: str = "") -> str:
+    extra = ", input_chunk, response_chunk" if await _chunked(db) else ", NULL, NULL"
+    return ", ".join(prefix + c.strip() for c in f"{_COLUMNS}{extra}".split(","))
+
+
+async def _records(db: aiosqlite.Connection, rows: Sequence[Sequence[Any]]) -> list[StoredResponse]:
+    memo: dict[bytes, bytes] = {}
+    names = [bytes(n) for row in rows for n in row[7:9] if n is not None]
+    values = iter(await sqlite_content.read(db, names, memo)) if names else iter(())
+    records = []
+    for row in rows:
+        rid, response, items, previous, created_at, expires_at, credential = row[:7]
+        input_items = orjson.loads(items)
+        if row[7] is not None:
+            input_items = join_ids(input_items, orjson.loads(next(values)))
+        if row[8] is not None:
+            response = next(values)
+        records.append(
+            StoredResponse(
+                id=str(rid),
+                response=orjson.loads(response),
+                input_items=input_items,
+                previous_response_id=previous if isinstance(previous, str) else None,
+                created_at=float(created_at),
+                expires_at=float(expires_at) if expires_at is not None else None,
+                credential=credential if isinstance(credential, str) else None,
+            )
+        )
+    return records
 
 
 async def read_response(
     db: aiosqlite.Connection, response_id: str, credential: str | None
 ) -> StoredResponse | None:
-    sql = f"SELECT {_COLUMNS} FROM responses WHERE id = ? AND {_LIVE} AND {_OWNED}"
+    sql = f"SELECT {await _columns(db)} FROM responses WHERE id = ? AND {_LIVE} AND {_OWNED}"
     async with db.execute(sql, (response_id, time.time(), credential, credential)) as cursor:
         row = await cursor.fetchone()
-    return _record(row) if row else None
+    return (await _records(db, [row]))[0] if row else None
 
 
 async def read_chain(
@@ -142,7 +304,7 @@ async def read_chain(
             FROM responses AS r JOIN chain ON r.id = chain.id
             WHERE r.previous_response_id IS NOT NULL AND chain.depth < ?
         )
-        SELECT {", ".join("r." + c.strip() for c in _COLUMNS.split(","))}
+        SELECT {await _columns(db, "r.")}
         FROM chain JOIN responses AS r ON r.id = chain.id
         WHERE (r.expires_at IS NULL OR r.expires_at > ?)
             AND (? IS NULL OR r.credential = ?)
@@ -152,7 +314,7 @@ async def read_chain(
     params = (response_id, now, credential, credential, max_depth, now, credential, credential)
     async with db.execute(sql, params) as cursor:
         rows = await cursor.fetchall()
-    records = [_record(row) for row in rows]
+    records = await _records(db, rows)
     # A deleted ancestor ends the chain: keep only the unbroken run ending at response_id.
     unbroken: list[StoredResponse] = []
     for record in reversed(records):
@@ -166,19 +328,58 @@ async def read_items(
     db: aiosqlite.Connection, item_ids: Sequence[str], credential: str | None
 ) -> dict[str, dict]:
     found: dict[str, dict] = {}
+    chunked = await _chunked(db)
     for item_id in dict.fromkeys(item_ids):
-        sql = """
-            SELECT i.item FROM response_items AS i JOIN responses AS r ON r.id = i.response_id
-            WHERE i.item_id = ? AND (r.expires_at IS NULL OR r.expires_at > ?)
-                AND (? IS NULL OR r.credential = ?)
+        # The newest of: the item's response_items row (an output item, or any item of a
+        # response saved before schema 8), the newest response whose input has it.
+        sql = f"""
+            SELECT i.item, i.response_id, r.created_at FROM response_items AS i
+            JOIN responses AS r ON r.id = i.response_id
+            WHERE i.item_id = ? AND {_LIVE_R} AND {_OWNED_R}
             ORDER BY r.created_at DESC LIMIT 1
         """
         params = (item_id, time.time(), credential, credential)
         async with db.execute(sql, params) as cursor:
             row = await cursor.fetchone()
-        if row:
-            found[item_id] = orjson.loads(row[0])
+        best: tuple[float, dict[str, Any]] | None = None
+        if row and row[0]:
+            best = (row[2], orjson.loads(row[0]))
+        elif row:
+            best = await _item_of(db, row[1], row[2], item_id, credential)
+        if chunked:
+            sql = f"""
+                SELECT r.id, r.created_at FROM response_input_ids AS x
+                JOIN responses AS r ON r.id_key = x.response_key
+                WHERE x.item_key = ? AND {_LIVE_R} AND {_OWNED_R}
+                ORDER BY r.created_at DESC
+            """
+            params = (id_key(item_id), time.time(), credential, credential)
+            async with db.execute(sql, params) as cursor:
+                candidates = await cursor.fetchall()
+            for response_id, created_at in candidates:
+                if best is not None and best[0] >= created_at:
+                    break
+                hit = await _item_of(db, response_id, created_at, item_id, credential)
+                if hit is not None:  # else a key shared by chance: try an older one
+                    best = hit
+                    break
+        if best is not None:
+            found[item_id] = best[1]
     return found
+
+
+async def _item_of(
+    db: aiosqlite.Connection,
+    response_id: str,
+    created_at: float,
+    item_id: str,
+    credential: str | None,
+) -> tuple[float, dict[str, Any]] | None:
+    record = await read_response(db, response_id, credential)
+    for item in record.items() if record else []:
+        if item.get("id") == item_id:
+            return created_at, item
+    return None
 
 
 async def read_events(db: aiosqlite.Connection, response_id: str, after: int) -> list[bytes]:

@@ -202,6 +202,9 @@ class WriteQueue:
             self._batches += 1
             self._settled += len(batch)
             self._wake_flushers()
+            # Not held while waiting for the next write: the last batch's records (bodies
+            # and all) would otherwise stay alive until the proxy writes again.
+            del batch
 
     def _wake_flushers(self) -> None:
         still: list[tuple[int, asyncio.Future[None]]] = []

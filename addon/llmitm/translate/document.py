@@ -82,9 +82,32 @@ def _json_kind(body: Any) -> Kind:
     )
 
 
+# A stream's kind is read from its first events: this much of it is decoded at first, and
+# twice as much each time that holds no event that tells (a stream's first event normally
+# does), so a long stream is not decoded a second time just to name it.
+_DETECT_BYTES = 1 << 16
+# Streams are fed to the pipeline in pieces of this size, as a proxy reads them: one piece of
+# many megabytes would have the decoder hold every event of it at once.
+_FEED_BYTES = 1 << 14
+
+
 def _stream_kind(data: bytes) -> Kind:
+    size = _DETECT_BYTES
+    while True:
+        kind = _first_kind(data[:size], whole=size >= len(data))
+        if kind is not None:
+            return kind
+        if size >= len(data):
+            raise UnreadableInput(
+                "the input is neither JSON nor a server-sent event stream of either API"
+            )
+        size *= 2
+
+
+def _first_kind(data: bytes, *, whole: bool) -> Kind | None:
+    """The kind its first telling event gives ``data``; ``None`` when no event tells."""
     decoder = SSEDecoder()
-    events = decoder.feed(data) + decoder.close()
+    events = decoder.feed(data) + (decoder.close() if whole else [])
     for name, payload in events:
         if payload == DONE_DATA:
             continue
@@ -103,7 +126,7 @@ def _stream_kind(data: bytes) -> Kind:
             return "responses-stream"
         if "choices" in obj or obj.get("object") == "chat.completion.chunk":
             return "chat-stream"
-    raise UnreadableInput("the input is neither JSON nor a server-sent event stream of either API")
+    return None
 
 
 def translate_document(
@@ -143,7 +166,11 @@ def translate_document(
 
 def _run_stream(data: bytes, direction: Any, context: TranslationContext) -> bytes:
     pipeline = StreamPipeline(direction, context)
-    return pipeline.start() + pipeline.feed(data) + pipeline.close()
+    feed = pipeline.feed
+    out = [pipeline.start()]
+    out += [feed(data[at : at + _FEED_BYTES]) for at in range(0, len(data), _FEED_BYTES)]
+    out.append(pipeline.close())
+    return b"".join(out)
 
 
 def _json(body: Any) -> bytes:

@@ -42,6 +42,7 @@ class StreamGuard:
     """Relay ``api``'s SSE unchanged; close it with an error if the upstream did not."""
 
     final_response = None  # the upstream's own Response: llmitm stores none of its own
+    knows_final_response = False  # its bytes hold it: a store that wants it keeps them
 
     def __new__(cls, api: ApiName, *, strip_usage: bool = False) -> StreamGuard:
         # The usage-stripping variant is a subclass, so the plain guard's hot path pays

@@ -173,7 +173,6 @@ class ResponsesNormaliser:
     """Make one upstream Responses event stream conformant."""
 
     fast_frame = None  # the pipeline calls feed_event(), which also sees the raw data
-    final_response = None  # the upstream's own Response: llmitm stores none of its own
 
     def __init__(self, context: TranslationContext | None = None) -> None:
         self.context = context or TranslationContext()
@@ -191,6 +190,9 @@ class ResponsesNormaliser:
         self.template: DeltaTemplate | None = None
         """The open item's delta bytes, once one of its deltas came out as it came in."""
         self._learn_misses = _LEARN_MISSES
+        self.final_response: dict[str, Any] | None = None
+        """The Response of the upstream's terminal event as the client got it, normalised
+        (what an emulated state stores: no second parse of the stream's bytes)."""
 
     @property
     def sequence(self) -> int:
@@ -208,18 +210,25 @@ class ResponsesNormaliser:
         """``chunk`` itself when it is one delta event that fits the template (its text is
         recorded), else ``None`` to take the general path. No parse, no copy."""
         template = self.template
-        if (
-            template is None
-            or not chunk.startswith(template.line)
-            or not chunk.endswith(b"\n\n")
-            or template.item.closed
-            or self.finished
-        ):
+        if template is None or template.item.closed or self.finished:
             return None
-        delta = template.match(chunk, len(template.line), len(chunk) - 2, self._seq)
+        seq = self._seq
+        scan = template.scan
+        if scan is not None:
+            end = scan(chunk, 0, seq)
+            if end == len(chunk):
+                self._seq = seq + 1
+                return chunk
+            if end >= 0:
+                # One fitting event and more after it: relay_events takes the read.
+                template.sink.pop()
+                return None
+        if not chunk.startswith(template.line) or not chunk.endswith(b"\n\n"):
+            return None
+        delta = template.match(chunk, len(template.line), len(chunk) - 2, seq)
         if delta is None:
             return None
-        self._seq += 1
+        self._seq = seq + 1
         template.sink.append(delta)
         return chunk
 
@@ -231,19 +240,30 @@ class ResponsesNormaliser:
         template = self.template
         if template is None or template.item.closed or self.finished:
             return 0
-        line, match, sink = template.line, template.match, template.sink
+        line, match, sink, scan = template.line, template.match, template.sink, template.scan
         start = len(line)
+        seq = self._seq
         position = 0
-        while chunk.startswith(line, position):
+        size = len(chunk)
+        while position < size:
+            if scan is not None:
+                end = scan(chunk, position, seq)
+                if end >= 0:
+                    seq += 1
+                    position = end
+                    continue
+            if not chunk.startswith(line, position):
+                break
             end = chunk.find(b"\n\n", position + start)
             if end < 0:
                 break
-            delta = match(chunk, position + start, end, self._seq)
+            delta = match(chunk, position + start, end, seq)
             if delta is None:
                 break
-            self._seq += 1
+            seq += 1
             sink.append(delta)
             position = end + 2
+        self._seq = seq
         return position
 
     def fast_event(self, name: str | None, data: bytes) -> bytes | None:
@@ -669,6 +689,7 @@ class ResponsesNormaliser:
         out.append(
             {"type": event["type"], "sequence_number": self._next_seq(), "response": response}
         )
+        self.final_response = response
         self.finished = True
 
     def _final_output(self, upstream_output: Any) -> list[Any]:

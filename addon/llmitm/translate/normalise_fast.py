@@ -54,7 +54,7 @@ def string_end(buffer: bytes, start: int) -> int:
 class DeltaTemplate:
     """One item's delta events as constant bytes around their changing values."""
 
-    __slots__ = ("event_type", "item", "line", "parts", "sink", "tail")
+    __slots__ = ("event_type", "item", "line", "parts", "scan", "sink", "tail")
 
     def __init__(
         self,
@@ -78,6 +78,10 @@ class DeltaTemplate:
         """The normaliser's record of the item: the template holds while it is open."""
         self.sink = sink
         """Where the item's streamed text of this kind is kept (the delta is appended)."""
+        self.scan = _scanner(self.line, parts, tail, sink.append)
+        """The hot path for a whole frame (see :func:`_scanner`): ``scan(buffer, start, seq)``
+        is the end of the fitting frame at ``start`` (its text kept), else -1 (nothing kept:
+        :meth:`match` then decides)."""
 
     @classmethod
     def learn(
@@ -166,3 +170,106 @@ class DeltaTemplate:
         if end - position != len(tail) or not (checked or buffer.startswith(tail, position)):
             return None
         return delta
+
+
+_QUOTE = b'"'
+_BACKSLASH = b"\\"
+
+
+def _scanner(
+    line: bytes, parts: tuple[tuple[bytes, int, int, bytes | None], ...], tail: bytes, keep: Any
+) -> Any:
+    """A function that checks one whole frame (``event:`` line, data, blank line) against the
+    template in a handful of C calls, for the layouts upstreams write: the delta alone or
+    with an obfuscation string, the sequence number anywhere. ``None`` for other layouts.
+
+    The frame is fixed bytes around one or two string literals; the sequence number is
+    formatted into the fixed bytes around it, so it is checked with them. A literal ends at
+    the first quote after its start, and ``orjson`` reading exactly that much proves the
+    quote unescaped (a literal that holds an escaped quote fails here, and :meth:`match`,
+    which looks for the bytes that follow a literal, reads it). A literal without escapes is
+    orjson's own spelling: one whose text is as long as its bytes holds neither an escape
+    nor a non-ASCII byte, and else one without a backslash is checked in C; escapes go to
+    :meth:`match`. The obfuscation value must be ASCII letters and digits, as OpenAI's are.
+    """
+    strings = [kind for _constant, _size, kind, _closer in parts if kind != _SEQ]
+    if strings not in ([_DELTA], [_DELTA, _OTHER], [_OTHER, _DELTA]):
+        return None
+    fixed: list[tuple[bytes, bool]] = []  # the bytes between literals: (format, has a number)
+    current = [line.replace(b"%", b"%%")]
+    numbered = False
+    for constant, _size, kind, _closer in parts:
+        current.append(constant.replace(b"%", b"%%"))
+        if kind == _SEQ:
+            current.append(b"%d")
+            numbered = True
+        else:
+            current.append(_QUOTE)
+            fixed.append((b"".join(current), numbered))
+            current, numbered = [_QUOTE], False
+    current.append(tail.replace(b"%", b"%%") + b"\n\n")
+    fixed.append((b"".join(current), numbered))
+    # Pieces without a number are compared as bytes.
+    (head, head_n), (mid, mid_n) = [
+        (piece if numbered else piece.replace(b"%%", b"%"), numbered)
+        for piece, numbered in fixed[:2]
+    ]
+    loads, decode_error, quote, backslash = _loads, _JSONDecodeError, _QUOTE, _BACKSLASH
+
+    if len(strings) == 1:
+
+        def scan(buffer: bytes, start: int, seq: int) -> int:
+            before = head % seq if head_n else head
+            if not buffer.startswith(before, start):
+                return -1
+            begin = start + len(before)
+            end = buffer.find(quote, begin)
+            after = mid % seq if mid_n else mid
+            if end < 0 or not buffer.startswith(after, end):
+                return -1
+            try:
+                text = loads(buffer[begin - 1 : end + 1])
+            except decode_error:
+                return -1
+            if len(text) != end - begin and buffer.find(backslash, begin, end) >= 0:
+                return -1  # escapes: match() checks their spelling
+            keep(text)
+            return end + len(after)
+
+        return scan
+
+    final, final_n = fixed[2]
+    final = final if final_n else final.replace(b"%%", b"%")
+    delta_first = strings[0] == _DELTA
+
+    def scan_two(buffer: bytes, start: int, seq: int) -> int:
+        before = head % seq if head_n else head
+        if not buffer.startswith(before, start):
+            return -1
+        begin = start + len(before)
+        end = buffer.find(quote, begin)
+        between = mid % seq if mid_n else mid
+        if end < 0 or not buffer.startswith(between, end):
+            return -1
+        begin2 = end + len(between)
+        end2 = buffer.find(quote, begin2)
+        after = final % seq if final_n else final
+        if end2 < 0 or not buffer.startswith(after, end2):
+            return -1
+        if delta_first:
+            if not buffer[begin2:end2].isalnum():
+                return -1
+        else:
+            if not buffer[begin:end].isalnum():
+                return -1
+            begin, end = begin2, end2
+        try:
+            text = loads(buffer[begin - 1 : end + 1])
+        except decode_error:
+            return -1
+        if len(text) != end - begin and buffer.find(backslash, begin, end) >= 0:
+            return -1  # escapes: match() checks their spelling
+        keep(text)
+        return end2 + len(after)
+
+    return scan_two

@@ -103,8 +103,16 @@ class StreamPipeline:
                 self._encode = _encode_normalised
         else:
             raise ValueError(f"unknown direction {direction!r}")
+        self.knows_final_response = isinstance(
+            self.translator, ChatToResponsesStream | ResponsesNormaliser
+        )
+        """Whether the translator's final Response is the one the client got (a wrapper
+        that rewrites events after it, restoring tools or summarising reasoning, says no)."""
         self._fast_frame = self.translator.fast_frame
         self._fast_chunk = self.translator.fast_chunk
+        self._idle = False
+        """The decoder's ``idle``, kept since it last took bytes: the hot path reads it per
+        chunk (an attribute, not a property call)."""
         if self._responses_norm is not None:
             self._fast_frame = self._normalised_frame
         self._big: dict[int, tuple[str, list[bytes]]] | None = None
@@ -147,22 +155,24 @@ class StreamPipeline:
     def feed(self, chunk: bytes) -> bytes:
         # The hot paths, once per upstream chunk, for a chunk that is one whole event: byte for
         # byte what the general path writes, which the split-invariance property tests check.
-        decoder = self._decoder
+        idle = self._idle
         fast_chunk = self._fast_chunk
-        if fast_chunk is not None and decoder.idle:
+        if idle and fast_chunk is not None:
             # Straight from the raw bytes (a chat text delta matching the stream's template).
             out = fast_chunk(chunk)
             if out is not None:
                 self.events_in += 1
                 return out
+        decoder = self._decoder
         responses_norm = self._responses_norm
         if responses_norm is not None:
-            if decoder.idle:
+            if idle:
                 # Several events in one read (a busy proxy reads many at once): the leading
                 # ones that fit the template go out as they came, the rest as usual.
+                before = responses_norm.sequence
                 relayed = responses_norm.relay_events(chunk)
                 if relayed:
-                    self.events_in += chunk.count(b"\n\n", 0, relayed)
+                    self.events_in += responses_norm.sequence - before
                     if relayed == len(chunk):
                         return chunk
                     return chunk[:relayed] + self.feed(chunk[relayed:])
@@ -190,6 +200,7 @@ class StreamPipeline:
                     frames = self.translator.feed(obj)
                     return self._encode(frames) if frames else b""
         frames = self._translate(decoder.feed(chunk))
+        self._idle = decoder.idle
         if not frames:
             return b""
         out = self._encode(frames)
@@ -205,7 +216,9 @@ class StreamPipeline:
         if self._big is None and not self._decoder.held_line:
             out = self.feed(chunk)
             return [out] if out else []
-        return self._feed_big(chunk)
+        parts = self._feed_big(chunk)
+        self._idle = self._decoder.idle  # what feed's fast paths read
+        return parts
 
     def _feed_big(self, chunk: bytes) -> list[bytes]:
         decoder = self._decoder
@@ -408,6 +421,10 @@ class RestoringNormaliser:
     @property
     def response_id(self) -> str | None:
         return self.normaliser.response_id
+
+    @property
+    def sequence(self) -> int:
+        return self.normaliser.sequence
 
     def _in_step(self) -> bool:
         template = self.normaliser.template

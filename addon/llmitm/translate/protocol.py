@@ -54,6 +54,10 @@ class EventTranslator(StreamFacts, Protocol):
 class ClientStream(StreamFacts, Protocol):
     """Upstream bytes in, the client's bytes out."""
 
+    knows_final_response: bool
+    """Whether :attr:`final_response` is the Response the client's stream ended with: then
+    whoever stores it need not keep the stream's bytes to find it again."""
+
     def start(self) -> bytes: ...
     def feed(self, chunk: bytes) -> bytes: ...
     def close(self) -> bytes: ...

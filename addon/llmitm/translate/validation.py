@@ -117,6 +117,15 @@ def _fields(item: dict[str, Any], checks: dict[str, Check], where: str) -> None:
             raise _refuse(f"{where}{name}", check, value)
 
 
+def _fields_at(item: dict[str, Any], checks: dict[str, Check], param: str, index: int) -> None:
+    """:func:`_fields` of ``param[index]``, whose name is only spelt out for a refusal (an
+    agent's input has tens of thousands of items and parts, resent every turn)."""
+    for name, check in checks.items():
+        value = item.get(name)
+        if value is not None and not check(value):
+            raise _refuse(f"{param}[{index}].{name}", check, value)
+
+
 def _objects(value: Any, param: str) -> list[dict[str, Any]]:
     """An array of objects (the caller checked it is an array)."""
     for index, element in enumerate(value):
@@ -231,13 +240,15 @@ def _responses(body: dict[str, Any]) -> None:
     items = body.get("input")
     if isinstance(items, list):
         for index, item in enumerate(_objects(items, "input")):
-            where = f"input[{index}]"
-            _fields(item, _ITEM_FIELDS, f"{where}.")
-            _parts(item.get("content"), f"{where}.content")
-            _parts(item.get("output"), f"{where}.output")
+            _fields_at(item, _ITEM_FIELDS, "input", index)
+            content, output = item.get("content"), item.get("output")
+            if isinstance(content, list):
+                _parts(content, f"input[{index}].content")
+            if isinstance(output, list):
+                _parts(output, f"input[{index}].output")
             tools = item.get("tools")  # Codex declares its tools in an additional_tools item
             if tools is not None:
-                _responses_tools(tools, f"{where}.tools")
+                _responses_tools(tools, f"input[{index}].tools")
     tools = body.get("tools")
     if tools is not None:
         _responses_tools(tools, "tools")
@@ -263,12 +274,15 @@ def _chat(body: dict[str, Any]) -> None:
         )
     _fields(body, _CHAT_FIELDS, "")
     for index, message in enumerate(_objects(body.get("messages") or [], "messages")):
+        _fields_at(message, _MESSAGE_FIELDS, "messages", index)
+        content = message.get("content")
+        if isinstance(content, list):
+            _parts(content, f"messages[{index}].content")
+        calls = message.get("tool_calls")
+        if not calls:
+            continue
         where = f"messages[{index}]"
-        _fields(message, _MESSAGE_FIELDS, f"{where}.")
-        _parts(message.get("content"), f"{where}.content")
-        for call_index, call in enumerate(
-            _objects(message.get("tool_calls") or [], f"{where}.tool_calls")
-        ):
+        for call_index, call in enumerate(_objects(calls, f"{where}.tool_calls")):
             call_where = f"{where}.tool_calls[{call_index}]"
             _fields(call, _TOOL_CALL_FIELDS, f"{call_where}.")
             _fields(call.get("function") or {}, _CALLED_FUNCTION_FIELDS, f"{call_where}.function.")
@@ -284,4 +298,4 @@ def _parts(content: Any, param: str) -> None:
     """A content array's parts are objects whose type and text are strings."""
     if isinstance(content, list):
         for index, part in enumerate(_objects(content, param)):
-            _fields(part, _PART_FIELDS, f"{param}[{index}].")
+            _fields_at(part, _PART_FIELDS, param, index)

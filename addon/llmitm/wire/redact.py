@@ -14,6 +14,7 @@ into every recording so a change of rules can be detected.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -162,18 +163,18 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+@functools.lru_cache(maxsize=4096)
+def _secret_name(key: str) -> bool:
+    """Whether a field of this name holds a credential (bodies repeat a few names a lot)."""
+    return key not in NOT_SECRET_FIELDS and SECRET_FIELD.match(key) is not None
+
+
 def redact_json(value: Any) -> Any:
     """A copy of a JSON value with secret-named fields and secret-shaped strings replaced."""
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
-            if (
-                isinstance(key, str)
-                and key not in NOT_SECRET_FIELDS
-                and SECRET_FIELD.match(key)
-                and isinstance(item, str)
-                and item
-            ):
+            if isinstance(key, str) and isinstance(item, str) and item and _secret_name(key):
                 out[key] = PLACEHOLDER
             else:
                 out[key] = redact_json(item)
@@ -182,6 +183,39 @@ def redact_json(value: Any) -> Any:
         return [redact_json(item) for item in value]
     if isinstance(value, str):
         return redact_text(value)
+    return value
+
+
+def _redact_fields(value: Any) -> Any:
+    """``value`` with only its secret-named fields replaced, the same object when none is
+    (for a body none of whose strings can hold a credential's shape)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] | None = None
+        for key, item in value.items():
+            if isinstance(item, str):
+                if not (item and _secret_name(key)):
+                    continue
+                new: Any = PLACEHOLDER
+            elif isinstance(item, (dict, list)):
+                new = _redact_fields(item)
+                if new is item:
+                    continue
+            else:
+                continue
+            if out is None:
+                out = dict(value)
+            out[key] = new
+        return value if out is None else out
+    if isinstance(value, list):
+        copied: list[Any] | None = None
+        for index, item in enumerate(value):
+            if isinstance(item, (dict, list)):
+                new = _redact_fields(item)
+                if new is not item:
+                    if copied is None:
+                        copied = list(value)
+                    copied[index] = new
+        return value if copied is None else copied
     return value
 
 
@@ -207,9 +241,15 @@ def redact_body(content: bytes | None) -> bytes | None:
             # would run out of stack and orjson could not write it again, so its fields are
             # redacted in the bytes.
             content = _SECRET_FIELD_BYTES.sub(_replace_field_bytes, content)
-        elif parsed is not None:
+        elif parsed is not None and (b"\\u" in content or may_hold_secret(content)):
             redacted = redact_json(parsed)
             return content if redacted == parsed else orjson.dumps(redacted)
+        elif parsed is not None:
+            # No string can hold a credential's shape (none of its literals is in the bytes,
+            # and no \u escape can spell one): only secret-named fields are left to replace,
+            # without walking every string or comparing copies (a few MB of agent history).
+            redacted = _redact_fields(parsed)
+            return content if redacted is parsed else orjson.dumps(redacted)
     return _COMBINED_BYTES.sub(_replace_bytes, content) if may_hold_secret(content) else content
 
 

@@ -11,8 +11,8 @@ Three addons, sharing one :class:`~llmitm.addons.record.flows.Capture` per flow:
 - :class:`LlmRecordingsLoad` (``recordings.py``, after the store) loads the replay pool; the
   recordings folder and the replay report are written at shutdown.
 - :class:`LlmRecordTap` (``tap.py``, after the translator) serves hits that wait for the
-  router's plan, taps streams and builds the record when the flow ends
-  (:mod:`llmitm.replay.capture`).
+  router's plan, taps streams and, when the flow ends, has the record built
+  (:mod:`llmitm.replay.capture`) on a worker thread (``builder.py``), off the event loop.
 
 Answering from recordings — lookup, strict misses, drift, paced serving — is ``replay.py``.
 

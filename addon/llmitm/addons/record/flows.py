@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from mitmproxy import http
 
-from llmitm.replay.keys import MatchKey
+from llmitm.replay.capture import ClientRequest, see_request
+from llmitm.replay.keys import KeyOptions, MatchKey
 from llmitm.replay.model import Message
 from llmitm.replay.pool import Hit
 from llmitm.replay.tap import StreamTap
@@ -29,11 +30,13 @@ def fields(headers: http.Headers) -> list[tuple[str, str]]:
 @dataclass(slots=True)
 class Capture:
     """What the recorder learns about one flow between its hooks
-    (a :class:`llmitm.replay.capture.Captured`)."""
+    (a :class:`llmitm.replay.capture.Captured` once :meth:`see` has run)."""
 
     scope: str
-    key: MatchKey
-    client_req: Message
+    key: MatchKey | None
+    """``None`` until :meth:`see` has run (record mode: at the flow's end, off the request
+    path)."""
+    client_req: Message | None
     started_us: int
     record: bool = False
     hit: Hit | None = None
@@ -51,6 +54,20 @@ class Capture:
     """The fingerprint of the credential the client sent."""
     recorded: str | None = None
     """The id of the interaction recorded from this flow, once it is."""
+    unseen: ClientRequest | None = None
+    """The client's request as it came, until :meth:`see` redacts and keys it."""
+    key_options: KeyOptions | None = None
+    fingerprint_key: bytes | None = None
+
+    def see(self) -> None:
+        """Redact and key the client's request (a no-op once done): CPU-heavy for a big body,
+        so record mode runs it off the event loop, once the flow has ended."""
+        request, self.unseen = self.unseen, None
+        if request is None:
+            return
+        seen = see_request(request, self.key_options or KeyOptions(), self.fingerprint_key)
+        self.key, self.client_req = seen.key, seen.message
+        self.request_clean, self.credential = seen.clean, seen.credential
 
 
 # Per-flow state lives beside the flow, not in flow.metadata: mitmproxy serialises metadata

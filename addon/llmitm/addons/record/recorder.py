@@ -2,8 +2,10 @@
 recorded, replayed or neither, and hands finished records to the store.
 
 First in line (before the router and the translator) it strips the scope (header or path
-prefix), redacts, computes the match key and — in a replaying mode — looks the request up
-(:class:`~llmitm.addons.record.replay.Replayer`). In ``replay`` it also answers what is no LLM
+prefix) and keeps references to the request as it came; a replaying mode redacts it,
+computes its match key and looks it up at once
+(:class:`~llmitm.addons.record.replay.Replayer`), recording alone does that after the flow,
+off the request path. In ``replay`` it also answers what is no LLM
 call and dials nothing but llmitm's own relay. For a recorded flow it keeps the upstream's
 response head and, for a non-streamed body, the body before the translator replaces them;
 the record tap (:mod:`llmitm.addons.record.tap`) does the rest and calls :meth:`finished`.
@@ -22,6 +24,7 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from llmitm.addons.access import REFUSED_KEY
 from llmitm.addons.choices import check_choices
 from llmitm.addons.record import options
+from llmitm.addons.record.builder import RecordBuilder
 from llmitm.addons.record.flows import Capture, capture_of, fields, keep_capture, now_us
 from llmitm.addons.record.options import RecordSettings, read_settings
 from llmitm.addons.record.recordings import write_folder, write_report
@@ -30,16 +33,14 @@ from llmitm.addons.relay import LlmRelay
 from llmitm.addons.state import SOCKET_KEY, set_mint
 from llmitm.addons.status import STATUS_PATH
 from llmitm.addons.store import LlmStore
-from llmitm.replay.capture import ReplayReport
+from llmitm.replay.capture import ClientRequest, ReplayReport
 from llmitm.replay.ci_guard import record_refusal
-from llmitm.replay.fingerprint import credential, fingerprint
-from llmitm.replay.keys import KeyOptions, match_key
-from llmitm.replay.model import Interaction, Message, new_id
+from llmitm.replay.keys import KeyOptions
+from llmitm.replay.model import Interaction, new_id
 from llmitm.replay.pool import SCOPE_HEADERS, split_scope_path
 from llmitm.store.recordings import DeleteScope, RecordingWrite
 from llmitm.wire.ids import Mint
 from llmitm.wire.paths import is_llm_call
-from llmitm.wire.redact import redact_body, redact_headers, redact_url
 
 logger = logging.getLogger(__package__)
 
@@ -64,6 +65,8 @@ class LlmFlowRecorder:
         self.fingerprint_key: bytes | None = None
         """Makes ``Interaction.credential`` (replay.fingerprint); read from the store."""
         self._started = False
+        self.builder = RecordBuilder(self.finished, self._store_behind)
+        """Builds finished flows' records off the event loop, delivers them to finished()."""
         self.before_record: Callable[[Interaction], Interaction | None] | None = None
         """Sees each finished, redacted interaction before it is kept; returns it (edited or
         not) or ``None`` to keep nothing (the pytest plugin's ``pytest_llmitm_before_record``)."""
@@ -121,6 +124,7 @@ class LlmFlowRecorder:
         self._started = True
 
     def done(self) -> None:
+        self.builder.flush()  # before the folder is written and the store closes
         settings = self.settings
         if settings.report:
             unused = self.replay.pool.unused() if settings.replaying else []
@@ -181,6 +185,14 @@ class LlmFlowRecorder:
         # same for the flows it plans).
         request.headers["accept-encoding"] = "identity"
 
+    def _store_behind(self) -> int:
+        """Writes the store has not finished (the record builder paces itself by it)."""
+        store = self.store.store
+        if store is None:
+            return 0
+        stats = store.stats()
+        return stats.submitted - stats.written - stats.failed
+
     def _wipe_once(self, mode: str, scope: str) -> None:
         """``rewrite``: the scope's old recordings go before its first new one."""
         if mode == "rewrite" and scope not in self.wiped:
@@ -222,7 +234,7 @@ class LlmFlowRecorder:
         capture.upstream_body = response.get_content(strict=False)
 
     def finished(self, interaction: Interaction) -> None:
-        """Called by the tap with a finished, redacted interaction."""
+        """Called (on the event loop) with a finished, redacted interaction."""
         if self.before_record is not None:
             try:
                 kept = self.before_record(interaction)
@@ -238,28 +250,22 @@ class LlmFlowRecorder:
             self.recorded.append(interaction)
 
     def _capture(self, flow: http.HTTPFlow, scope: str, settings: RecordSettings) -> Capture:
+        """The flow's capture: references to the request as it came, nothing computed. Only
+        a replaying mode, which must look the request up before answering it, redacts and
+        keys it here; recording alone does that once the flow has ended, off the request
+        path (:class:`~llmitm.addons.record.builder.RecordBuilder`)."""
         request = flow.request
-        raw = request.get_content(strict=False) or b""
-        content = redact_body(raw)
-        headers = fields(request.headers)
-        key = match_key(
-            request.method,
-            request.path,
-            headers,
-            content,
-            settings.key_options,
-            request.pretty_host,
-        )
-        client_req = Message(
-            headers=redact_headers(headers),
-            content=content,
+        capture = Capture(scope, None, None, now_us())
+        capture.unseen = ClientRequest(
             method=request.method,
-            url=redact_url(request.pretty_url),
+            path=request.path,
+            url=request.pretty_url,
+            host=request.pretty_host,
+            headers=fields(request.headers),
+            content=request.get_content(strict=False) or b"",
         )
-        capture = Capture(scope, key, client_req, now_us())
-        capture.request_clean = content is raw  # redact_body hands back a clean body itself
-        if self.fingerprint_key is not None:
-            sent = credential(headers)
-            if sent is not None:
-                capture.credential = fingerprint(self.fingerprint_key, sent)
+        capture.key_options = settings.key_options
+        capture.fingerprint_key = self.fingerprint_key
+        if settings.replaying:
+            capture.see()
         return capture

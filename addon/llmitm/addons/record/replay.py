@@ -48,6 +48,7 @@ class Replayer:
     def lookup(self, flow: http.HTTPFlow, capture: Capture, settings: RecordSettings) -> bool:
         """Look the flow up; ``True`` when the replay took it (a hit, or a strict miss
         answered), ``False`` when it goes on to be recorded."""
+        assert capture.key is not None  # a replaying mode keys the request at once
         outcome = self.pool.take(capture.scope, capture.key, settings.exhausted)
         if isinstance(outcome, Hit):
             self.report.hits += 1

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from array import array
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mitmproxy import http
@@ -23,8 +25,8 @@ from llmitm.addons.record.flows import Capture, capture_of, fields
 from llmitm.addons.state import FlowState, flow_mint, flow_state
 from llmitm.addons.streams import flow_stream
 from llmitm.replay.capture import ClientResponse, FlowEnd, build_interaction, relayed_request
-from llmitm.replay.model import Message
-from llmitm.replay.tap import StreamTap, pieces
+from llmitm.replay.model import Interaction, Message, new_id
+from llmitm.replay.tap import Leg, StreamTap, pieces
 from llmitm.wire.redact import redact_headers, redact_url
 
 if TYPE_CHECKING:
@@ -92,29 +94,46 @@ class LlmRecordTap:
         self.compactor.discard(capture.tap)
         recorder = self.recorder
         try:
-            end = flow_end(flow, capture)
-            interaction = build_interaction(
-                capture, end, session=recorder.session, mode=recorder.settings.mode
-            )
+            end, legs = flow_end(flow, capture)
         except Exception:
             logger.exception("llmitm: cannot record %s", flow.request.pretty_url)
             return
-        capture.recorded = interaction.id
-        recorder.finished(interaction)
+        # The id is the flow's now (the console's summary line names it); the record, whose
+        # redaction and key cost CPU in proportion to the bodies, is built off the loop.
+        capture.recorded = interaction_id = new_id(capture.started_us)
+        session, mode = recorder.session, recorder.settings.mode
+
+        def build() -> Interaction:
+            capture.see()
+            streamed = end if legs is None else with_pieces(end, *legs)
+            return build_interaction(
+                capture, streamed, session=session, mode=mode, interaction_id=interaction_id
+            )
+
+        recorder.builder.submit(build)
 
 
-def flow_end(flow: http.HTTPFlow, capture: Capture) -> FlowEnd:
-    """The plain values a finished flow holds, for :func:`build_interaction`."""
+Legs = tuple[array[float], Leg, Leg | None]
+
+
+def with_pieces(end: FlowEnd, times: array[float], upstream: Leg, client: Leg | None) -> FlowEnd:
+    """``end`` with the pieces of its stream's legs (decompressed here, by the builder)."""
+    return replace(
+        end,
+        upstream_stream=pieces(times, end.t0, upstream),
+        client_stream=pieces(times, end.t0, client) if client is not None else None,
+    )
+
+
+def flow_end(flow: http.HTTPFlow, capture: Capture) -> tuple[FlowEnd, Legs | None]:
+    """The plain values a finished flow holds, for :func:`build_interaction`, and its
+    stream's legs, still compressed (:func:`with_pieces` makes them the end's pieces)."""
     # An upstream that failed before its head: the flow ends at its error hook, before the
     # JSON answer the client gets is its response; that answer is what is kept.
     request, response = flow.request, gateway_answer(flow)
     t0 = request.timestamp_end or request.timestamp_start
-    upstream_stream = client_stream = None
     tap = capture.tap
-    if tap is not None:
-        times, upstream_leg, client_leg = tap.finish()
-        upstream_stream = pieces(times, t0, upstream_leg)
-        client_stream = pieces(times, t0, client_leg) if client_leg is not None else None
+    legs = tap.finish() if tap is not None else None
     client: ClientResponse | None = None
     if response is not None:
         content: bytes | None = None
@@ -145,6 +164,4 @@ def flow_end(flow: http.HTTPFlow, capture: Capture) -> FlowEnd:
         upstream_cut=planned.upstream_cut if planned is not None else None,
         relayed=relayed,
         minted=mint.tape if mint is not None else None,
-        upstream_stream=upstream_stream,
-        client_stream=client_stream,
-    )
+    ), legs

@@ -1,5 +1,6 @@
 """``llmitm rec verify``: a folder's files against its manifest, its secrets, and every
-recording's key recomputed under today's rules; exit 1 on any problem."""
+recording's key recomputed under today's rules (a database: its shared chunks' reference
+counts too); exit 1 on any problem."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ async def command(args: argparse.Namespace, console: Console) -> int:
     else:
         store = await open_store(args.db)
         try:
+            # Counts first: a missing chunk would stop the reading below.
+            problems += [f"store: {problem}" for problem in await store.content_problems()]
+            if problems:
+                return _report_problems(problems, 0, console)
             interactions = await store.load_recordings()
         finally:
             await store.close()

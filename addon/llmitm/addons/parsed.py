@@ -1,0 +1,38 @@
+"""The client's request body parsed (and checked) once per flow, for the addons that read it.
+
+:class:`~llmitm.addons.responses_api.LlmResponsesApi` parses and validates a Responses create
+call before the router plans it; an agent resends its whole history on every turn, so that
+is a body of a few MB that costs tens of milliseconds to parse and as much to validate. The
+router takes the object the earlier addon left instead of doing both again — only when the
+flow's body is still the very bytes it was parsed from, so anything that rewrote the body in
+between (compaction, another addon, a script) makes the router parse what it finds.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from mitmproxy import http
+
+# Beside the flow, not in flow.metadata (which mitmproxy saves with the flow); weak keys: a
+# flow that ends before the router takes its body takes it along.
+_PARSED: weakref.WeakKeyDictionary[http.HTTPFlow, tuple[bytes, dict[str, Any], str | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def keep_parsed(
+    flow: http.HTTPFlow, content: bytes, body: dict[str, Any], validated: str | None
+) -> None:
+    """``body`` is ``content`` parsed (``validated``: the API it was validated as, if any)."""
+    _PARSED[flow] = (content, body, validated)
+
+
+def take_parsed(flow: http.HTTPFlow, content: bytes) -> tuple[dict[str, Any], str | None] | None:
+    """The body kept for exactly ``content`` and the API it was validated as; handed over
+    once (the taker may change it)."""
+    kept = _PARSED.pop(flow, None)
+    if kept is None or kept[0] is not content:
+        return None
+    return kept[1], kept[2]

@@ -1,0 +1,121 @@
+"""Builds records off the event loop: the CPU-heavy half of recording, after the flow ended.
+
+Redacting a request, computing its match key and redacting every leg cost about as much as
+parsing each body a few times — hundreds of milliseconds for a request of a few MB, which
+agents send on every turn. Done in a hook, that is time the client waits (the ``response``
+hook runs before the answer is sent) and time every other flow's events wait. So the record
+tap hands each finished flow's plain values here, one worker thread builds the
+:class:`~llmitm.replay.model.Interaction`, and the result is delivered back on the event
+loop, where the recorder queues it for the store. Nothing is written before it is redacted:
+the worker only ever hands on redacted records.
+
+Paced by the store: a record holds its flow's bodies in full until the store's writer has
+written it, while a build waiting here holds its stream's legs compressed — so the worker
+builds the next record only once fewer than :data:`STORE_AHEAD` writes wait for the store
+(or :data:`PACE_S` has passed), and many streams ending at once do not all sit in memory
+uncompressed. Bounded: with :data:`BACKLOG` builds waiting, a new one runs inline in the
+hook, and without a running loop (a hook called from a test) every build does.
+:meth:`RecordBuilder.flush` (shutdown) waits for the worker — which then waits for the
+store no more — and delivers what it built, before the recordings folder is written and the
+store closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from llmitm.replay.model import Interaction
+
+logger = logging.getLogger(__package__)
+
+BACKLOG = 256
+"""Builds waiting for the worker before new ones run inline (each holds its flow's bodies,
+a stream's compressed)."""
+STORE_AHEAD = 8
+"""Writes the store may have waiting before the worker builds the next record."""
+PACE_S = 2.0
+"""The longest the worker waits for the store before building anyway."""
+PACE_STEP_S = 0.005
+
+Build = Callable[[], Interaction | None]
+
+
+class RecordBuilder:
+    """One worker thread running builds; their records delivered on the event loop."""
+
+    def __init__(
+        self,
+        deliver: Callable[[Interaction], None],
+        store_behind: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.deliver = deliver
+        self.store_behind = store_behind
+        """How many writes wait for the store (read from the worker: an estimate is enough)."""
+        self._closing = False
+        self._executor: ThreadPoolExecutor | None = None
+        self._built: deque[Interaction | None] = deque()
+        self._waiting = 0
+        self._lock = threading.Lock()
+
+    def submit(self, build: Build) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or self._waiting >= BACKLOG:
+            self._deliver(self._run(build))
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="llmitm-record")
+        with self._lock:
+            self._waiting += 1
+        self._executor.submit(self._work, build, loop)
+
+    def flush(self) -> None:
+        """Wait for every build submitted and deliver its record (at shutdown)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            self._closing = True  # the store's writer cannot run while this waits
+            executor.shutdown(wait=True)
+            self._closing = False
+        self._drain()
+
+    @property
+    def waiting(self) -> int:
+        """Builds submitted and not delivered yet."""
+        return self._waiting
+
+    def _work(self, build: Build, loop: asyncio.AbstractEventLoop) -> None:
+        waited = 0.0
+        while not self._closing and waited < PACE_S and self.store_behind() >= STORE_AHEAD:
+            time.sleep(PACE_STEP_S)
+            waited += PACE_STEP_S
+        self._built.append(self._run(build))  # deque appends are atomic
+        with contextlib.suppress(RuntimeError):  # the loop has closed: flush() delivers it
+            loop.call_soon_threadsafe(self._drain)
+
+    def _run(self, build: Build) -> Interaction | None:
+        try:
+            return build()
+        except Exception:  # recording must never cost the proxy its work
+            logger.exception("llmitm: cannot record a flow")
+            return None
+
+    def _drain(self) -> None:
+        built = self._built
+        while built:
+            interaction = built.popleft()
+            with self._lock:
+                self._waiting -= 1
+            self._deliver(interaction)
+
+    def _deliver(self, interaction: Interaction | None) -> None:
+        if interaction is not None:
+            self.deliver(interaction)

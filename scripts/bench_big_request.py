@@ -1,0 +1,332 @@
+"""Benchmark big request bodies and memory per concurrent stream: llmitm against plain mitmdump
+in the same run, with recording on (the default) and off.
+
+Agents resend their whole, growing history on every turn, so a request body of hundreds of KB
+to several MB is the common case, and what llmitm does with it before the upstream sees the
+first byte is added to every turn. Everything runs on loopback as real processes (the same
+fake upstreams, plain mitmdump and ``llmitm run`` as ``scripts/bench_proxy.py``; two llmitm
+processes, one per ``llmitm_record`` setting):
+
+  big body     a non-streamed Responses request of ``--sizes`` MB of input items (messages,
+               function calls and their outputs, as an agent sends them):
+               ``responses→chat``  translated for a chat-only upstream
+               ``passthrough``     to an upstream that speaks Responses
+               per setup: the median wall time of a request (the client's first byte sent to
+               the answer's last byte read) and the proxy's CPU for it, including what it
+               does after answering (read once the proxy's CPU has settled)
+  memory       peak RSS (VmHWM) of each proxy after ``--streams`` concurrent paced Responses
+               streams (translated to chat for llmitm), in rising order on fresh processes,
+               and RSS once they ended
+
+    python scripts/bench_big_request.py [--sizes 0.2,1,5] [--runs 7] [--streams 1,64,256]
+                                        [--skip-memory] [--skip-big]
+
+Requests of all setups are interleaved round by round, every other round in reverse order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_proxy as bp  # the sibling script's processes and stream client
+
+SETTLE_S = 0.02
+SETTLE_LIMIT_S = 10.0
+REQUEST_TIMEOUT_S = 120.0
+STREAM_EVENTS = 100
+STREAM_DELAY_MS = 20
+TARGET_RATIO, TARGET_PLUS_MS = 1.3, 5.0
+
+
+def input_items(megabytes: float) -> list[dict[str, object]]:
+    """An agent's history of about ``megabytes`` MB: turns of a user message, a function call,
+    its output and an assistant message, each text a few KB of varied words."""
+    words = [f"word{n % 997}" for n in range(700)]
+    text = " ".join(words)  # ~5.6 KB
+    items: list[dict[str, object]] = []
+    size, turn = 0, 0
+    while size < megabytes * 1e6:
+        turn += 1
+        call = f"call_{turn:06d}"
+        items += [
+            {"role": "user", "content": [{"type": "input_text", "text": f"turn {turn}: {text}"}]},
+            {
+                "type": "function_call",
+                "call_id": call,
+                "name": "shell",
+                "arguments": orjson.dumps({"cmd": f"cat file{turn}.txt"}).decode(),
+            },
+            {"type": "function_call_output", "call_id": call, "output": text},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": f"answer {turn}: {text[:2000]}"}],
+            },
+        ]
+        size += 2 * len(text) + 2100
+    return items
+
+
+def big_request(port: int, model: str, megabytes: float) -> bytes:
+    body = {
+        "model": model,
+        "input": input_items(megabytes),
+        "instructions": "You are a benchmark.",
+        "tools": [
+            {
+                "type": "function",
+                "name": "shell",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+            }
+        ],
+    }
+    content = orjson.dumps(body)
+    head = (
+        "POST /v1/responses HTTP/1.1\r\n"
+        f"host: 127.0.0.1:{port}\r\n"
+        "authorization: Bearer sk-bench\r\n"
+        "content-type: application/json\r\n"
+        "x-fake-scenario: text\r\n"
+        f"content-length: {len(content)}\r\n\r\n"
+    )
+    return head.encode() + content
+
+
+def exchange(port: int, request: bytes) -> tuple[float, int, bytes]:
+    """Send ``request`` on a new connection; the wall time from its first byte sent to the
+    answer's last byte read, the status and the body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=REQUEST_TIMEOUT_S) as sock:
+        sent = time.perf_counter()
+        sock.sendall(request)
+        buffer = b""
+        while b"\r\n\r\n" not in buffer:
+            piece = sock.recv(65536)
+            if not piece:
+                raise ConnectionError("closed before the answer's head")
+            buffer += piece
+        head, _, body = buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = next(
+            int(line.partition(":")[2])
+            for line in lines[1:]
+            if line.lower().startswith("content-length:")
+        )
+        while len(body) < length:
+            piece = sock.recv(65536)
+            if not piece:
+                raise ConnectionError("closed before the answer's end")
+            body += piece
+        return time.perf_counter() - sent, status, body
+
+
+def settled_cpu(pid: int) -> float:
+    """The process's CPU once it stopped using any (its work after the answer included)."""
+    deadline = time.monotonic() + SETTLE_LIMIT_S
+    last = bp.cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(SETTLE_S)
+        now = bp.cpu_seconds(pid)
+        if now - last < 0.0005:
+            return now
+        last = now
+    return last
+
+
+@dataclass
+class BigSetup:
+    label: str
+    via: str
+    model: str
+    port: int = 0
+    pid: int = 0
+    walls: dict[float, list[float]] = field(default_factory=dict)
+    cpus: dict[float, list[float]] = field(default_factory=dict)
+
+
+def big_setups() -> list[BigSetup]:
+    return [
+        BigSetup("mitmdump", "mitmdump", "bench-pass"),
+        BigSetup("llmitm responses→chat, recording on", "llmitm", "bench-over-chat"),
+        BigSetup("llmitm responses→chat, recording off", "llmitm-off", "bench-over-chat"),
+        BigSetup("llmitm passthrough, recording on", "llmitm", "bench-pass"),
+        BigSetup("llmitm passthrough, recording off", "llmitm-off", "bench-pass"),
+    ]
+
+
+def run_big(setups: list[BigSetup], sizes: list[float], runs: int) -> None:
+    for size in sizes:
+        requests = {s.label: big_request(s.port, s.model, size) for s in setups}
+        bp.progress(f"big body {size} MB ({len(next(iter(requests.values()))) / 1e6:.2f} MB)")
+        for rnd in range(runs + 1):  # round 0 warms up
+            order = setups if rnd % 2 else setups[::-1]
+            for setup in order:
+                before = settled_cpu(setup.pid)
+                wall, status, body = exchange(setup.port, requests[setup.label])
+                if status != 200:
+                    raise RuntimeError(f"{setup.label}: HTTP {status}: {body[:500]!r}")
+                cpu = settled_cpu(setup.pid) - before
+                if rnd:
+                    setup.walls.setdefault(size, []).append(wall)
+                    setup.cpus.setdefault(size, []).append(cpu)
+
+
+def report_big(setups: list[BigSetup], sizes: list[float]) -> list[str]:
+    base = setups[0]
+    sized = " / ".join(f"{size:g}" for size in sizes)
+    lines = [
+        f"Big body: medians of wall (ms) and proxy CPU (ms) per request, {sized} MB of input",
+        "| setup | wall | CPU | wall ÷ mitmdump's | target 1.3× + 5 ms met |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for setup in setups:
+        walls = [statistics.median(setup.walls[s]) * 1e3 for s in sizes]
+        cpus = [statistics.median(setup.cpus[s]) * 1e3 for s in sizes]
+        base_walls = [statistics.median(base.walls[s]) * 1e3 for s in sizes]
+        ratios = " / ".join(f"{w / b:.2f}×" for w, b in zip(walls, base_walls, strict=True))
+        met = " / ".join(
+            "yes" if w <= TARGET_RATIO * b + TARGET_PLUS_MS else "no"
+            for w, b in zip(walls, base_walls, strict=True)
+        )
+        lines.append(
+            f"| {setup.label} | {' / '.join(f'{w:.1f}' for w in walls)} | "
+            f"{' / '.join(f'{c:.1f}' for c in cpus)} | {ratios} | "
+            f"{met if setup is not base else '–'} |"
+        )
+    return lines
+
+
+# --- memory per concurrent stream ------------------------------------------------------------
+
+
+def memory_kib(pid: int, field_name: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field_name} for {pid}")
+
+
+async def concurrent_streams(setup: bp.Setup, count: int) -> None:
+    await asyncio.gather(*(bp.stream(setup, STREAM_EVENTS) for _ in range(count)))
+
+
+def run_memory(tmp: Path, levels: list[int]) -> list[str]:
+    """Peak RSS per proxy at each level of concurrent streams, on fresh processes."""
+    rows: dict[str, list[tuple[int, int]]] = {}
+    kinds = [
+        ("mitmdump", "bench-pass", None, ()),
+        ("llmitm, recording on", "bench-over-chat", "chat-only", ()),
+        ("llmitm, recording off", "bench-over-chat", "chat-only", ("llmitm_record=off",)),
+    ]
+    for label, model, endpoint, extra in kinds:
+        procs = bp.Processes(tmp / f"memory-{len(rows)}")
+        procs.tmp.mkdir()
+        try:
+            both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
+            if label == "mitmdump":
+                port, pid = bp.start_mitmdump(procs, both)
+            else:
+                chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
+                config = bp.CONFIG.format(both=both, chat=chat, responses=both)
+                port, pid = bp.start_llmitm(procs, both, config, extra=extra)
+            setup = bp.Setup(label, label, "responses", "llmitm", model, endpoint, None)
+            setup.port, setup.pid, setup.delay_ms = port, pid, STREAM_DELAY_MS
+            asyncio.run(concurrent_streams(setup, 2))  # warm up: imports, first connections
+            for level in levels:
+                bp.progress(f"memory: {label}, {level} concurrent streams")
+                asyncio.run(concurrent_streams(setup, level))
+                time.sleep(0.3)
+                rows.setdefault(label, []).append(
+                    (memory_kib(pid, "VmHWM"), memory_kib(pid, "VmRSS"))
+                )
+        finally:
+            procs.stop_all()
+    levels_text = " / ".join(map(str, levels))
+    lines = [
+        f"Memory: peak RSS (MiB) at {levels_text} concurrent streams "
+        f"({STREAM_EVENTS} events, one per {STREAM_DELAY_MS} ms), and RSS after them",
+        "| proxy | peak RSS | per stream, first → last level | RSS after the last |",
+        "| --- | --- | --- | --- |",
+    ]
+    per_stream: dict[str, float] = {}
+    for label, values in rows.items():
+        peaks = [peak / 1024 for peak, _ in values]
+        grown = (values[-1][0] - values[0][0]) / max(1, levels[-1] - levels[0])
+        per_stream[label] = grown
+        lines.append(
+            f"| {label} | {' / '.join(f'{p:.1f}' for p in peaks)} | {grown:.0f} KiB | "
+            f"{values[-1][1] / 1024:.1f} |"
+        )
+    base = per_stream.get("mitmdump") or 1.0
+    for label, grown in per_stream.items():
+        if label != "mitmdump":
+            lines.append(f"{label}: {grown / base:.2f}× mitmdump's growth per stream")
+    return lines
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
+    parser.add_argument("--sizes", default="0.2,1,5", help="MB of input per request")
+    parser.add_argument("--runs", type=int, default=7, help="measured rounds per size")
+    parser.add_argument("--streams", default="1,64,256", help="levels of concurrent streams")
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--skip-big", action="store_true")
+    parser.add_argument("--profile", metavar="DIR", help="run llmitm under cProfile into DIR")
+    args = parser.parse_args(argv)
+    args.sizes = [float(size) for size in args.sizes.split(",")]
+    args.streams = [int(level) for level in args.streams.split(",")]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.profile:
+        bp.PROFILE_DIR = Path(args.profile).resolve()
+        bp.PROFILE_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="llmitm-bench-big-"))
+    bp.progress(f"logs in {tmp}")
+    lines: list[str] = []
+    if not args.skip_big:
+        procs = bp.Processes(tmp)
+        setups = big_setups()
+        try:
+            both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
+            chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
+            config = bp.CONFIG.format(both=both, chat=chat, responses=both)
+            where = {
+                "mitmdump": bp.start_mitmdump(procs, both),
+                "llmitm": bp.start_llmitm(procs, both, config),
+                "llmitm-off": bp.start_llmitm(
+                    procs, both, config, extra=("llmitm_record=off",), name="llmitm-off"
+                ),
+            }
+            for setup in setups:
+                setup.port, setup.pid = where[setup.via]
+            run_big(setups, args.sizes, args.runs)
+        finally:
+            with contextlib.suppress(KeyboardInterrupt):
+                procs.stop_all()
+        lines += report_big(setups, args.sizes)
+    if not args.skip_memory:
+        lines += ["", *run_memory(tmp, args.streams)]
+    print(f"{os.cpu_count()} CPUs; {bp.describe_llmitm()}")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

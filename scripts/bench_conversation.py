@@ -1,0 +1,319 @@
+"""Benchmark an agent-like conversation: per turn, the store's size and the proxy's CPU.
+
+An agent resends its whole, growing history on every turn. This script plays such a
+conversation (``--turns`` turns; each adds a user message of ``--new-bytes`` of text and the
+previous answer's output items) as non-streamed Responses requests, the same body on every
+turn to each proxy, all real processes on loopback:
+
+  mitmdump      client → plain mitmdump (reverse mode) → fake upstream (Responses)
+  llmitm        client → ``llmitm run`` → chat-only fake upstream: translated, its Responses
+                state kept by llmitm, recorded (the defaults)
+  llmitm-before the same through the llmitm of another checkout (``--before PATH``), to
+                compare two versions in the same run
+
+Per turn and proxy: the proxy process's CPU for that turn (all its threads, from
+/proc/<pid>/task/*/schedstat, read after the proxy has settled) and, for llmitm, the bytes of
+database pages in use (page count − free pages, WAL included). Proxies take turns in
+alternating order. With ``--runs R`` the conversation is played R times (a fresh store each)
+and each figure is the median over runs.
+
+    python scripts/bench_conversation.py [--turns 50] [--new-bytes 4096] [--runs 1]
+                                         [--before ../other-checkout] [--every 5]
+                                         [--store-only]
+
+``--store-only`` plays the same conversation without proxies, straight into two stores in
+this process (this schema, and schema 7's layout, before shared chunks): the store's own
+share of the CPU and the size, apart from the rest of the proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import importlib.util
+import itertools
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_proxy", ROOT / "scripts" / "bench_proxy.py")
+assert _spec and _spec.loader
+bench = importlib.util.module_from_spec(_spec)
+sys.modules["bench_proxy"] = bench
+_spec.loader.exec_module(bench)
+
+SETTLE_S = 0.25  # after an answer: let the proxy's writer commit the turn before reading CPU
+WORDS = ["agent", "tool", "call", "result", "file", "patch", "test", "build", "error"]
+WORDS += ["stack", "trace", "function", "module", "import", "value", "return", "branch"]
+
+CONFIG = """\
+[endpoints.chat-only]
+kind = "compatible"
+base_url = "{chat}/v1"
+apis = ["chat"]
+
+[[routes]]
+models = ["echo"]
+endpoints = ["chat-only"]
+"""
+
+INSTRUCTIONS = "You are a coding agent. " * 80
+TOOLS = [
+    {
+        "type": "function",
+        "name": name,
+        "description": f"{name}: " + "does a thing the agent needs. " * 10,
+        "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}},
+    }
+    for name in ("shell", "apply_patch", "read_file", "search")
+]
+
+
+def text(rng: random.Random, size: int) -> str:
+    words: list[str] = []
+    length = 0
+    while length < size:
+        word = rng.choice(WORDS) if rng.random() > 0.02 else f"\n{rng.randrange(10**6)}"
+        words.append(word)
+        length += len(word) + 1
+    return " ".join(words)[:size]
+
+
+def post(port: int, body: bytes) -> dict:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        connection.request(
+            "POST",
+            "/v1/responses",
+            body,
+            {"content-type": "application/json", "authorization": "Bearer sk-bench"},
+        )
+        response = connection.getresponse()
+        answer = response.read()
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise RuntimeError(f"port {port}: HTTP {response.status}: {answer[:300]!r}")
+    return orjson.loads(answer)
+
+
+def store_bytes(db: Path) -> int:
+    if not db.exists():
+        return 0
+    with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as connection:
+        pages = connection.execute("PRAGMA page_count").fetchone()[0]
+        free = connection.execute("PRAGMA freelist_count").fetchone()[0]
+        size = connection.execute("PRAGMA page_size").fetchone()[0]
+    return (pages - free) * size
+
+
+def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]]]:
+    """One conversation; per proxy, per turn: (CPU seconds, store bytes)."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-conversation-"))
+    procs = bench.Processes(tmp)
+    try:
+        both = f"http://127.0.0.1:{bench.start_fake(procs, 'chat,responses')}"
+        chat = f"http://127.0.0.1:{bench.start_fake(procs, 'chat')}"
+        config = CONFIG.format(chat=chat)
+        proxies: dict[str, tuple[int, int, Path | None]] = {}
+        port, pid = bench.start_mitmdump(procs, both)
+        proxies["mitmdump"] = (port, pid, None)
+        port, pid = bench.start_llmitm(procs, chat, config, name="llmitm")
+        proxies["llmitm"] = (port, pid, tmp / "llmitm.db")
+        if args.before:
+            port, pid = bench.start_llmitm(
+                procs, chat, config, code=args.before, name="llmitm-before"
+            )
+            proxies["llmitm-before"] = (port, pid, tmp / "llmitm-before.db")
+        rng = random.Random(run)
+        history: list[dict] = []
+        figures: dict[str, list[tuple[float, int]]] = {name: [] for name in proxies}
+        for name, (_, _, db) in proxies.items():
+            figures[f"_empty:{name}"] = [(0.0, store_bytes(db) if db else 0)]
+        sizes: list[int] = []
+        for turn in range(1, args.turns + 1):
+            history.append({"role": "user", "content": text(rng, args.new_bytes)})
+            body = orjson.dumps(
+                {
+                    "model": "echo",
+                    "instructions": INSTRUCTIONS,
+                    "input": history,
+                    "tools": TOOLS,
+                }
+            )
+            sizes.append(len(body))
+            order = list(proxies) if turn % 2 else list(reversed(proxies))
+            answers = {}
+            for name in order:
+                port, pid, db = proxies[name]
+                before = bench.cpu_seconds(pid)
+                answers[name] = post(port, body)
+                time.sleep(SETTLE_S)
+                cpu = bench.cpu_seconds(pid) - before - SETTLE_S * 0  # idle settle costs ~0
+                figures[name].append((cpu, store_bytes(db) if db else 0))
+            history.extend(answers["llmitm"]["output"])
+            if turn % args.every == 0 or turn == 1:
+                bench.progress(f"run {run + 1} turn {turn}: request {len(body) / 1024:.0f} KiB")
+        figures["_request"] = [(0.0, size) for size in sizes]
+        return figures
+    finally:
+        procs.stop_all()
+        if args.keep:
+            print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def play_store(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]]]:
+    """The same conversation written straight into two stores in this process: this
+    checkout's schema, and the layout of schema 7 (before shared chunks; this code still
+    writes it for a store opened with those steps). Per turn, the CPU of ``submit`` + ``flush``
+    (the writer's work, all threads) and the bytes of pages in use."""
+    import asyncio
+
+    from llmitm.replay.model import Interaction, Message
+    from llmitm.responses_api.records import ResponseSaved, StoredResponse
+    from llmitm.store import MIGRATIONS, SqliteStore
+    from llmitm.store.recordings import RecordingWrite
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-store-"))
+    layouts = {"store": MIGRATIONS, "store-schema7": MIGRATIONS[:7]}
+
+    async def conversation() -> dict[str, list[tuple[float, int]]]:
+        rng = random.Random(run)
+        history: list[dict] = []
+        figures: dict[str, list[tuple[float, int]]] = {name: [] for name in layouts}
+        stores = {name: SqliteStore(tmp / f"{name}.db", migrations=steps)
+                  for name, steps in layouts.items()}  # fmt: skip
+        sizes: list[int] = []
+        for name, store in stores.items():
+            await store.open()
+            figures[f"_empty:{name}"] = [(0.0, store_bytes(tmp / f"{name}.db"))]
+        try:
+            for turn in range(1, args.turns + 1):
+                history.append({"role": "user", "content": text(rng, args.new_bytes)})
+                body = orjson.dumps({"model": "echo", "instructions": INSTRUCTIONS,
+                                     "input": history, "tools": TOOLS})  # fmt: skip
+                chat = orjson.dumps({"model": "echo", "messages": [
+                    {"role": "system", "content": INSTRUCTIONS}, *history]})  # fmt: skip
+                answer = {"type": "message", "role": "assistant", "id": f"msg_{turn}",
+                          "content": [{"type": "output_text", "text": "Echo: " + history[-1]["content"]}]}  # fmt: skip  # noqa: E501
+                canonical = orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS).decode()
+                items = [{"id": f"msg_{rng.getrandbits(192):048x}", "type": "message", **h}
+                         for h in history]  # fmt: skip
+                response = {"id": f"resp_{turn}", "object": "response", "output": [answer],
+                            "instructions": INSTRUCTIONS, "tools": TOOLS}  # fmt: skip
+                writes = [
+                    RecordingWrite(
+                        Interaction(
+                            id=f"{turn:013x}abcdef",
+                            scope="global",
+                            key=f"{turn:016x}",
+                            key_version=1,
+                            method="POST",
+                            route="responses",
+                            model="echo",
+                            stream=False,
+                            canonical=canonical,
+                            started_us=turn,
+                            status=200,
+                            minted={"msg": [i["id"] for i in items]},
+                            legs={
+                                "client_req": Message(
+                                    [], body, method="POST", url="http://x/v1/responses"
+                                ),
+                                "upstream_req": Message(
+                                    [], chat, method="POST", url="http://u/v1/chat"
+                                ),
+                                "upstream_resp": Message([], orjson.dumps(answer), status=200),
+                                "client_resp": Message([], orjson.dumps(response), status=200),
+                            },
+                        )
+                    ),
+                    ResponseSaved(StoredResponse(f"resp_{turn}", response, items, None, 1.0)),
+                ]
+                history.append({"role": "assistant", "content": answer["content"][0]["text"]})
+                sizes.append(len(body))
+                order = list(stores) if turn % 2 else list(reversed(stores))
+                for name in order:
+                    start = time.process_time()
+                    for write in writes:
+                        stores[name].submit(write)
+                    await stores[name].flush()
+                    cpu = time.process_time() - start
+                    figures[name].append((cpu, store_bytes(tmp / f"{name}.db")))
+                if turn % args.every == 0 or turn == 1:
+                    bench.progress(f"run {run + 1} turn {turn}: request {len(body) / 1024:.0f} KiB")
+            figures["_request"] = [(0.0, size) for size in sizes]
+            return figures
+        finally:
+            for store in stores.values():
+                await store.close()
+            if args.keep:
+                print(f"kept {tmp}", file=sys.stderr)
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    return asyncio.run(conversation())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--new-bytes", type=int, default=4096)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--every", type=int, default=5, help="print every Nth turn")
+    parser.add_argument("--keep", action="store_true", help="say where the stores are kept")
+    parser.add_argument("--before", help="another checkout whose llmitm runs beside this one")
+    parser.add_argument(
+        "--store-only",
+        action="store_true",
+        help="no proxies: write the turns straight into this schema's store and schema 7's",
+    )
+    args = parser.parse_args()
+    if args.turns < 2:
+        parser.error("--turns: at least 2 (turn 2 is the first one compared)")
+    runs = [(play_store if args.store_only else play)(args, run) for run in range(args.runs)]
+    names = [name for name in runs[0] if not name.startswith("_")]
+
+    def median(name: str, turn: int, field: int) -> float:
+        return statistics.median(run[name][turn][field] for run in runs)
+
+    requests = [int(median("_request", t, 1)) for t in range(args.turns)]
+    header = ["turn", "request KiB", *(f"{n} CPU ms" for n in names)]
+    header += [f"{n} store KiB" for n in names if n != "mitmdump"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    for t in range(args.turns):
+        if (t + 1) % args.every and t not in (0, 1):
+            continue
+        row = [str(t + 1), f"{requests[t] / 1024:.0f}"]
+        row += [f"{median(n, t, 0) * 1000:.1f}" for n in names]
+        row += [f"{median(n, t, 1) / 1024:.0f}" for n in names if n != "mitmdump"]
+        print("| " + " | ".join(row) + " |")
+    print()
+    total = sum(requests)
+    new = requests[0] + sum(max(0, b - a) for a, b in itertools.pairwise(requests))
+    print(f"requests in all: {total / 2**20:.2f} MiB; new in all: {new / 2**20:.2f} MiB")
+    for n in names:
+        cpu2 = statistics.median(median(n, t, 0) for t in range(1, min(4, args.turns)))
+        cpu_end = statistics.median(median(n, t, 0) for t in range(args.turns - 3, args.turns))
+        line = f"{n}: CPU per turn, turns 2-4 {cpu2 * 1000:.1f} ms → last 3 {cpu_end * 1000:.1f} ms"
+        line += f" ({cpu_end / cpu2:.2f}×)"
+        if n != "mitmdump":
+            size = median(n, args.turns - 1, 1) - median(f"_empty:{n}", 0, 1)
+            line += f"; store grew {size / 2**20:.2f} MiB = {size / new:.2f}× the new content"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

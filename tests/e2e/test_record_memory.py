@@ -1,0 +1,89 @@
+"""What a recorded stream holds is let go when it ends: streams through a real llmitm (the
+pytest plugin's in-process master, recording on, translating Responses to chat) leave no
+stream tap, capture, unredacted request or record alive once they are written."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from pathlib import Path
+
+import orjson
+
+from llmitm.addons.hosts.inprocess import InProcessProxy
+from llmitm.addons.record.flows import Capture
+from llmitm.replay.capture import ClientRequest
+from llmitm.replay.model import Interaction
+from llmitm.replay.tap import StreamTap
+from llmitm.testing.fake_upstream import serve_in_thread
+
+STREAMS = 8
+WAIT_S = 30.0
+HELD = (StreamTap, Capture, ClientRequest, Interaction)
+
+
+async def one_stream(port: int, n: int) -> bytes:
+    body = orjson.dumps({"model": "m", "input": f"stream {n} " + "x" * 20_000, "stream": True})
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST /v1/responses HTTP/1.1\r\nhost: llmitm\r\ncontent-type: application/json\r\n"
+        b"authorization: Bearer sk-test\r\nx-fake-scenario: text;events=30;event_delay_ms=2\r\n"
+        b"connection: close\r\n" + f"content-length: {len(body)}\r\n\r\n".encode() + body
+    )
+    try:
+        return await asyncio.wait_for(reader.read(-1), WAIT_S)
+    finally:
+        writer.close()
+
+
+async def streams(port: int) -> list[bytes]:
+    return await asyncio.gather(*(one_stream(port, n) for n in range(STREAMS)))
+
+
+def held() -> dict[str, int]:
+    gc.collect()
+    counts = dict.fromkeys((kind.__name__ for kind in HELD), 0)
+    for thing in gc.get_objects():
+        if isinstance(thing, HELD):
+            counts[type(thing).__name__] += 1
+    return counts
+
+
+def test_recorded_streams_leave_nothing_behind(tmp_path: Path) -> None:
+    recorded: list[str] = []
+    with serve_in_thread(apis={"chat"}) as fake:
+        config = tmp_path / "llmitm.toml"
+        config.write_text(
+            f'[endpoints.chat-only]\nkind = "compatible"\nbase_url = "{fake.base_url}/v1"\n'
+            'apis = ["chat"]\n\n[[routes]]\nmodels = ["m"]\nendpoints = ["chat-only"]\n'
+        )
+        proxy = InProcessProxy(
+            {
+                "mode": [f"reverse:{fake.base_url}"],
+                "listen_host": "127.0.0.1",
+                "listen_port": 0,
+                "confdir": str(tmp_path / "confdir"),
+                "llmitm_config": str(config),
+                "llmitm_store": str(tmp_path / "llmitm.db"),
+                "llmitm_record": "record",
+                "llmitm_console": "off",
+            },
+            lambda scope, exchange: None,
+            before_record=lambda interaction: recorded.append(interaction.id) or interaction,
+        )
+        proxy.start()
+        try:
+            answers = asyncio.run(streams(proxy.port()))
+            assert all(b"response.completed" in answer for answer in answers), answers[0][-500:]
+            deadline = time.monotonic() + WAIT_S
+            while len(recorded) < STREAMS and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(recorded) == STREAMS
+            counts = held()
+            while any(counts.values()) and time.monotonic() < deadline:
+                time.sleep(0.1)  # the store's writer lets each record go once written
+                counts = held()
+            assert not any(counts.values()), counts
+        finally:
+            proxy.stop()
