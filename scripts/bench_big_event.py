@@ -14,7 +14,9 @@ chunked writes, and the client reads it to the end through:
   llmitm →responses a Responses client → llmitm → this chat upstream (the translator)
 
 Runs are interleaved round by round. Prints each setup's median wall time, its ratio to
-mitmdump and the proxy's RSS after the last run.
+mitmdump, the MiB its client read, that ratio per byte read (a Responses client reads the text
+five times: the delta and four closing events repeat it) and the proxy's RSS after the last
+run. ``--setups pass,failover,translated`` picks llmitm's routes (mitmdump always runs).
 
 ``--waves N`` measures memory instead: llmitm processes that differ only in how freed heap
 goes back (glibc's defaults; a fixed mmap threshold; a fixed trim threshold; llmitm's
@@ -22,7 +24,7 @@ goes back (glibc's defaults; a fixed mmap threshold; a fixed trim threshold; llm
 N waves of the pass and the translated route, and their RSS is printed after every wave,
 with each variant's median time per event.
 
-    python scripts/bench_big_event.py [--mib 20] [--runs 5]
+    python scripts/bench_big_event.py [--mib 20] [--runs 5] [--setups pass,translated]
     python scripts/bench_big_event.py --waves 7
     python scripts/bench_big_event.py --runs 3 --profile DIR   # then pstats DIR/llmitm.prof
 """
@@ -227,6 +229,11 @@ def main() -> int:
     parser.add_argument(
         "--profile", type=Path, help="run llmitm under cProfile, writing DIR/<name>.prof"
     )
+    parser.add_argument(
+        "--setups",
+        default="",
+        help="comma-separated subset of: pass, failover, translated (mitmdump always runs)",
+    )
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -255,6 +262,10 @@ def main() -> int:
                 ("llmitm failover", llmitm_port, "big-failover", "chat", llmitm_pid),
                 ("llmitm →responses", llmitm_port, "big-translated", "responses", llmitm_pid),
             ]
+            if args.setups:
+                chosen = {f"llmitm {name}" for name in args.setups.split(",")}
+                chosen |= {"llmitm →responses"} if "llmitm translated" in chosen else set()
+                setups = [s for s in setups if not s[0].startswith("llmitm") or s[0] in chosen]
             times: dict[str, list[float]] = {name: [] for name, *_ in setups}
             sizes: dict[str, int] = {}
             for round_ in range(args.runs):
@@ -268,13 +279,17 @@ def main() -> int:
             # The client's bytes: a Responses stream repeats the text in its closing events.
             print(
                 f"{'setup':<20} {'median s':>9} {'× mitmdump':>11} {'MiB read':>9}"
-                f" {'proxy RSS MiB':>14}"
+                f" {'× per byte':>11} {'proxy RSS MiB':>14}"
             )
             for name, _port, _model, _api, pid in setups:
                 median = statistics.median(times[name])
                 rss = f"{rss_mb(pid):.0f}" if pid else "–"
                 read = sizes[name] / (1 << 20)
-                print(f"{name:<20} {median:>9.2f} {median / base:>11.2f} {read:>9.0f} {rss:>14}")
+                per_byte = median / base / (sizes[name] / sizes["mitmdump"])
+                print(
+                    f"{name:<20} {median:>9.2f} {median / base:>11.2f} {read:>9.0f}"
+                    f" {per_byte:>11.2f} {rss:>14}"
+                )
         finally:
             procs.stop_all()
     return 0

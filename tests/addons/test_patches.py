@@ -14,13 +14,22 @@ from typing import Any
 
 import pytest
 from mitmproxy import http, master
+from mitmproxy.addonmanager import AddonManager
 from mitmproxy.addons import default_addons
 from mitmproxy.addons.script import ScriptLoader
 from mitmproxy.proxy.layers.http import HttpStream
 from mitmproxy.test import taddons, tflow
 
 from llmitm.addons import patches
-from llmitm.addons.patches import connections, console_ui, cut_streams, fallback, headers
+from llmitm.addons.patches import (
+    connections,
+    console_ui,
+    cut_streams,
+    fallback,
+    headers,
+    hooks,
+    options,
+)
 from llmitm.addons.patches import master as master_patch
 from llmitm.addons.patches.coalesce import coalesce_client_writes
 from llmitm.addons.stall import close_server_side
@@ -244,3 +253,115 @@ def test_llmitm_patches_runs_the_checks(monkeypatch: pytest.MonkeyPatch) -> None
         assert ran == ["cut_streams", "headers"]  # at load
         addon.running()
     assert ran == ["cut_streams", "headers", "connections"]
+
+
+# --- hook dispatch ---------------------------------------------------------------------------
+
+
+class _Seen:
+    """An addon that notes the requests it sees (``halt``: it stops the chain there)."""
+
+    def __init__(self, seen: list[str], name: str, *, halt: bool = False) -> None:
+        self.seen, self.label, self.halt = seen, name, halt
+        self.name = f"seen {name}"  # mitmproxy's addon names are unique
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        self.seen.append(self.label)
+        if self.halt:
+            from mitmproxy.exceptions import AddonHalt
+
+            raise AddonHalt
+
+
+class _Broken:
+    def request(self, flow: http.HTTPFlow) -> None:
+        raise RuntimeError("a broken addon")
+
+
+class _Silent:
+    """No ``request`` hook: the patched dispatch never enters it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Parent:
+    def __init__(self, children: list[Any]) -> None:
+        self.addons = children
+
+
+async def test_hooks_reach_exactly_the_addons_mitmproxy_would_call() -> None:
+    from mitmproxy import hooks as mitm_hooks
+    from mitmproxy.proxy.layers.http import HttpRequestHook
+
+    assert hooks.MISSING is None
+    assert hooks.install() and hooks.install()  # idempotent
+    seen: list[str] = []
+    with taddons.context() as tctx:
+        chain = [
+            _Seen(seen, "first"),
+            _Silent("silent"),
+            _Broken(),  # logged by mitmproxy's safecall; the chain goes on
+            _Parent([_Silent("silent child"), _Seen(seen, "child")]),
+            _Seen(seen, "halting", halt=True),
+            _Seen(seen, "after the halt"),
+        ]
+        manager = tctx.master.addons
+        for addon in chain:
+            manager.add(addon)
+        entered: list[str] = []
+        invoke = manager.invoke_addon
+
+        async def noting(addon: Any, event: Any) -> None:
+            entered.append(getattr(addon, "name", type(addon).__name__))
+            await invoke(addon, event)
+
+        manager.invoke_addon = noting
+        await manager.trigger_event(mitm_hooks.UpdateHook([]))  # only the parent may have it
+        await manager.trigger_event(HttpRequestHook(tflow.tflow()))
+    assert seen == ["first", "child", "halting"]
+    assert AddonManager.trigger_event is hooks._trigger_event
+    assert "silent" not in entered  # what made every event cost a visit to every addon
+
+
+def test_hooks_without_the_addon_manager_method_leave_mitmproxy_as_it_is(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(hooks, "MISSING", "AddonManager.trigger_event")
+    with caplog.at_level(logging.WARNING):
+        assert not hooks.install()
+        assert not hooks.install()
+    assert len(_warnings(caplog, hooks.PATCH)) == 1
+
+
+# --- option reads ----------------------------------------------------------------------------
+
+
+def test_option_reads_copy_only_what_can_change() -> None:
+    from collections.abc import Sequence
+
+    from mitmproxy.optmanager import OptManager
+
+    assert options.MISSING is None
+    assert options.install() and options.install()  # idempotent
+    opts = OptManager()
+    opts.add_option("flag", bool, False, "a flag")
+    opts.add_option("port", int, 1, "a number")
+    opts.add_option("hosts", Sequence[str], [], "a list")
+    assert (opts.flag, opts.port, opts.hosts) == (False, 1, [])  # at their defaults
+    opts.update(flag=True, port=8123, hosts=["a"])
+    assert (opts.flag, opts.port) == (True, 8123)
+    hosts = opts.hosts
+    hosts.append("b")  # a copy, as mitmproxy hands out: the option is unchanged
+    assert opts.hosts == ["a"]
+    assert opts.hosts is not opts.hosts
+
+
+def test_option_reads_without_the_option_class_leave_mitmproxy_as_it_is(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(options, "MISSING", "_Option")
+    with caplog.at_level(logging.WARNING):
+        assert not options.install()
+        assert not options.install()
+    assert len(_warnings(caplog, options.PATCH)) == 1

@@ -26,6 +26,7 @@ import orjson
 import pytest
 
 from .processes import Proxy, fake_upstream, llmitm_proxy
+from .test_record_replay import llmitm
 
 pytestmark = pytest.mark.slow
 
@@ -336,6 +337,25 @@ def test_a_failure_before_the_head_is_an_openai_error(
         if fault != "refused":
             assert_next_request_served(client, api, model)
     assert_settled(stack, model)
+    assert_recorded_answer(stack, model, 502, error["code"])
+
+
+def assert_recorded_answer(s: Stack, model: str, status: int, code: str) -> None:
+    """The model's first flow is recorded with the answer its client got (the direct path
+    records at the error hook, before that answer is sent): the store's row and ``llmitm rec
+    show`` hold its status and its OpenAI error."""
+    with sqlite3.connect(s.db) as db:
+        rows = db.execute(
+            "SELECT id, status FROM rec_interactions WHERE model = ? ORDER BY started_us",
+            (model,),
+        ).fetchall()
+    ident, recorded = rows[0]
+    assert recorded == status
+    shown = llmitm("rec", "show", ident, "--db", str(s.db), "--json")
+    assert shown.returncode == 0, shown.stderr
+    answer = orjson.loads(shown.stdout)["client_resp"]
+    assert answer["status"] == status
+    assert answer["body"]["json"]["error"]["code"] == code
 
 
 @pytest.mark.parametrize("path", ["direct", "failover"])

@@ -763,3 +763,25 @@ def test_a_passthrough_stream_cut_inside_an_event_ends_in_the_clients_protocol(
     the_rewriter = StreamRewriter(stream_pipeline(plan(BOTH, api), context()))
     output, _ = drive(the_rewriter, [cut])
     assert_stream_errors(api, output)
+
+
+def test_a_huge_answer_reaches_mitmproxy_in_pieces_of_at_most_a_mib() -> None:
+    """A big output is handed over in pieces (asyncio copies the unsent rest of one big
+    buffered write after every partial send), the same bytes in the same order; a held chat
+    event goes out as the reads it came in."""
+    from llmitm.exchange.stream import MAX_PART
+
+    text = "word " * (3 * MAX_PART // 5)
+    role = b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
+    role += b'"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    big = role.replace(b'"role":"assistant","content":""', b'"content":"' + text.encode() + b'"')
+    finish = role.replace(b'"role":"assistant","content":""}', b'},"finish_reason":"stop"')
+    body = role + big + finish + b"data: [DONE]\n\n"
+    for direction in ("chat-to-responses", "normalise-chat"):
+        rewriter = StreamRewriter(StreamPipeline(direction, context(model="m")))
+        whole = StreamRewriter(StreamPipeline(direction, context(model="m")))
+        reads = [body[at : at + 65536] for at in range(0, len(body), 65536)]
+        sent = [piece for read in [*reads, b""] for piece in rewriter(read)]
+        assert all(0 < len(piece) <= MAX_PART for piece in sent)
+        assert b"".join(sent) == b"".join([*whole(body), *whole(b"")]), direction
+    assert any(piece is read for read in reads for piece in sent)  # normalise-chat's

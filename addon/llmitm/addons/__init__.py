@@ -13,6 +13,7 @@ from llmitm.addons.conversations import LlmConversations
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.first_byte import LlmFirstByteWatch
 from llmitm.addons.first_screen import LlmFirstScreen
+from llmitm.addons.gc_freeze import LlmGcFreeze
 from llmitm.addons.health import LlmHealth
 from llmitm.addons.listenfile import ListenFile
 from llmitm.addons.memory import LlmMemoryTrim
@@ -108,6 +109,7 @@ def make_addons() -> list[object]:
         LlmContentview(),
         LlmFlowSides(),  # last: the flow gets the client's request back once all have read it
         LlmMemoryTrim(),  # after the flow's last readers: trims once its bodies are let go
+        LlmGcFreeze(),
         LlmFirstScreen(settings, store),  # before the listen file: said before a command runs
         ListenFile(),
     ]

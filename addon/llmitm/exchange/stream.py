@@ -31,6 +31,18 @@ from llmitm.wire.errors import ApiError
 
 logger = logging.getLogger(__name__)
 
+MAX_PART = 1 << 20
+"""The largest piece handed to mitmproxy: a bigger output is sent in pieces of this size.
+asyncio's socket transport (CPython 3.12's ``_SelectorSocketTransport``) keeps a buffered
+write as it was given and, after each partial send, copies its unsent rest: one 100 MiB
+write to a client that reads a few MiB at a time cost seconds of copying."""
+
+
+def _pieces(out: bytes) -> list[bytes]:
+    """``out`` as pieces of at most :data:`MAX_PART` bytes."""
+    return [out[start : start + MAX_PART] for start in range(0, len(out), MAX_PART)]
+
+
 Decoder = Callable[[bytes], bytes]
 Watcher = Callable[[bytes], object]
 Note = Callable[[tuple[float, bytes, bytes]], object]
@@ -92,6 +104,7 @@ class StreamRewriter:
     __slots__ = (
         "_decode",
         "_failed",
+        "_feed_parts",
         "_notes",
         "_started",
         "_watchers",
@@ -106,6 +119,11 @@ class StreamRewriter:
         self.pipeline: ClientStream = PassThrough() if pipeline is None else pipeline
         self.relays_as_is = pipeline is None
         """No translation and no guard: a cut upstream is the client's to see as it is."""
+        self._feed_parts: Callable[[bytes], list[bytes]] | None = getattr(
+            self.pipeline, "feed_parts", None
+        )
+        """The pipeline's ``feed`` as a list of parts, where it has one: an event held
+        across reads then goes out without a copy of its size."""
         self._decode = decode
         self._started = False
         self._failed = False
@@ -124,6 +142,7 @@ class StreamRewriter:
         assert not self._started, "a stream's translation is chosen before its first chunk"
         self.pipeline = pipeline
         self.relays_as_is = False
+        self._feed_parts = getattr(pipeline, "feed_parts", None)
         self._decode = decode
 
     def watch(self, watcher: Watcher) -> int:
@@ -163,14 +182,27 @@ class StreamRewriter:
             return []
         if self._started and data and self._decode is None:
             # The hot path, once per upstream chunk.
+            feed_parts = self._feed_parts
             try:
-                out = self.pipeline.feed(data)
+                if feed_parts is None:
+                    out = self.pipeline.feed(data)
+                else:
+                    # mitmproxy sends each part as it is: no copy of a huge event.
+                    parts = feed_parts(data)
+                    note = self.note
+                    if note is not None:
+                        note((now(), data, parts[0] if len(parts) == 1 else b"".join(parts)))
+                    if len(parts) == 1:
+                        return parts if len(parts[0]) <= MAX_PART else _pieces(parts[0])
+                    return [piece for part in parts for piece in _pieces(part)]
             except Exception:
                 logger.exception("llmitm: stream translation failed; ending the client's stream")
                 out = self._fail()
             note = self.note
             if note is not None:
                 note((now(), data, out))
+            if len(out) > MAX_PART:
+                return _pieces(out)
             return [out] if out else []
         out = b""
         try:
@@ -186,6 +218,8 @@ class StreamRewriter:
         note = self.note
         if note is not None:
             note((now(), data, out))
+        if len(out) > MAX_PART:
+            return _pieces(out)
         return [out] if out else []
 
     def _translate(self, data: bytes) -> bytes:

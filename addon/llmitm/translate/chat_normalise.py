@@ -28,6 +28,7 @@ what needs no repair still goes out as its own bytes.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -59,6 +60,18 @@ def _plain(data: bytes, start: int) -> bool:
         and data.find(b'"usage":{') < 0
         and data.find(b'"error":') < 0
     )
+
+
+_MARKER = re.compile(rb'"(?:finish_reason":"|tool_calls":\[|usage":\{|error":)')
+"""The markers of :func:`_plain` in one pattern: one pass over a piece of a huge event
+(its first byte is a literal, which the regex engine skips to), not four."""
+MARKER_SPAN = len(b'"finish_reason":"')
+"""The longest marker: a piece is searched together with this many bytes before it."""
+
+
+def has_marker(window: bytes) -> bool:
+    """Whether ``window`` holds one of :func:`_plain`'s markers."""
+    return _MARKER.search(window) is not None
 
 
 CUT = ApiError(
@@ -162,6 +175,21 @@ class ChatNormaliser:
             and (self._render is None or not self._skips_fast_path(data))
         )
 
+    def plain_held(self, head: bytes, marked: bool) -> bool:
+        """:meth:`plain` for an event held across reads, told by the first bytes of its data
+        (``head``) and whether a search of its pieces as they came found one of the markers
+        (``marked``). Anything unusual is parsed."""
+        if (
+            marked
+            or self.finished
+            or self._head is None
+            or self._render is not None
+            or not head.startswith(b"{")
+        ):
+            return False
+        colon = head.find(b'":', 1)  # the first key's (a writer's spacing)
+        return 0 < colon < len(head) - 2 and head[colon + 2] != 0x20
+
     def fast_frame(self, event: dict[str, Any], chunk: bytes, data: bytes) -> bytes:
         """A parsed chunk that arrived as one whole event: its own bytes when it needs no
         repair, else its repaired frames."""
@@ -174,6 +202,11 @@ class ChatNormaliser:
         """A parsed chunk and its raw ``data`` (the general path: chunks split anywhere)."""
         repaired = self._repair(event)
         return [b"data: " + data + b"\n\n"] if repaired is None else repaired
+
+    def repair(self, event: dict[str, Any]) -> list[Frame] | None:
+        """A parsed chunk: ``None`` when it goes out as it came, else the frames that replace
+        it (the driver then sends a chunk held across reads as the pieces it came in)."""
+        return self._repair(event)
 
     def feed(self, event: dict[str, Any]) -> list[Frame]:
         repaired = self._repair(event)

@@ -5,6 +5,14 @@ it chunks split anywhere; each call returns the bytes ready for the client (poss
 the caller decides how to pass "nothing yet" to its transport). ``close()`` at the end of the
 upstream body always ends the client's stream properly: a terminal event in the client's
 protocol, never a silent clean end. A malformed upstream event ends the stream the same way.
+
+:meth:`StreamPipeline.feed_parts` gives the same bytes as a list of parts, for a transport that
+sends each part as it is (mitmproxy's stream callable): there an event held across many reads
+(a huge delta) costs no copy of its size beyond the one parse needs. A chat event that goes out
+as it came is the very pieces it came in; a huge text in Responses events is encoded once and
+shared by every event that repeats it (the delta and the four closing events), each event
+being its small JSON around that one encoding. Every fresh copy of tens of MiB costs about as
+much as relaying them, so these copies were most of what one huge event cost.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from llmitm.translate.chat_normalise import ChatNormaliser
+from llmitm.translate.chat_normalise import MARKER_SPAN, ChatNormaliser, has_marker
 from llmitm.translate.context import TranslationContext
 from llmitm.translate.normalise import ResponsesNormaliser
 from llmitm.translate.protocol import EventTranslator
@@ -28,6 +36,13 @@ from llmitm.wire.sse import DONE_DATA, DONE_FRAME, SSEDecoder
 _dumps = orjson.dumps
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
+
+BIG_TEXT = 1 << 20
+"""A string this long in a Responses event is encoded once per stream and sent in parts of
+its own, of at most this size (see :meth:`StreamPipeline.feed_parts`)."""
+_SLOT = orjson.Fragment(b"\x00")
+"""Stands for a big string while the event around it is encoded: orjson escapes every NUL in
+a string, so a raw NUL in its output is only ever this."""
 
 
 def _malformed(data: bytes) -> ApiError:
@@ -100,6 +115,17 @@ class StreamPipeline:
         chunk (an attribute, not a property call)."""
         if self._responses_norm is not None:
             self._fast_frame = self._normalised_frame
+        self._big: dict[int, tuple[str, list[bytes]]] | None = None
+        """Once a big event was held across reads (Responses clients): the JSON of each big
+        string encoded so far, by the string's id (the string is kept, so its id stays its
+        own)."""
+        # The chat normaliser's markers, searched in a held event's pieces as they come: the
+        # event's first piece, how many pieces were searched, their last bytes, whether one
+        # was found.
+        self._scan_first: bytes | None = None
+        self._scanned = 0
+        self._scan_tail = b""
+        self._marked = False
 
     @property
     def finished(self) -> bool:
@@ -181,6 +207,120 @@ class StreamPipeline:
         # A read of events all relayed as they came is passed on as the very object: a
         # recorder then keeps one leg, not two.
         return chunk if self._responses_norm is not None and out == chunk else out
+
+    def feed_parts(self, chunk: bytes) -> list[bytes]:
+        """:meth:`feed`'s bytes as a list of non-empty parts (their join is what ``feed``
+        returns). Only a big event held across reads takes another way: a chat event that
+        goes out as it came is the pieces it came in, and from then on big strings in
+        Responses events are parts of their own, encoded once."""
+        if self._big is None and not self._decoder.held_line:
+            out = self.feed(chunk)
+            return [out] if out else []
+        parts = self._feed_big(chunk)
+        self._idle = self._decoder.idle  # what feed's fast paths read
+        return parts
+
+    def _feed_big(self, chunk: bytes) -> list[bytes]:
+        decoder = self._decoder
+        if self._big is None and self._encode in _RESPONSES_ENCODERS:
+            self._big = {}
+        newline = chunk.find(b"\n")  # memchr: a huge event's pieces hold no LF
+        end = chunk.find(b"\n\n", newline) if newline >= 0 else -1
+        if not decoder.held_line or end < 0 or newline != end or chunk.find(b"\r", 0, end + 2) >= 0:
+            # More of the held event, nothing held, or a held event whose end the decoder
+            # rewrites (its bytes are then not the ones that came).
+            if decoder.held_line:
+                self._scan_held(decoder.held_pieces())
+            return self._parts(self._translate(decoder.feed(chunk)))
+        pieces = decoder.held_pieces()
+        chat_norm = self._chat_norm
+        if chat_norm is not None:
+            self._scan_held(pieces)
+            marked = self._marked or self._marks(self._scan_tail, chunk[:end])
+            self._scan_first, self._scan_tail = None, b""
+            pieces.append(chunk[: end + 2])
+            self.events_in += 1
+            if chat_norm.plain_held(pieces[0][6:4096], marked):
+                # Nothing to look at: the event goes out as the pieces it came in, unjoined.
+                decoder.drop_held()
+                rest = chunk[end + 2 :]
+                return pieces + self._parts(self._translate(decoder.feed(rest))) if rest else pieces
+            events = decoder.feed(chunk)  # the held event first: one data line, joined once
+            frames = self._held_chat(chat_norm, events[0][1])
+            parts = pieces if frames is None else self._parts(frames)
+        else:
+            events = decoder.feed(chunk)
+            parts = self._parts(self._translate(events[:1]))
+        if len(events) > 1:
+            parts += self._parts(self._translate(events[1:]))
+        return parts
+
+    @staticmethod
+    def _marks(tail: bytes, piece: bytes) -> bool:
+        """Whether ``piece``, or it and the bytes searched before it (``tail``), hold one of
+        the chat normaliser's markers; the piece is not copied to be searched."""
+        return has_marker(tail + piece[:MARKER_SPAN]) or has_marker(piece)
+
+    def _scan_held(self, pieces: list[bytes]) -> None:
+        """Search the held pieces not searched yet for the chat normaliser's markers (as
+        they come, so a held event's end finds the answer ready)."""
+        if self._chat_norm is None:
+            return
+        if pieces[0] is not self._scan_first:  # another held event than the last searched
+            self._scan_first, self._scanned, self._scan_tail = pieces[0], 0, b""
+            self._marked = False
+        if self._marked:
+            return
+        tail = self._scan_tail
+        for piece in pieces[self._scanned :]:
+            if self._marks(tail, piece):
+                self._marked = True
+                return
+            tail = (tail + piece[-MARKER_SPAN:])[-MARKER_SPAN:]
+        self._scanned = len(pieces)
+        self._scan_tail = tail
+
+    def _held_chat(self, chat_norm: ChatNormaliser, data: bytes) -> list[bytes] | None:
+        """What :meth:`_translate` makes of a chat event that is not plain, ``None`` when
+        that is the event as it came (then its pieces go out, not a copy)."""
+        try:
+            obj = _loads(data)
+        except _JSONDecodeError:
+            return chat_norm.fail(_malformed(data))
+        if type(obj) is not dict:
+            return chat_norm.fail(_malformed(data))
+        return chat_norm.repair(obj)
+
+    def _parts(self, frames: list[Any]) -> list[bytes]:
+        """Frames as parts: Responses events around their big strings, encoded once."""
+        if not frames:
+            return []
+        big = self._big
+        if big is None:
+            out = self._encode(frames)
+            return [out] if out else []
+        parts: list[bytes] = []
+        small: list[bytes] = []
+        for event in frames:
+            if type(event) is bytes:
+                small.append(event)
+                continue
+            strings: list[list[bytes]] = []
+            swapped = _swap_big(event, big, strings)
+            line = _EVENT_LINES.get(event["type"]) or _event_line(event["type"])
+            if not strings:
+                small += (line, _dumps(event), b"\n\n")
+                continue
+            pieces = _dumps(swapped).split(b"\x00")
+            small += (line, pieces[0])
+            for encoded, piece in zip(strings, pieces[1:], strict=True):
+                parts.append(b"".join(small))
+                parts += encoded
+                small = [piece]
+            small.append(b"\n\n")
+        if small:
+            parts.append(b"".join(small))
+        return [part for part in parts if part]
 
     def _normalised_frame(self, event: dict[str, Any], chunk: bytes, data: bytes) -> bytes:
         """The parsed-event path of ``normalise-responses``: the general path, which learns
@@ -333,6 +473,40 @@ class RestoringNormaliser:
         return self.restorer.events(self.normaliser.fail(error))
 
 
+def _swap_big(
+    value: Any, big: dict[int, tuple[str, list[bytes]]], strings: list[list[bytes]]
+) -> Any:
+    """``value`` with each string of :data:`BIG_TEXT` or more replaced by :data:`_SLOT`, its
+    JSON (in pieces of at most that size) appended to ``strings`` in the order orjson writes
+    them; ``value`` itself when it holds none (nothing is changed in place: the events are
+    also the stored Response)."""
+    kind = type(value)
+    if kind is str:
+        if len(value) < BIG_TEXT:
+            return value
+        known = big.get(id(value))
+        if known is None or known[0] is not value:
+            encoded = _dumps(value)
+            # Cut once into the pieces the proxy sends, shared by every event repeating it.
+            slices = [encoded[at : at + BIG_TEXT] for at in range(0, len(encoded), BIG_TEXT)]
+            known = big[id(value)] = (value, slices)
+        strings.append(known[1])
+        return _SLOT
+    if kind is dict:
+        swapped = None
+        for key, item in value.items():
+            new = _swap_big(item, big, strings)
+            if new is not item:
+                if swapped is None:
+                    swapped = dict(value)
+                swapped[key] = new
+        return value if swapped is None else swapped
+    if kind is list:
+        items = [_swap_big(item, big, strings) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
 def _encode_chat(frames: list[Any]) -> bytes:
     parts = []
     for frame in frames:
@@ -371,3 +545,6 @@ def _encode_responses(frames: list[Any]) -> bytes:
         line = _EVENT_LINES.get(event["type"]) or _event_line(event["type"])
         parts.append(line + _dumps(event) + b"\n\n")
     return b"".join(parts)
+
+
+_RESPONSES_ENCODERS = (_encode_responses, _encode_normalised)

@@ -12,7 +12,9 @@ Decoding is linear in bytes for any event size: an unfinished event is kept as a
 pieces, each new chunk is scanned only for itself (plus whether the buffered data ended with a
 line end, for a blank line split across two chunks), and the pieces are joined once, when the
 event's blank line arrives. Re-joining and rescanning the whole pending event per chunk made
-one 20 MiB event cost seconds to minutes.
+one 20 MiB event cost seconds to minutes. A held event that is one ``data: `` line (the shape
+of a huge delta) is joined straight into its data: one copy of its bytes, not three (join,
+split, slice) — each fresh copy of tens of MiB costs about as much as relaying them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from __future__ import annotations
 _BOM = b"\xef\xbb\xbf"
 DONE_DATA = b"[DONE]"
 DONE_FRAME = b"data: [DONE]\n\n"
+BIG_EVENT = 64 << 10
+"""Held bytes from this size on make an unfinished ``data:`` line a big one
+(:attr:`SSEDecoder.held_line`): a driver may then take it piece by piece."""
 
 type SSEEvent = tuple[str | None, bytes]
 """One dispatched event: its ``event:`` name (``None`` when absent) and its data bytes.
@@ -29,18 +34,37 @@ A plain tuple, not a NamedTuple: it is built once per event on the hot path."""
 class SSEDecoder:
     """Feed it chunks as they arrive; it returns the events completed so far."""
 
-    __slots__ = ("_ends_lf", "_pending", "_pending_cr", "_started")
+    __slots__ = ("_ends_lf", "_held", "_lines", "_pending", "_pending_cr", "_started", "held_line")
 
     def __init__(self) -> None:
         # The unfinished event's bytes (line ends already LF), in arrival order.
         self._pending: list[bytes] = []
         # Whether those bytes end with LF: an LF first in the next chunk is then a blank line.
         self._ends_lf = False
+        # Whether those bytes hold a line end (else they are the start of one line).
+        self._lines = False
         # A CR that ended the previous chunk: if the next chunk starts with LF, that LF
         # belongs to the same line end.
         self._pending_cr = False
         # Until the first bytes are seen: a UTF-8 byte-order mark there is not data.
         self._started = False
+        # How many bytes are held.
+        self._held = 0
+        self.held_line = False
+        """Whether the held bytes are the start of one ``data: `` line of :data:`BIG_EVENT`
+        bytes or more, as they came (no CR was rewritten in them): :meth:`held_pieces` then
+        gives them as they came."""
+
+    def held_pieces(self) -> list[bytes]:
+        """The held bytes of an unfinished event, as a list of the pieces they came in."""
+        return list(self._pending)
+
+    def drop_held(self) -> None:
+        """Forget the held bytes: the driver took them (with :meth:`held_pieces`) and the
+        rest of their event, and will feed what follows."""
+        self._pending = []
+        self._held = 0
+        self._ends_lf = self._lines = self.held_line = False
 
     @property
     def idle(self) -> bool:
@@ -106,32 +130,60 @@ class SSEDecoder:
         if not self._started:
             return self._start(chunk)
         # Only the new bytes are scanned; a blank line may also span the two chunks.
-        if chunk.find(b"\n\n") < 0 and not (self._ends_lf and chunk.startswith(b"\n")):
-            self._pending.append(chunk)
-            self._ends_lf = chunk.endswith(b"\n")
-            return []
-        if self._pending:
-            self._pending.append(chunk)
-            buffer = b"".join(self._pending)
-        else:
-            buffer = chunk
-        return self._split(buffer)
+        pending = self._pending
+        newline = end = -1  # -1: the held bytes end with the first LF of the blank line
+        if not (self._ends_lf and chunk.startswith(b"\n")):
+            # A one-byte find is a memchr; a two-byte one scans several times slower, and
+            # the pieces of a huge event hold no LF at all.
+            newline = chunk.find(b"\n")
+            if newline >= 0:
+                end = chunk.find(b"\n\n", newline)
+            if end < 0:
+                pending.append(chunk)
+                self._held += len(chunk)
+                self._ends_lf = chunk.endswith(b"\n")
+                self._lines = self._lines or newline >= 0
+                self.held_line = (
+                    not self._lines and self._held >= BIG_EVENT and pending[0].startswith(b"data: ")
+                )
+                return []
+        if not pending:
+            return self._split(chunk)
+        if not self._lines and newline == end >= 0 and pending[0].startswith(b"data: "):
+            # A held single ``data:`` line (a huge delta): joined straight into its data.
+            pending[0] = pending[0][6:]
+            pending.append(chunk[:end])
+            data = b"".join(pending)
+            self._pending = []
+            self._held = 0
+            self._ends_lf = self._lines = self.held_line = False
+            events: list[SSEEvent] = [(None, data)]
+            rest = chunk[end + 2 :]
+            if rest:
+                events += self._split(rest)
+            return events
+        pending.append(chunk)
+        return self._split(b"".join(pending))
 
     def _start(self, chunk: bytes) -> list[SSEEvent]:
         """The first bytes: a byte-order mark, maybe split over chunks, is dropped."""
         buffer = b"".join((*self._pending, chunk))
         if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
             self._pending = [buffer]
+            self._held = len(buffer)
             return []
         self._started = True
         return self._split(buffer.removeprefix(_BOM))
 
     def _split(self, buffer: bytes) -> list[SSEEvent]:
         """Dispatch the whole events in ``buffer``; keep what follows its last blank line."""
-        blocks = buffer.split(b"\n\n")
+        blocks = buffer.split(b"\n\n") if len(buffer) < BIG_EVENT else _blocks(buffer)
         rest = blocks.pop()
         self._pending = [rest] if rest else []
         self._ends_lf = rest.endswith(b"\n")
+        self._lines = rest.find(b"\n") >= 0
+        self._held = len(rest)
+        self.held_line = not self._lines and self._held >= BIG_EVENT and rest.startswith(b"data: ")
         events: list[SSEEvent] = []
         for block in blocks:
             if block:
@@ -142,7 +194,8 @@ class SSEDecoder:
         """End of stream: dispatch an event left without its final blank line."""
         block = b"".join(self._pending)
         self._pending = []
-        self._ends_lf = False
+        self._held = 0
+        self._ends_lf = self._lines = self.held_line = False
         self._pending_cr = False
         if not self._started:
             block = block.removeprefix(_BOM)
@@ -150,6 +203,25 @@ class SSEDecoder:
         if block.strip(b"\n"):
             _parse_block(block, events)
         return events
+
+
+def _blocks(buffer: bytes) -> list[bytes]:
+    """``buffer.split(b"\\n\\n")`` for a big buffer: each LF is found with memchr and its
+    neighbour looked at, as a two-byte search scans several times slower (a huge event
+    holds a handful of LFs, small events a few per event)."""
+    blocks = []
+    start = 0
+    find = buffer.find
+    newline = find(b"\n")
+    while newline >= 0:
+        if buffer[newline + 1 : newline + 2] == b"\n":
+            blocks.append(buffer[start:newline])
+            start = newline + 2
+            newline = find(b"\n", start)
+        else:
+            newline = find(b"\n", newline + 1)
+    blocks.append(buffer[start:])
+    return blocks
 
 
 def _parse_block(block: bytes, events: list[SSEEvent]) -> None:

@@ -238,7 +238,9 @@ class InProcessProxy:
         chain = with_llmitm(default_addons(), [ReplayLedger(self.on_exchange), *llmitm])
         current.addons.add(*chain, ErrorCheck(), _Ready(self))
         try:
-            opts.update(**self.settings)
+            # The test process is not the proxy's own: its objects are not frozen (a cycle
+            # among them would never be collected) unless a test asks for it.
+            opts.update(**{"llmitm_gc_freeze": False, **self.settings})
         except Exception as exc:  # unknown option (KeyError) or a value configure refused
             self._errors.append(f"bad option: {exc}")
             return

@@ -13,7 +13,7 @@ from typing import Any
 from mitmproxy import ctx
 from mitmproxy.addonmanager import Loader
 
-from llmitm.addons.patches import connections, cut_streams, headers
+from llmitm.addons.patches import connections, cut_streams, headers, hooks, options
 
 
 class LlmPatches:
@@ -25,6 +25,8 @@ class LlmPatches:
 
     def load(self, loader: Loader) -> None:
         cut_streams.install()
+        hooks.install()
+        options.install()
         headers.check()
 
     def running(self) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Generator
 from typing import Any
 
@@ -69,6 +70,20 @@ except (ImportError, AttributeError) as exc:  # renamed or moved in this mitmpro
 logger = logging.getLogger(__name__)
 
 PATCH = "cut upstream streams"
+
+_ANSWERS: weakref.WeakKeyDictionary[http.HTTPFlow, http.Response] = weakref.WeakKeyDictionary()
+"""The JSON answer of a flow whose upstream failed before its answer reached the client,
+from just before its ``error`` hook (which runs before the answer is sent) until the flow
+is gone."""
+
+
+def gateway_answer(flow: http.HTTPFlow) -> http.Response | None:
+    """The response the client of ``flow`` gets. For an upstream that failed before its
+    answer reached the client, that is llmitm's JSON error, known from the ``error`` hook
+    on, where ``flow.response`` is still unset or the upstream's head of a body cut short
+    (addons read it as what the upstream sent). The recorder keeps this one."""
+    answer = _ANSWERS.get(flow)
+    return flow.response if answer is None else answer
 
 
 def _handle_protocol_error(self: Any, event: Any) -> Generator[Any, Any, None]:
@@ -113,9 +128,27 @@ def _answer_gateway_error(stream: Any, event: ResponseProtocolError) -> Generato
     it would send its HTML page: the error hook, then a whole response, then the end."""
     flow = stream.flow
     flow.error = mitmflow.Error(event.message)
+    # Made before the hook, so the recorder (which records at the hook) keeps the answer the
+    # client gets; set as the flow's response only after it (the router reads a response
+    # there as a head the upstream sent).
+    answer = _ANSWERS[flow] = _gateway_answer(flow, event)
     yield HttpErrorHook(flow)
     if (yield from stream.check_killed(False)):
+        _ANSWERS.pop(flow, None)
         return
+    answer.timestamp_end = time.time()
+    flow.response = answer
+    client = stream.context.client
+    yield SendHttp(ResponseHeaders(stream.stream_id, answer, False), client)
+    yield SendHttp(ResponseData(stream.stream_id, answer.content or b""), client)
+    stream.server_state = stream.state_errored
+    flow.live = False
+    yield DropStream(stream.stream_id)
+    yield SendHttp(ResponseEndOfMessage(stream.stream_id), client)
+
+
+def _gateway_answer(flow: http.HTTPFlow, event: ResponseProtocolError) -> http.Response:
+    """The JSON answer for an upstream that failed before its head."""
     headers = {"content-type": "application/json", "x-llmitm-endpoint": "llmitm"}
     timed_out = timeout_answer(flow)  # llmitm itself closed it: no head in first_byte_timeout
     if timed_out is not None:
@@ -132,15 +165,9 @@ def _answer_gateway_error(stream: Any, event: ResponseProtocolError) -> Generato
             error.code,
         )
         status, body = error.status, gateway_error_body(error)
-    flow.response = http.Response.make(status, body, headers)
-    flow.response.timestamp_end = time.time()
-    client = stream.context.client
-    yield SendHttp(ResponseHeaders(stream.stream_id, flow.response, False), client)
-    yield SendHttp(ResponseData(stream.stream_id, body), client)
-    stream.server_state = stream.state_errored
-    flow.live = False
-    yield DropStream(stream.stream_id)
-    yield SendHttp(ResponseEndOfMessage(stream.stream_id), client)
+    answer = http.Response.make(status, body, headers)
+    answer.timestamp_end = time.time()
+    return answer
 
 
 def install() -> bool:

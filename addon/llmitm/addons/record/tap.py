@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
+from llmitm.addons.patches.cut_streams import gateway_answer
 from llmitm.addons.record.compactor import TapCompactor
 from llmitm.addons.record.flows import Capture, capture_of, fields
 from llmitm.addons.state import FlowState, flow_mint, flow_state
@@ -127,7 +128,9 @@ def with_pieces(end: FlowEnd, times: array[float], upstream: Leg, client: Leg | 
 def flow_end(flow: http.HTTPFlow, capture: Capture) -> tuple[FlowEnd, Legs | None]:
     """The plain values a finished flow holds, for :func:`build_interaction`, and its
     stream's legs, still compressed (:func:`with_pieces` makes them the end's pieces)."""
-    request, response = flow.request, flow.response
+    # An upstream that failed before its head: the flow ends at its error hook, before the
+    # JSON answer the client gets is its response; that answer is what is kept.
+    request, response = flow.request, gateway_answer(flow)
     t0 = request.timestamp_end or request.timestamp_start
     tap = capture.tap
     legs = tap.finish() if tap is not None else None
