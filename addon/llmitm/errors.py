@@ -15,6 +15,7 @@ The tree (a test keeps it equal to the classes)::
     │   ├── CompactionError
     │   ├── RequestError
     │   ├── BadRequest
+    │   ├── CacheRequestError
     │   └── _Refused
     ├── UserError
     │   ├── ConfigError

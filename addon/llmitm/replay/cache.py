@@ -46,6 +46,7 @@ from typing import Any, Literal, get_args
 
 import orjson
 
+from llmitm.errors import InputError
 from llmitm.replay.keys import KeyOptions, MatchKey, match_key
 from llmitm.routing.config import CacheSettings, parse_duration
 from llmitm.wire.sse import DONE_DATA, SSEDecoder, encode_event
@@ -76,7 +77,7 @@ KEY_OPTIONS = KeyOptions(
 """How the cache's match keys are made (see the module's docstring)."""
 
 
-class CacheRequestError(ValueError):
+class CacheRequestError(InputError, ValueError):
     """A cache header or ``llmitm`` field llmitm cannot read; the message names it."""
 
 
