@@ -21,6 +21,17 @@ AI_SDK_VERSION        := 7.0.173
 AI_SDK_OPENAI_VERSION := 4.0.118
 NODE_STAMP := .e2e/node/.installed-codex-$(CODEX_VERSION)-openai-$(OPENAI_NODE_VERSION)-ai-$(AI_SDK_VERSION)-$(AI_SDK_OPENAI_VERSION)
 
+# pytest-xdist workers for `make test` and `make unit` (TEST_WORKERS=0: one process, pytest's
+# own order). More workers than the two cores CI has: most of the suite's time is e2e tests
+# waiting on the processes and sockets they start, not CPU. Each test file is one unit of
+# work, the llama.cpp tests one together, slow units first (tests/conftest.py says why).
+# The tests marked `timing` (a wall-clock bound, or a load test of their own) run afterwards
+# in one process with nothing else running, so the other workers' load cannot move their
+# times. Either run failing fails the target.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not timing"
+PYTEST_ALONE    := -p no:xdist -m timing
+
 .PHONY: run install demo test unit lint bench clean e2e-deps chromium netns-tools
 
 $(RUN_STAMP): pyproject.toml
@@ -71,12 +82,14 @@ e2e-deps: $(STAMP) $(NODE_STAMP) chromium netns-tools
 test: $(STAMP) $(NODE_STAMP) chromium netns-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
+	$(BIN)/python -m pytest $(PYTEST_ALONE)
 
 # The unit tests alone: everything but tests/e2e. They need only the dev extra
 # (`pip install -e '.[dev]'`): no Node, Chromium, nftables or llama.cpp.
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests --ignore=tests/e2e
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) tests --ignore=tests/e2e
+	$(BIN)/python -m pytest $(PYTEST_ALONE) tests --ignore=tests/e2e
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -42,6 +42,14 @@ def first_file(folder: Path, scope_dir: str = "examples_chat") -> Path:
     return sorted(folder.glob(f"{scope_dir}-*/*.json"))[0]
 
 
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rich wraps at 80 columns without a terminal, and a message naming a temporary path
+    wraps where that path's length says (longer under pytest-xdist: .../popen-gw1/...), which
+    could split the words a test looks for; a wide console keeps each message on one line."""
+    monkeypatch.setenv("COLUMNS", "1000")
+
+
 def run_main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     status = main(args)
     out, err = capsys.readouterr()

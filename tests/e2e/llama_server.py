@@ -12,6 +12,7 @@ one JSON line ``{"base_url": "http://127.0.0.1:PORT"}`` on stdout once the serve
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -35,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     # mask and the signal is left for sigwait below.
     stop = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+
+    # Generation is the one CPU-bound wait of the suite, and the SDK's and Codex's timeouts
+    # bound it; under pytest-xdist other workers' processes share the two cores. A higher
+    # priority (root may raise it, as CI runs) keeps the server's pace near an idle
+    # machine's. Set before the server starts its threads: they inherit it.
+    with contextlib.suppress(PermissionError):  # not root: the default priority, as before
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
 
     import xllamacpp
 

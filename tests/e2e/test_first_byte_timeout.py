@@ -21,7 +21,7 @@ import pytest
 
 from .processes import Proxy, fake_upstream, llmitm_proxy
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 FIRST_BYTE_S = 1.0
 STALL = {"x-fake-scenario": "text;first_byte_delay_ms=30000"}

@@ -493,6 +493,7 @@ def read_stream(
     return first, received, "ok"
 
 
+@pytest.mark.timing
 def test_realtime_keeps_ttft_and_truncations_replay_as_truncations(tmp_path: Path) -> None:
     stream = {"model": "gpt-pass", "messages": MESSAGES, "stream": True}
     cut = {**stream, "user": "cut"}  # same key family, other scenario: keep them apart

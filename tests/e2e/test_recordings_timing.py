@@ -14,7 +14,7 @@ from llmitm.store.folder import read_manifest
 from .processes import fake_upstream, llmitm_proxy
 from .test_record_replay import MESSAGES, PACED, ROUNDS, Recorded, llmitm, read_stream, replaying
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 
 def test_realtime_replay_of_a_coarse_folder_keeps_ttft(tmp_path: Path) -> None:

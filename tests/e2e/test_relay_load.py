@@ -22,7 +22,7 @@ import pytest
 
 from .processes import Proxy, fake_upstream, llmitm_proxy
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 CONFIG = """
 [routing]

@@ -420,6 +420,7 @@ def wait_for(client: openai.OpenAI, response_id: str, statuses: set[str], timeou
         time.sleep(0.05)
 
 
+@pytest.mark.timing
 def test_check_34_background_returns_at_once_and_completes(
     client: openai.OpenAI, stack: tuple[Proxy, Upstream, Upstream]
 ) -> None:

@@ -238,6 +238,7 @@ def test_connection_refused_goes_to_the_next_endpoint(s) -> None:
     assert facts(chat(s, "dead-y")) == ("b", 1)
 
 
+@pytest.mark.timing
 def test_a_slow_first_byte_past_the_timeout_goes_to_the_next_endpoint(s) -> None:
     s.fault("a", "first_byte_delay_ms=3000")
     started = time.monotonic()

@@ -123,6 +123,7 @@ async def test_batches_drain_up_to_batch_size_per_transaction(tmp_path: Path) ->
         assert count(store.path) == 120
 
 
+@pytest.mark.timing
 async def test_flush_waits_for_a_locked_database_and_submit_does_not(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     async with SqliteStore(path) as store:
