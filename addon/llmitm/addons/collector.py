@@ -12,6 +12,10 @@ generation, which collections never visit (what CPython's documentation recommen
 long-running process after its start-up). Objects made later — flows, bodies, per-stream
 state — are collected as before; only garbage cycles made during start-up, and never freed,
 stay, which costs nothing that was not already held.
+
+Once per process: a host that starts several proxies in one process (the pytest plugin's
+in-process master) freezes at the first one's start, not again with each later proxy's
+objects, which would then never be collected after that proxy stops.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ import logging
 
 logger = logging.getLogger(__name__)
 
+_frozen = False
+"""Whether this process has frozen its start-up heap already."""
+
 
 class LlmCollector:
     name = "llmitm_collector"
@@ -28,6 +35,10 @@ class LlmCollector:
     def running(self) -> None:
         # After every addon's configure and running work before this one: the imports,
         # configuration and start-up state are in the heap by now.
+        global _frozen
+        if _frozen:
+            return
+        _frozen = True
         gc.collect()
         gc.freeze()
         logger.debug("llmitm: %d start-up objects frozen out of collection", gc.get_freeze_count())
