@@ -19,7 +19,7 @@ processes, one per ``llmitm_record`` setting):
                and RSS once they ended
 
     python scripts/bench_big_request.py [--sizes 0.2,1,5] [--runs 7] [--streams 1,64,256]
-                                        [--skip-memory] [--skip-big]
+                                        [--skip-memory] [--skip-big] [--before PATH]
 
 Requests of all setups are interleaved round by round, every other round in reverse order.
 """
@@ -157,13 +157,19 @@ class BigSetup:
     cpus: dict[float, list[float]] = field(default_factory=dict)
 
 
-def big_setups() -> list[BigSetup]:
+def big_setups(before: bool = False) -> list[BigSetup]:
+    """The setups; with ``before``, the translated ones again through the other checkout."""
+    again = [
+        BigSetup("before: llmitm responses→chat, recording on", "before", "bench-over-chat"),
+        BigSetup("before: llmitm responses→chat, recording off", "before-off", "bench-over-chat"),
+    ]
     return [
         BigSetup("mitmdump", "mitmdump", "bench-pass"),
         BigSetup("llmitm responses→chat, recording on", "llmitm", "bench-over-chat"),
         BigSetup("llmitm responses→chat, recording off", "llmitm-off", "bench-over-chat"),
         BigSetup("llmitm passthrough, recording on", "llmitm", "bench-pass"),
         BigSetup("llmitm passthrough, recording off", "llmitm-off", "bench-pass"),
+        *(again if before else []),
     ]
 
 
@@ -286,6 +292,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-big", action="store_true")
     parser.add_argument("--profile", metavar="DIR", help="run llmitm under cProfile into DIR")
+    parser.add_argument(
+        "--before", metavar="PATH", help="another checkout whose llmitm also translates"
+    )
     args = parser.parse_args(argv)
     args.sizes = [float(size) for size in args.sizes.split(",")]
     args.streams = [int(level) for level in args.streams.split(",")]
@@ -302,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     lines: list[str] = []
     if not args.skip_big:
         procs = bp.Processes(tmp)
-        setups = big_setups()
+        setups = big_setups(before=bool(args.before))
         try:
             both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
             chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
@@ -314,6 +323,18 @@ def main(argv: list[str] | None = None) -> int:
                     procs, both, config, extra=("llmitm_record=off",), name="llmitm-off"
                 ),
             }
+            if args.before:
+                where["before"] = bp.start_llmitm(
+                    procs, both, config, code=args.before, name="llmitm-before"
+                )
+                where["before-off"] = bp.start_llmitm(
+                    procs,
+                    both,
+                    config,
+                    extra=("llmitm_record=off",),
+                    code=args.before,
+                    name="llmitm-before-off",
+                )
             for setup in setups:
                 setup.port, setup.pid = where[setup.via]
             run_big(setups, args.sizes, args.runs)

@@ -19,7 +19,7 @@ and each figure is the median over runs.
 
     python scripts/bench_conversation.py [--turns 50] [--new-bytes 4096] [--runs 1]
                                          [--before ../other-checkout] [--every 5]
-                                         [--store-only]
+                                         [--store-only] [--profile DIR]
 
 ``--store-only`` plays the same conversation without proxies, straight into two stores in
 this process (this schema, and schema 7's layout, before shared chunks): the store's own
@@ -278,7 +278,11 @@ def main() -> int:
         action="store_true",
         help="no proxies: write the turns straight into this schema's store and schema 7's",
     )
+    parser.add_argument("--profile", metavar="DIR", help="run llmitm under cProfile into DIR")
     args = parser.parse_args()
+    if args.profile:
+        bench.PROFILE_DIR = Path(args.profile).resolve()
+        bench.PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     if args.turns < 2:
         parser.error("--turns: at least 2 (turn 2 is the first one compared)")
     runs = [(play_store if args.store_only else play)(args, run) for run in range(args.runs)]
@@ -308,6 +312,13 @@ def main() -> int:
         cpu_end = statistics.median(median(n, t, 0) for t in range(args.turns - 3, args.turns))
         line = f"{n}: CPU per turn, turns 2-4 {cpu2 * 1000:.1f} ms → last 3 {cpu_end * 1000:.1f} ms"
         line += f" ({cpu_end / cpu2:.2f}×)"
+        # Medians hide what happens on some turns only (a full garbage collection): the mean
+        # over all runs of the first and last ten turns shows it.
+        head = statistics.mean(run[n][t][0] for run in runs for t in range(1, min(11, args.turns)))
+        tail = statistics.mean(
+            run[n][t][0] for run in runs for t in range(max(1, args.turns - 10), args.turns)
+        )
+        line += f"; mean turns 2-11 {head * 1000:.1f} ms → last 10 {tail * 1000:.1f} ms"
         if n != "mitmdump":
             size = median(n, args.turns - 1, 1) - median(f"_empty:{n}", 0, 1)
             line += f"; store grew {size / 2**20:.2f} MiB = {size / new:.2f}× the new content"

@@ -260,3 +260,33 @@ def test_a_refusal_names_the_innermost_field_it_checks(api: str) -> None:
     with pytest.raises(TranslationError) as raised:
         validate_request(body, api)
     assert raised.value.param == param and raised.value.code == "invalid_type"
+
+
+@pytest.mark.parametrize(
+    ("item", "param"),
+    [
+        ({"type": "function_call_output", "call_id": "c", "output": [{"type": "input_text"}, 3]},
+         "input[1].output[1]"),
+        ({"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": True}]},
+         "input[1].content[1].type"),
+        ({"role": "user", "content": "a", "name": 1.5}, "input[1].name"),
+        ({"type": "function_call", "call_id": "c", "name": "f", "arguments": False},
+         "input[1].arguments"),
+    ],
+)  # fmt: skip
+def test_the_per_item_fast_path_still_names_what_it_refuses(
+    item: dict[str, object], param: str
+) -> None:
+    # Items are checked field by field with exact JSON types first; what that lets through
+    # to the full check must still be refused with its full name.
+    body = {"model": "m", "input": [{"role": "user", "content": "hi"}, item]}
+    with pytest.raises(TranslationError) as raised:
+        validate_request(body, "responses")
+    assert raised.value.param == param
+
+
+def test_nulls_and_unknown_fields_of_items_and_parts_pass() -> None:
+    item = {"role": "user", "content": [{"type": "input_text", "text": None, "x": 1}], "y": {}}
+    validate_request(
+        {"model": "m", "input": [item, {"type": "reasoning", "summary": None}]}, "responses"
+    )

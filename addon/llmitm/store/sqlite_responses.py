@@ -59,7 +59,9 @@ def split_ids(items: list[dict[str, Any]]) -> tuple[list[str | None], list[dict[
         item_id = item.get("id")
         if isinstance(item_id, str) and next(iter(item)) == "id":
             ids.append(item_id)
-            bare.append({k: v for k, v in item.items() if k != "id"})
+            stripped = dict(item)  # a C-level copy, then one key off: key order is kept
+            del stripped["id"]
+            bare.append(stripped)
         else:
             ids.append(None)
             bare.append(item)

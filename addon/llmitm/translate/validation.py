@@ -87,6 +87,19 @@ _KIND: Final[dict[Check, str]] = {
 }
 
 
+_ACCEPTS: Final[dict[Check, frozenset[type]]] = {
+    _string: frozenset({str}),
+    _boolean: frozenset({bool}),
+    _integer: frozenset({int}),
+    _number: frozenset({int, float}),
+    _object: frozenset({dict}),
+    _array: frozenset({list}),
+    _string_or_array: frozenset({str, list}),
+    _string_or_object: frozenset({str, dict}),
+}
+"""The exact types each check takes at a glance (``bool`` is not ``int`` here)."""
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -119,10 +132,16 @@ def _fields(item: dict[str, Any], checks: dict[str, Check], where: str) -> None:
 
 def _fields_at(item: dict[str, Any], checks: dict[str, Check], param: str, index: int) -> None:
     """:func:`_fields` of ``param[index]``, whose name is only spelt out for a refusal (an
-    agent's input has tens of thousands of items and parts, resent every turn)."""
-    for name, check in checks.items():
-        value = item.get(name)
-        if value is not None and not check(value):
+    agent's input has tens of thousands of items and parts, resent every turn).
+
+    Walks the item's own fields (a few) rather than every check (ten or so), and takes a
+    value whose exact type the check accepts without calling it: what ``orjson`` parses
+    has exactly these types, so the check runs only on what it will likely refuse."""
+    for name, value in item.items():
+        check = checks.get(name)
+        if check is None or value is None or type(value) in _ACCEPTS[check]:
+            continue
+        if not check(value):
             raise _refuse(f"{param}[{index}].{name}", check, value)
 
 
@@ -241,11 +260,12 @@ def _responses(body: dict[str, Any]) -> None:
     if isinstance(items, list):
         for index, item in enumerate(_objects(items, "input")):
             _fields_at(item, _ITEM_FIELDS, "input", index)
+            # Parameter names are spelt out only for a refusal: this runs per item per turn.
             content, output = item.get("content"), item.get("output")
-            if isinstance(content, list):
-                _parts(content, f"input[{index}].content")
-            if isinstance(output, list):
-                _parts(output, f"input[{index}].output")
+            if type(content) is list:
+                _parts_at(content, "input", index, "content")
+            if type(output) is list:
+                _parts_at(output, "input", index, "output")
             tools = item.get("tools")  # Codex declares its tools in an additional_tools item
             if tools is not None:
                 _responses_tools(tools, f"input[{index}].tools")
@@ -254,6 +274,19 @@ def _responses(body: dict[str, Any]) -> None:
         _responses_tools(tools, "tools")
     _fields(body.get("text") or {}, {"format": _object, "verbosity": _string}, "text.")
     _fields(body.get("reasoning") or {}, {"effort": _string, "summary": _string}, "reasoning.")
+
+
+def _parts_at(content: list[Any], param: str, index: int, field: str) -> None:
+    """:func:`_parts` of ``param[index].field``, named only when a part is refused."""
+    for part_index, part in enumerate(content):
+        if type(part) is not dict:
+            _parts(content, f"{param}[{index}].{field}")  # names the part it refuses
+        for name, value in part.items():
+            check = _PART_FIELDS.get(name)
+            if check is None or value is None or type(value) in _ACCEPTS[check]:
+                continue
+            if not check(value):
+                raise _refuse(f"{param}[{index}].{field}[{part_index}].{name}", check, value)
 
 
 def _responses_tools(tools: list[Any], param: str) -> None:

@@ -25,16 +25,21 @@ def exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
     and numbers are never looked into, so the cost is the number of containers."""
     if not isinstance(value, dict | list):
         return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        container, depth = pop()
+    # Level by level: a list of the next level's containers, no (container, depth) tuple
+    # per container (an agent's body has tens of thousands of them, every turn).
+    level: list[Any] = [value]
+    depth = 1
+    while level:
         if depth > limit:
             return True
-        children = container.values() if isinstance(container, dict) else container
-        for child in children:
-            if isinstance(child, dict | list):
-                push((child, depth + 1))
+        below: list[Any] = []
+        add = below.append
+        for container in level:
+            for child in container.values() if isinstance(container, dict) else container:
+                if isinstance(child, dict | list):
+                    add(child)
+        level = below
+        depth += 1
     return False
 
 
