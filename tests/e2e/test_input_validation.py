@@ -8,10 +8,10 @@ the smaller set that proves the same of the real process, plus a short fuzz."""
 
 from __future__ import annotations
 
-import sqlite3
+import asyncio
 import time
 from collections.abc import Iterator
-from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
@@ -20,6 +20,9 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from llmitm.replay.model import Interaction
+from llmitm.store.sqlite import SqliteStore
 
 from .processes import Proxy, fake_upstream, llmitm_proxy
 
@@ -154,6 +157,11 @@ def test_64_kib_of_client_headers_reach_the_upstream_on_a_failover_route(
     assert response.status_code == 200, response.text
 
 
+async def refused_recordings(db_path: Path) -> list[Interaction]:
+    async with SqliteStore(db_path, read_only=True) as store:
+        return await store.recordings(scope="refused")
+
+
 def test_refused_flows_are_recorded_and_nothing_was_a_traceback(proxy: Proxy) -> None:
     sent = 0
     for api in ("responses", "chat"):
@@ -166,10 +174,8 @@ def test_refused_flows_are_recorded_and_nothing_was_a_traceback(proxy: Proxy) ->
     deadline = time.monotonic() + 10
     rows: list[tuple[int, str]] = []
     while time.monotonic() < deadline:
-        with closing(sqlite3.connect(db_path)) as db:
-            rows = db.execute(
-                "SELECT status, canonical FROM rec_interactions WHERE scope = 'refused'"
-            ).fetchall()
+        # Through the store: canonical texts may sit in its shared content chunks.
+        rows = [(i.status, i.canonical) for i in asyncio.run(refused_recordings(db_path))]
         if len(rows) >= sent:
             break
         time.sleep(0.2)

@@ -6,7 +6,6 @@ from llmitm.addons.access import LlmAccess, LlmAccessStrip
 from llmitm.addons.background import LlmBackground
 from llmitm.addons.cache import LlmCacheLookup
 from llmitm.addons.cache_fill import LlmCacheFill
-from llmitm.addons.collector import LlmCollector
 from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
@@ -110,8 +109,7 @@ def make_addons() -> list[object]:
         LlmContentview(),
         LlmFlowSides(),  # last: the flow gets the client's request back once all have read it
         LlmMemoryTrim(),  # after the flow's last readers: trims once its bodies are let go
-        LlmGcFreeze(),
         LlmFirstScreen(settings, store),  # before the listen file: said before a command runs
-        LlmCollector(),  # once start-up is done: freezes what lives as long as the proxy
+        LlmGcFreeze(),  # after every addon's start-up: freezes what lives as long as the proxy
         ListenFile(),
     ]
