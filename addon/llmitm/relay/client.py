@@ -136,11 +136,12 @@ class UpstreamClient:
             "network_backend": AsyncioBackend(),
         }
         if settings.proxy is not None and key != "via":
-            auth = settings.proxy.auth
+            proxy = settings.proxy
             pool = httpcore.AsyncHTTPProxy(
-                proxy_url=settings.proxy.url,
-                proxy_auth=auth,
-                proxy_ssl_context=settings.tls_context,
+                proxy_url=proxy.url,
+                proxy_auth=proxy.auth,
+                # An HTTPS proxy is verified as upstreams are (httpcore refuses one for HTTP).
+                proxy_ssl_context=settings.tls_context if proxy.url.startswith("https:") else None,
                 **common,
             )
         else:

@@ -133,6 +133,10 @@ class RelayServer:
                 continue
             if isinstance(event, h11.Request):
                 target = event.target.decode("latin-1")
+                if target.startswith("http://"):
+                    # Absolute form: mitmproxy in upstream mode writes its requests for a
+                    # proxy, also the ones it sends straight here.
+                    target = "/" + target.removeprefix("http://").partition("/")[2]
                 if not target.startswith(PATH_PREFIX):
                     return None, []
                 job = self._jobs.pop(target[len(PATH_PREFIX) :], None)
