@@ -5,6 +5,7 @@ plain servers that close idle connections), counting the connections they saw.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Awaitable, Callable
 
@@ -16,6 +17,7 @@ from llmitm.relay.client import (
     UpstreamError,
     UpstreamRequest,
     UpstreamSettings,
+    UpstreamStall,
 )
 from llmitm.testing.tls_upstream import TlsUpstream
 
@@ -258,3 +260,88 @@ def test_a_body_cut_short_of_its_length_raises_upstream_cut() -> None:
             server.close()
 
     asyncio.run(test())
+
+
+async def _chunked_server(
+    chunks: list[list[bytes]], *, gap: float, then_hang: bool
+) -> tuple[asyncio.Server, int, list[int]]:
+    """A plain HTTP/1.1 server answering each request with a chunked body: each inner list of
+    ``chunks`` goes out in one write, ``gap`` seconds apart; with ``then_hang`` the body never
+    ends. The list counts the connections it accepted."""
+    accepted = [0]
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted[0] += 1
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                for group in chunks:
+                    writer.write(b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in group))
+                    await writer.drain()
+                    await asyncio.sleep(gap)
+                if then_hang:
+                    await asyncio.sleep(30)
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], accepted
+
+
+def _plain(port: int) -> UpstreamRequest:
+    return UpstreamRequest("POST", f"http://127.0.0.1:{port}/", [], b"{}")
+
+
+def test_a_stream_silent_for_its_idle_limit_stalls_and_its_connection_closes() -> None:
+    """Everything sent before the silence is relayed (the chunks of one read in one write),
+    then :class:`UpstreamStall`; the half-read connection leaves the pool."""
+
+    async def test() -> None:
+        server, port, _ = await _chunked_server([[b"a", b"b", b"c"]], gap=0, then_hang=True)
+        client = UpstreamClient()
+        try:
+            response = await client.send(_plain(port), connect_timeout=5)
+            writes: list[list[bytes]] = []
+            with pytest.raises(UpstreamStall):
+                await response.relay_body(writes.append, _drained, idle=0.3)
+            assert b"".join(b"".join(w) for w in writes) == b"abc"
+            assert len(writes) <= 2  # one read took the three chunks (two if split in flight)
+            assert client.connections() == 0
+        finally:
+            await client.aclose()
+            server.close()
+
+    asyncio.run(test())
+
+
+def test_time_spent_draining_does_not_count_as_upstream_silence() -> None:
+    """The client reads slower than the idle limit while the upstream keeps sending: no stall,
+    the whole body, and the connection goes back to the pool for the next request."""
+
+    async def test() -> None:
+        groups = [[b"x%d" % i] for i in range(4)]
+        server, port, accepted = await _chunked_server(groups, gap=0.02, then_hang=False)
+        client = UpstreamClient()
+
+        async def slow_drain() -> None:
+            await asyncio.sleep(0.25)
+
+        try:
+            for _ in range(2):
+                response = await client.send(_plain(port), connect_timeout=5)
+                writes: list[list[bytes]] = []
+                await response.relay_body(writes.append, slow_drain, idle=0.2)
+                assert b"".join(b"".join(w) for w in writes) == b"x0x1x2x3"
+            assert accepted[0] == 1
+        finally:
+            await client.aclose()
+            server.close()
+
+    asyncio.run(test())
+
+
+async def _drained() -> None:
+    return None

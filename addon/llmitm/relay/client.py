@@ -15,6 +15,14 @@ nothing for its idle limit; hop-by-hop headers never cross. A response given up 
 end (cut, stall, the client leaving) never goes back to the pool: its HTTP/1.1 connection is
 closed, its HTTP/2 stream reset. A request that fails before any answer on a pooled
 connection (the upstream closed it while idle) is sent again once, on a fresh connection.
+
+The body is the per-event hot path (one read per event of every relayed stream). An HTTP/1.1
+body is read straight from the pooled connection's reader and parsed by the connection's own
+h11 state, not through httpcore's three nested async generators, and every chunk one read
+brings is relayed in one write; the idle limit is one timer per body, re-armed only when it
+fires early, instead of a timeout armed and cancelled around every read. httpcore still owns
+the connection: the body's end (or its abandonment) is handed back to it, so it returns the
+connection to the pool only when h11 saw the whole body.
 """
 
 from __future__ import annotations
@@ -29,10 +37,11 @@ from urllib.parse import urlsplit
 
 import h2.errors
 import h2.exceptions
+import h11
 import httpcore
 
 from llmitm.errors import TransportError
-from llmitm.relay.network import OPENED, AsyncioBackend
+from llmitm.relay.network import OPENED, AsyncioBackend, AsyncioStream
 
 type Drain = Callable[[], Awaitable[None]]
 HOP_BY_HOP = frozenset(
@@ -55,7 +64,16 @@ IDLE_EXPIRY = 60.0
 WRITE_TIMEOUT = 120.0
 """The longest wait for the upstream to take a piece of the request body."""
 
-_CUT = (httpcore.RemoteProtocolError, httpcore.ReadError, httpcore.NetworkError)
+READ_SIZE = 64 * 1024
+"""The most one read of an HTTP/1.1 body takes (httpcore's own read size)."""
+
+_CUT = (
+    httpcore.RemoteProtocolError,
+    httpcore.ReadError,
+    httpcore.NetworkError,
+    h11.RemoteProtocolError,
+    OSError,
+)
 
 
 class UpstreamError(TransportError):
@@ -255,7 +273,17 @@ def _reason(exc: Exception) -> str:
 class UpstreamResponse:
     """Status and headers, then the body through :meth:`relay_body`."""
 
-    __slots__ = ("_answer", "_chunks", "_closed", "_done", "headers", "http_version", "status")
+    __slots__ = (
+        "_answer",
+        "_chunks",
+        "_closed",
+        "_done",
+        "_h11",
+        "_reader",
+        "headers",
+        "http_version",
+        "status",
+    )
 
     def __init__(self, answer: httpcore.Response) -> None:
         self._answer = answer
@@ -263,27 +291,58 @@ class UpstreamResponse:
         self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in answer.headers]
         version = answer.extensions.get("http_version", b"HTTP/1.1")
         self.http_version = version.decode("ascii", "replace")
-        stream = answer.stream
-        assert hasattr(stream, "__aiter__")
-        self._chunks = stream.__aiter__()
+        self._h11, self._reader = _http11_parts(answer.stream)
+        self._chunks: Any = None  # httpcore's body iterator, started only without h11's
         self._done = False
         self._closed = False
+
+    async def _pieces(self) -> list[bytes]:
+        """The body bytes of the next read (empty at the end, then ``_done`` is set), in one
+        piece when h11 has them; raises what :data:`_CUT` names when the body breaks."""
+        state = self._h11
+        if state is None:
+            if self._chunks is None:
+                stream = self._answer.stream
+                assert hasattr(stream, "__aiter__")
+                self._chunks = stream.__aiter__()
+            try:
+                return [await anext(self._chunks)]
+            except StopAsyncIteration:
+                self._done = True
+                return []
+        reader = self._reader
+        assert reader is not None
+        pieces: list[bytes] = []
+        while True:
+            event = state.next_event()
+            if type(event) is h11.Data:
+                pieces.append(event.data)  # type: ignore[arg-type]  # a bytearray, joined below
+            elif event is h11.NEED_DATA:
+                if pieces:
+                    break
+                # At the end of the stream h11 gets b"": a body short of its framing then
+                # raises h11.RemoteProtocolError, a close-delimited one ends.
+                state.receive_data(await reader.read(READ_SIZE))
+            else:  # EndOfMessage (h11 reads no further: never a next response's bytes)
+                self._done = True
+                break
+        if not pieces:
+            return []
+        return [b"".join(pieces)]
 
     async def first_pieces(self) -> list[bytes]:
         """Read until the body yields its first bytes (or ends); the failover job waits for
         them before it commits to this answer. :class:`UpstreamCut` when the body breaks
         first. :meth:`relay_body` then continues after them."""
-        while True:
-            try:
-                chunk = await anext(self._chunks)
-            except StopAsyncIteration:
-                self._done = True
-                return []
-            except _CUT as exc:
-                await self.aclose()
-                raise UpstreamCut(_cut_message(exc)) from None
-            if chunk:
-                return [chunk]
+        try:
+            while not self._done:
+                pieces = await self._pieces()
+                if pieces and pieces[0]:
+                    return pieces
+        except _CUT as exc:
+            await self.aclose()
+            raise UpstreamCut(_cut_message(exc)) from None
+        return []
 
     async def read_body(self, limit: int = 1 << 20) -> bytes:
         """The whole (small) body, e.g. an error's; at most ``limit`` bytes are kept."""
@@ -303,30 +362,31 @@ class UpstreamResponse:
     async def relay_body(
         self, write: Callable[[list[bytes]], None], drain: Drain, idle: float | None = None
     ) -> None:
-        """Hand each piece of the body to ``write`` as it arrives; :class:`UpstreamCut` when
-        it ends early, or when ``idle`` seconds pass without a byte. One read and one write
-        per network chunk: this loop runs once per event of every relayed stream."""
-        chunks = self._chunks
+        """Hand the body to ``write`` as it arrives, all a read brought in one call;
+        :class:`UpstreamCut` when it ends early, :class:`UpstreamStall` when ``idle`` seconds
+        pass in a read without a byte (time spent in ``drain`` does not count). This loop
+        runs once per event of every relayed stream."""
+        limit = _IdleLimit(idle) if idle is not None and not self._done else None
         try:
-            if self._done:
-                return
-            while True:
+            while not self._done:
+                if limit is not None:
+                    limit.reading_since = limit.loop.time()
                 try:
-                    if idle is None:
-                        chunk = await anext(chunks)
-                    else:
-                        chunk = await asyncio.wait_for(anext(chunks), idle)
-                except StopAsyncIteration:
-                    self._done = True
-                    return
-                except TimeoutError:
-                    raise UpstreamStall(f"the upstream sent nothing for {idle:g} s") from None
+                    pieces = await self._pieces()
                 except _CUT as exc:
                     raise UpstreamCut(_cut_message(exc)) from None
-                if chunk:
-                    write([chunk])
+                except asyncio.CancelledError:
+                    if limit is not None and limit.expired and limit.task.uncancel() == 0:
+                        raise UpstreamStall(f"the upstream sent nothing for {idle:g} s") from None
+                    raise
+                if limit is not None:
+                    limit.reading_since = None
+                if pieces and pieces[0]:
+                    write(pieces)
                     await drain()
         finally:
+            if limit is not None:
+                limit.stop()
             await self.aclose()
 
     async def aclose(self) -> None:
@@ -339,7 +399,64 @@ class UpstreamResponse:
         if not self._done and self.http_version == "HTTP/2":
             _reset_stream(self._answer.stream)
         with contextlib.suppress(Exception):
+            # httpcore's HTTP/1.1 connection goes back to the pool only when h11 says both
+            # sides are done, whoever read the body; otherwise it is closed.
             await self._answer.aclose()
+
+
+class _IdleLimit:
+    """The idle limit of one body: cancels the reading task once a read has waited ``idle``
+    seconds. One timer for the whole body: a read only notes when it started, and the timer,
+    when it fires, re-arms itself at that read's deadline if it is still ahead (or when no
+    read is waiting) — no timer armed and cancelled per read, as ``asyncio.wait_for`` does."""
+
+    __slots__ = ("_handle", "expired", "idle", "loop", "reading_since", "task")
+
+    def __init__(self, idle: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.idle = idle
+        self.reading_since: float | None = None
+        self.expired = False
+        self._handle: asyncio.TimerHandle | None = self.loop.call_at(
+            self.loop.time() + idle, self._check
+        )
+
+    def _check(self) -> None:
+        since = self.reading_since
+        now = self.loop.time()
+        if since is None or now < since + self.idle:
+            start = now if since is None else since
+            self._handle = self.loop.call_at(start + self.idle, self._check)
+            return
+        self._handle = None
+        self.expired = True
+        self.task.cancel()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+def _http11_parts(stream: object) -> tuple[h11.Connection | None, asyncio.StreamReader | None]:
+    """The h11 state and the reader of the pooled HTTP/1.1 connection carrying ``stream`` (a
+    response's stream from httpcore's pool: ``PoolByteStream._stream`` is the connection's
+    ``HTTP11ConnectionByteStream``), for reading its body without httpcore's iterators; two
+    ``None`` for HTTP/2 or a shape this code does not know, which then reads through httpcore."""
+    inner = getattr(stream, "_stream", None)
+    connection = getattr(inner, "_connection", None)
+    state = getattr(connection, "_h11_state", None)
+    network = getattr(connection, "_network_stream", None)
+    if (
+        isinstance(state, h11.Connection)
+        and isinstance(network, AsyncioStream)
+        and state.their_state is h11.SEND_BODY
+    ):
+        return state, network.reader
+    return None, None
 
 
 async def _nothing() -> None:

@@ -33,6 +33,11 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         self._reader = reader
         self._writer = writer
 
+    @property
+    def reader(self) -> asyncio.StreamReader:
+        """The stream's reader, for the client's HTTP/1.1 body fast path (``client``)."""
+        return self._reader
+
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         try:
             if timeout is None:
