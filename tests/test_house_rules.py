@@ -61,6 +61,7 @@ IO_MODULES = {
     "http.server",
     "urllib.request",
     "httpx",
+    "httpcore",
     "aiohttp",
     "requests",
     "aiofiles",

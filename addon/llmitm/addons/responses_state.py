@@ -20,7 +20,7 @@ from llmitm.addons.relay import LlmRelay
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.addons.state import flow_mint
 from llmitm.addons.store import LlmStore
-from llmitm.relay.client import UpstreamRequest, send
+from llmitm.relay.client import UpstreamClient, UpstreamRequest
 from llmitm.relay.frames import FramesJob
 from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
@@ -135,11 +135,9 @@ async def point_at_relay(flow: http.HTTPFlow, relay: LlmRelay, job: FramesJob) -
 async def open_upstream(upstream: UpstreamRequest, relay: LlmRelay) -> Any:
     """Send a call no flow carries (a background run's) with the relay's TLS settings."""
     server = relay.server
-    return await send(
-        upstream,
-        tls_context=server.tls_context if server is not None else None,
-        connect_timeout=server.connect_timeout if server is not None else 30.0,
-    )
+    if server is None:
+        return await UpstreamClient().send(upstream, connect_timeout=30.0)
+    return await server.client.send(upstream, connect_timeout=server.connect_timeout)
 
 
 def flow_ids(flow: http.HTTPFlow) -> IdFactory:

@@ -106,7 +106,9 @@ class LlmWebSocket:
             proxy=via,
         )
         self._targets[token] = _Target(request.scheme, request.host, request.port)
-        job = ResponsesSocketJob(origin, closed=lambda: self._targets.pop(token, None))
+        job = ResponsesSocketJob(
+            origin, closed=lambda: self._targets.pop(token, None), client=server.client
+        )
         flow.metadata[SOCKET_KEY] = token
         self.relay.point(flow, server.register(job))
 

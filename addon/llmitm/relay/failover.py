@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,12 +35,12 @@ from dataclasses import dataclass, field
 import orjson
 
 from llmitm.relay.client import (
+    UpstreamClient,
     UpstreamCut,
     UpstreamError,
     UpstreamRequest,
     UpstreamResponse,
     UpstreamStall,
-    send,
 )
 from llmitm.relay.jobs import RelayReply
 from llmitm.routing.attempts import AttemptLog, attempts_error, next_step
@@ -80,8 +79,9 @@ class FailoverJob:
     route: Route
     model: str | None
     prepare: Prepare
+    client: UpstreamClient = field(default_factory=UpstreamClient)
+    """The relay's (its pools); a job of its own gets a client of its own."""
     connect_timeout: float = 10.0
-    tls_context: ssl.SSLContext | None = None
     previous_response_id: str | None = None
     fingerprint: str | None = None
     owner_required: bool = False
@@ -193,9 +193,7 @@ class FailoverJob:
         response: UpstreamResponse | None = None
         try:
             async with asyncio.timeout(first_byte_timeout):
-                response = await send(
-                    request, tls_context=self.tls_context, connect_timeout=self.connect_timeout
-                )
+                response = await self.client.send(request, connect_timeout=self.connect_timeout)
                 if response.status >= 400:
                     body = await response.read_body(64 * 1024)
                     outcome = outcome_for_status(
@@ -214,7 +212,7 @@ class FailoverJob:
                 return response, outcome_for_status(response.status), first
         except TimeoutError:
             if response is not None:
-                response.close()
+                await response.aclose()
             message = f"no first byte within {first_byte_timeout:g} s"
             return None, Outcome("timeout", message=message), []
         except UpstreamError as exc:
@@ -233,7 +231,7 @@ class FailoverJob:
         if first:
             reply.write(first)
         if response.status >= 400 or not self.stream:
-            response.close()  # a client error or a plain answer, read whole already
+            await response.aclose()  # a client error or a plain answer, read whole already
             if response.status < 400:
                 routing.record(endpoint, Outcome("success", response.status), self.clock(), model)
             return

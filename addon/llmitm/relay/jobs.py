@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -17,7 +16,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
-from llmitm.relay.client import HOP_BY_HOP, UpstreamCut, UpstreamError, UpstreamRequest, send
+from llmitm.relay.client import (
+    HOP_BY_HOP,
+    UpstreamClient,
+    UpstreamCut,
+    UpstreamError,
+    UpstreamRequest,
+)
 from llmitm.wire.errors import ApiError, openai_error_body
 
 logger = logging.getLogger(__name__)
@@ -119,15 +124,13 @@ class UpstreamJob:
     error in the client's protocol."""
 
     request: UpstreamRequest
+    client: UpstreamClient = field(default_factory=UpstreamClient)
     connect_timeout: float = 30.0
-    tls_context: ssl.SSLContext | None = field(default=None)
 
     async def serve(self, reply: RelayReply) -> None:
         job = self.request
         try:
-            response = await send(
-                job, tls_context=self.tls_context, connect_timeout=self.connect_timeout
-            )
+            response = await self.client.send(job, connect_timeout=self.connect_timeout)
         except UpstreamError as exc:
             logger.warning("llmitm relay: %s: %s", job.url, exc)
             await reply.error(502, f"llmitm could not reach the upstream: {exc}")

@@ -14,11 +14,10 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import ssl
 
 import h11
 
-from llmitm.relay.client import UpstreamRequest
+from llmitm.relay.client import UpstreamClient, UpstreamRequest, UpstreamSettings
 from llmitm.relay.jobs import RelayJob, RelayReply, SocketJob, UpstreamJob
 
 logger = logging.getLogger(__name__)
@@ -32,13 +31,17 @@ headers mitmproxy takes and hands on); the router refuses larger ones before rel
 class RelayServer:
     """Register jobs, then serve each once to mitmproxy by token."""
 
-    def __init__(self, *, connect_timeout: float = 30.0) -> None:
+    def __init__(
+        self, *, connect_timeout: float = 30.0, upstream: UpstreamSettings | None = None
+    ) -> None:
         self.connect_timeout = connect_timeout
-        self.tls_context: ssl.SSLContext | None = None
+        self.client = UpstreamClient(upstream)
+        """Every job's upstream requests share its keep-alive pools."""
         self._jobs: dict[str, RelayJob | SocketJob] = {}
         self._connections = 0  # relay connections being served now
         self._server: asyncio.Server | None = None
         self._ready = asyncio.Event()
+        self._closing: set[asyncio.Task[None]] = set()
         self.port = 0
 
     async def start(self) -> None:
@@ -52,11 +55,26 @@ class RelayServer:
     def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        self._close_client(self.client)
+
+    def reconfigure(self, upstream: UpstreamSettings) -> None:
+        """Use ``upstream`` from now on; requests under way finish on the old pools."""
+        old, self.client = self.client, UpstreamClient(upstream)
+        self._close_client(old, busy=False)
+
+    def _close_client(self, client: UpstreamClient, *, busy: bool = True) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop: nothing was ever opened on one
+        task = loop.create_task(client.aclose(busy=busy), name="llmitm relay pools close")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def register(self, job: RelayJob | SocketJob | UpstreamRequest) -> str:
         """The relay URL that serves ``job`` once (a bare request is forwarded upstream)."""
         if isinstance(job, UpstreamRequest):
-            job = UpstreamJob(job, self.connect_timeout, self.tls_context)
+            job = UpstreamJob(job, self.client, self.connect_timeout)
         token = secrets.token_urlsafe(18)
         self._jobs[token] = job
         return f"http://127.0.0.1:{self.port}{PATH_PREFIX}{token}"
@@ -67,8 +85,13 @@ class RelayServer:
 
     def stats(self) -> dict[str, int]:
         """Registrations not yet used, and relay connections being served: both return to 0
-        once every flow has ended."""
-        return {"registered": len(self._jobs), "connections": self._connections}
+        once every flow has ended; and upstream connections kept in the pools (at most the
+        pool's keep-alive bound once every flow has ended)."""
+        return {
+            "registered": len(self._jobs),
+            "connections": self._connections,
+            "pooled": self.client.connections(),
+        }
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         reply = RelayReply(writer)
@@ -110,6 +133,10 @@ class RelayServer:
                 continue
             if isinstance(event, h11.Request):
                 target = event.target.decode("latin-1")
+                if target.startswith("http://"):
+                    # Absolute form: mitmproxy in upstream mode writes its requests for a
+                    # proxy, also the ones it sends straight here.
+                    target = "/" + target.removeprefix("http://").partition("/")[2]
                 if not target.startswith(PATH_PREFIX):
                     return None, []
                 job = self._jobs.pop(target[len(PATH_PREFIX) :], None)

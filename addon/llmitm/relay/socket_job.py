@@ -21,7 +21,13 @@ from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from llmitm.relay.client import Proxy, UpstreamCut, UpstreamError, UpstreamRequest, send
+from llmitm.relay.client import (
+    Proxy,
+    UpstreamClient,
+    UpstreamCut,
+    UpstreamError,
+    UpstreamRequest,
+)
 from llmitm.websocket.frames import text_frame
 from llmitm.websocket.handshake import switching_protocols
 from llmitm.websocket.session import Action, Call, ResponsesSocket, Send, Start
@@ -55,9 +61,16 @@ class SocketOrigin:
 class ResponsesSocketJob:
     """Serve one WebSocket; ``closed`` is called when it ends (the addon forgets its token)."""
 
-    def __init__(self, origin: SocketOrigin, closed: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        origin: SocketOrigin,
+        closed: Callable[[], None] = lambda: None,
+        client: UpstreamClient | None = None,
+    ) -> None:
         self.origin = origin
         self.closed = closed
+        self.client = client or UpstreamClient()
+        """The relay's client: calls to the proxy's listener share its keep-alive pool."""
         self.call_idle = CALL_IDLE_S
         self.socket_idle = SOCKET_IDLE_S
         self._socket = ResponsesSocket()
@@ -166,9 +179,8 @@ class ResponsesSocketJob:
         origin = self.origin
         socket = self._socket
         try:
-            response = await send(
+            response = await self.client.send(
                 UpstreamRequest("POST", origin.url, origin.headers, call.body),
-                tls_context=None,
                 connect_timeout=CALL_CONNECT_S,
                 via=origin.proxy,
             )

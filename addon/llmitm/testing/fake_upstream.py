@@ -1043,6 +1043,10 @@ class FakeUpstream:
         finally:
             _WATCH.reset(token)
             watch.cancel()
+            # Let the cancelled watch finish before the next request is read on this
+            # connection (a keep-alive client sends it at once): two reads of one stream at
+            # a time is an error.
+            await asyncio.wait({watch})
             uncount()
 
     def _record(self, request: Request, api: str, body: Any) -> None:

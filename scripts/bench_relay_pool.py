@@ -1,0 +1,235 @@
+"""Benchmark a failover route's upstream connections over TLS against mitmproxy's direct path,
+measured in the same run.
+
+One ``llmitm run`` (reverse mode, recording off) with two routes to local TLS upstreams
+(``llmitm.testing.tls_upstream``: a CA made at start-up, trusted through
+``ssl_verify_upstream_trusted_ca``), each route with an upstream of its own so each counts
+its own handshakes:
+
+  direct    a route with one endpoint: mitmproxy's own connection to the upstream
+  failover  a route with two endpoints (the first healthy): llmitm's relay and its client
+
+The client (in this process, never measured as the proxy) keeps one HTTP/1.1 connection per
+setup open, as an SDK does, and sends streamed chat requests one at a time, alternating the
+setups request by request (reversed every other round). Per setup: the median and p90 time
+to the first body byte (TTFB) of the 2nd..Nth request, the proxy process's CPU per request,
+and the TLS handshakes the upstream saw per 100 requests. ``--twin-code CHECKOUT`` runs the
+same setups through a second llmitm running an older checkout's code (e.g. a worktree of the
+commit before the pool), with upstreams of its own.
+
+    python scripts/bench_relay_pool.py [--requests N] [--events E] [--http2]
+                                       [--twin-code ../before]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import bench_proxy
+import orjson
+from bench_proxy import Processes, cpu_seconds, start_llmitm
+
+from llmitm.testing.tls_upstream import TlsUpstream
+
+CONFIG = """\
+[routing]
+connect_timeout = 5
+first_byte_timeout = 30
+
+[endpoints.direct]
+kind = "compatible"
+base_url = "{direct}/v1"
+apis = ["chat"]
+
+[endpoints.a]
+kind = "compatible"
+base_url = "{failover}/v1"
+apis = ["chat"]
+
+[endpoints.b]
+kind = "compatible"
+base_url = "{failover}/v1"
+apis = ["chat"]
+
+[[routes]]
+models = ["direct-*"]
+endpoints = ["direct"]
+
+[[routes]]
+models = ["failover-*"]
+endpoints = ["a", "b"]
+"""
+SETTLE_S = 0.02  # after a request: let the proxy finish the flow before reading its CPU
+
+
+@dataclass
+class Setup:
+    name: str
+    model: str
+    upstream: TlsUpstream
+    port: int = 0
+    pid: int = 0
+    connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+    ttfb: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    handshakes_before: int = 0
+
+
+async def one_request(setup: Setup, events: int) -> tuple[float, float]:
+    """One streamed request on the setup's kept-alive connection: (TTFB, proxy CPU)."""
+    if setup.connection is None:
+        setup.connection = await asyncio.open_connection("127.0.0.1", setup.port)
+    reader, writer = setup.connection
+    body = orjson.dumps(
+        {
+            "model": setup.model,
+            "stream": True,
+            "messages": [{"role": "user", "content": f"hi ({events} events)"}],
+        }
+    )
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{setup.port}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+    cpu = cpu_seconds(setup.pid)
+    started = time.perf_counter()
+    writer.write(head + body)
+    response_head = await reader.readuntil(b"\r\n\r\n")
+    status = int(response_head.split(b" ", 2)[1])
+    if status != 200:
+        raise RuntimeError(f"{setup.name}: {response_head!r} {await reader.read(2000)!r}")
+    if b"transfer-encoding: chunked" not in response_head.lower():
+        raise RuntimeError(f"{setup.name}: not chunked: {response_head!r}")
+    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+    ttfb = time.perf_counter() - started
+    data = await reader.readexactly(size + 2)
+    while size:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        data += await reader.readexactly(size + 2)
+    if b"[DONE]" not in data:
+        raise RuntimeError(f"{setup.name}: the stream did not end with [DONE]")
+    await asyncio.sleep(SETTLE_S)
+    return ttfb, cpu_seconds(setup.pid) - cpu
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def measure(setups: list[Setup], requests: int, events: int) -> None:
+    for setup in setups:
+        setup.handshakes_before = setup.upstream.handshakes
+    for index in range(requests):
+        order = setups if index % 2 == 0 else list(reversed(setups))
+        for setup in order:
+            ttfb, cpu = await one_request(setup, events)
+            if index:  # the 2nd..Nth request: the first pays the connections' set-up
+                setup.ttfb.append(ttfb)
+                setup.cpu.append(cpu)
+    for setup in setups:
+        if setup.connection is not None:
+            setup.connection[1].close()
+
+
+def report(setups: list[Setup], requests: int) -> list[str]:
+    lines = [
+        f"{'setup':<22} {'TTFB p50 ms':>11} {'p90 ms':>7} {'vs direct':>10} "
+        f"{'CPU ms/req':>10} {'handshakes/100':>14} {'protocol':>9}"
+    ]
+    direct: dict[str, float] = {}
+    for setup in setups:
+        p50 = statistics.median(setup.ttfb) * 1000
+        twin = setup.name.partition(" ")[2]
+        if setup.name.startswith("direct"):
+            direct[twin] = p50
+        base = direct.get(twin)
+        added = f"{p50 - base:+.2f}" if base is not None and setup.name != "direct" else ""
+        if setup.name.startswith("direct"):
+            added = ""
+        handshakes = setup.upstream.handshakes - setup.handshakes_before
+        protocols = ",".join(sorted(setup.upstream.protocols)) or "-"
+        lines.append(
+            f"{setup.name:<22} {p50:>11.2f} {percentile(setup.ttfb, 0.9) * 1000:>7.2f} "
+            f"{added:>10} {statistics.median(setup.cpu) * 1000:>10.2f} "
+            f"{handshakes * 100 / requests:>14.1f} {protocols:>9}"
+        )
+    return lines
+
+
+async def run(args: argparse.Namespace, procs: Processes) -> list[str]:
+    setups: list[Setup] = []
+    twins = [("", None)] + ([("before", args.twin_code)] if args.twin_code else [])
+    bundle = procs.tmp / "upstream-cas.pem"
+    for suffix, code in twins:
+        direct = TlsUpstream(http2=args.http2, events=args.events)
+        failover = TlsUpstream(http2=args.http2, events=args.events)
+        await direct.start()
+        await failover.start()
+        cas = b"".join(Path(u.ca_file).read_bytes() for u in (direct, failover))
+        bundle.write_bytes(bundle.read_bytes() + cas if bundle.exists() else cas)
+        name = f"llmitm-{suffix}" if suffix else "llmitm"
+        config = CONFIG.format(direct=direct.base_url, failover=failover.base_url)
+        extra = [f"ssl_verify_upstream_trusted_ca={bundle}", "llmitm_record=off"]
+        # start_llmitm blocks while the process starts: off the loop, so the upstreams answer.
+        port, pid = await asyncio.to_thread(
+            start_llmitm, procs, "http://127.0.0.1:9", config, extra=extra, code=code, name=name
+        )
+        label = f" {suffix}" if suffix else ""
+        setups.append(Setup(f"direct{label}", "direct-m", direct, port, pid))
+        setups.append(Setup(f"failover{label}", "failover-m", failover, port, pid))
+    try:
+        await measure(setups, args.requests, args.events)
+    finally:
+        for setup in setups:
+            with contextlib.suppress(Exception):
+                await setup.upstream.stop()
+    return report(setups, args.requests)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=200, help="requests per setup")
+    parser.add_argument("--events", type=int, default=20, help="text deltas per stream")
+    parser.add_argument("--http2", action="store_true", help="the upstreams offer HTTP/2")
+    parser.add_argument(
+        "--twin-code",
+        metavar="CHECKOUT",
+        help="also measure both setups through an llmitm running this checkout's code",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="run each llmitm under cProfile, writing DIR/<name>.prof (the figures are then "
+        "cProfile's)",
+    )
+    args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        bench_proxy.PROFILE_DIR = args.profile.resolve()
+    procs = Processes(Path(tempfile.mkdtemp(prefix="llmitm-bench-relay-pool-")))
+    try:
+        lines = asyncio.run(run(args, procs))
+    finally:
+        procs.stop_all()
+    print(
+        f"{args.requests} streamed chat requests per setup ({args.events} events each), one "
+        f"kept-alive client connection per setup, TLS upstreams"
+        f"{' offering HTTP/2' if args.http2 else ' (HTTP/1.1)'}; TTFB and CPU of the 2nd..Nth"
+    )
+    print("\n".join(lines))
+    print(f"logs: {procs.tmp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
