@@ -82,7 +82,6 @@ def test_the_drawn_tree_is_the_classes() -> None:
     [
         ("ConfigError", ValueError),
         ("UnreadableInput", ValueError),
-        ("FramingError", ValueError),
         ("RecError", ValueError),
         ("RequestError", ValueError),
         ("FolderError", ValueError),

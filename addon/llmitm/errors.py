@@ -28,7 +28,6 @@ The tree (a test keeps it equal to the classes)::
     │   ├── UpstreamError
     │   ├── UpstreamCut
     │   │   └── UpstreamStall
-    │   ├── FramingError
     │   └── ReplayCut
     ├── StoreError
     │   ├── UnreadableDatabase
