@@ -98,6 +98,34 @@ class PassThrough:
         return b""
 
 
+class Ended:
+    """What an ended stream's pipeline is replaced by: the facts it knew at its end, and
+    nothing of the translator, its buffers, templates and decoders (which a finished flow
+    would otherwise hold until Python's cycle collector gets to mitmproxy's flow objects)."""
+
+    __slots__ = ("final_response", "finished", "knows_final_response", "response_id", "usage")
+
+    def __init__(self, pipeline: ClientStream) -> None:
+        # getattr: a bare ClientStream (a test's, a guard's) may know only some of them.
+        self.finished: bool = getattr(pipeline, "finished", False)
+        self.usage: dict[str, Any] | None = getattr(pipeline, "usage", None)
+        self.response_id: str | None = getattr(pipeline, "response_id", None)
+        self.final_response: dict[str, Any] | None = getattr(pipeline, "final_response", None)
+        self.knows_final_response: bool = getattr(pipeline, "knows_final_response", False)
+
+    def start(self) -> bytes:
+        return b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        return b""
+
+    def close(self) -> bytes:
+        return b""
+
+    def fail(self, error: ApiError) -> bytes:
+        return b""
+
+
 class StreamRewriter:
     """Translate one upstream SSE body through ``pipeline`` (``None``: relay it as it is)."""
 
@@ -218,9 +246,17 @@ class StreamRewriter:
         note = self.note
         if note is not None:
             note((now(), data, out))
+        if not data:
+            self._release()
         if len(out) > MAX_PART:
             return _pieces(out)
         return [out] if out else []
+
+    def _release(self) -> None:
+        """After the stream's last call (mitmproxy's empty chunk): of the translation, keep
+        only what it was. (Watchers and notes stay: what they keep is their owners'.)"""
+        self.pipeline = Ended(self.pipeline)  # type: ignore[assignment]
+        self._decode = self._feed_parts = None
 
     def _translate(self, data: bytes) -> bytes:
         if not data:

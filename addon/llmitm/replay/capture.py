@@ -11,9 +11,9 @@ Sans-IO: no mitmproxy, no store, no clock (times come in as arguments).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from llmitm.replay.fingerprint import credential, fingerprint
 from llmitm.replay.keys import KeyOptions, MatchKey, match_key
@@ -27,7 +27,37 @@ from llmitm.wire.redact import (
     redact_url,
 )
 
-Headers = list[tuple[str, str]]
+Headers = Sequence[tuple[str, str]]
+
+
+class RawHeaders(Sequence[tuple[str, str]]):
+    """A message's header fields as text, read off its raw ``(name, value)`` bytes pairs when
+    asked (latin-1, as HTTP/1 sends them). A flow's own header tuple is immutable — changing
+    a header gives the flow a new one — so keeping a reference snapshots the head at no cost
+    while the flow streams; decoding waits for the record's builder, off the event loop.
+    (Decoded at once, each flow held some forty small strings per head until its end.)"""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: tuple[tuple[bytes, bytes], ...]) -> None:
+        self.raw = raw
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        for name, value in self.raw:
+            yield name.decode("latin-1"), value.decode("latin-1")
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, str]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[str, str]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[str, str] | list[tuple[str, str]]:
+        if isinstance(index, slice):
+            return list(RawHeaders(self.raw[index]))
+        name, value = self.raw[index]
+        return name.decode("latin-1"), value.decode("latin-1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mitmproxy import http
 
-from llmitm.replay.capture import ClientRequest, see_request
+from llmitm.replay.capture import ClientRequest, Headers, RawHeaders, see_request
 from llmitm.replay.keys import KeyOptions, MatchKey
 from llmitm.replay.model import Message
 from llmitm.replay.pool import Hit
@@ -23,8 +23,9 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-def fields(headers: http.Headers) -> list[tuple[str, str]]:
-    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.fields]
+def fields(headers: http.Headers) -> RawHeaders:
+    """``headers`` as they are now, decoded only when read (a reference, not a copy)."""
+    return RawHeaders(headers.fields)
 
 
 @dataclass(slots=True)
@@ -43,7 +44,7 @@ class Capture:
     forwarded: bool = False
     upstream_req: Message | None = None
     upstream_status: int = 0
-    upstream_headers: list[tuple[str, str]] = field(default_factory=list)
+    upstream_headers: Headers = ()
     upstream_body: bytes | None = None
     tap: StreamTap | None = None
     done: bool = False
