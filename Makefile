@@ -32,7 +32,7 @@ TEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not timing"
 PYTEST_ALONE    := -p no:xdist -m timing
 
-.PHONY: run install demo test unit lint bench clean e2e-deps chromium netns-tools
+.PHONY: run install demo test unit lint bench clean e2e-deps chromium netns-tools postgresql
 
 $(RUN_STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "llmitm needs Python >= 3.12 (found " + sys.version.split()[0] + ")")'
@@ -75,19 +75,28 @@ netns-tools:
 	  apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nftables iproute2; }
 
-# Everything tests/e2e needs: the venv (openai-agents, LangChain, llama.cpp, the Gemma GGUF,
-# Node 24), Codex, openai-node, the AI SDK, Chromium and nftables.
-e2e-deps: $(STAMP) $(NODE_STAMP) chromium netns-tools
+# Debian's PostgreSQL server for the store's PostgreSQL backend and the fleet tests: the tests
+# start their own throwaway cluster (tests/helpers/postgres.py), so the package's own cluster
+# need not run. From apt when missing, like Chromium.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql; }
 
-test: $(STAMP) $(NODE_STAMP) chromium netns-tools
+# Everything tests/e2e needs: the venv (openai-agents, LangChain, llama.cpp, the Gemma GGUF,
+# Node 24), Codex, openai-node, the AI SDK, Chromium, nftables and PostgreSQL.
+e2e-deps: $(STAMP) $(NODE_STAMP) chromium netns-tools postgresql
+
+test: $(STAMP) $(NODE_STAMP) chromium netns-tools postgresql
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 	$(BIN)/python -m pytest $(PYTEST_ALONE)
 
 # The unit tests alone: everything but tests/e2e. They need only the dev extra
-# (`pip install -e '.[dev]'`): no Node, Chromium, nftables or llama.cpp.
-unit: $(STAMP)
+# (`pip install -e '.[dev]'`) and PostgreSQL (the store's tests run against both backends):
+# no Node, Chromium, nftables or llama.cpp.
+unit: $(STAMP) postgresql
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) tests --ignore=tests/e2e
 	$(BIN)/python -m pytest $(PYTEST_ALONE) tests --ignore=tests/e2e
 

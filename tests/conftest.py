@@ -128,3 +128,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             module_of(item.nodeid) not in slow,
         )
     )
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Any:
+    """A real PostgreSQL server for this worker (tests/helpers/postgres.py), started on first
+    use and stopped at the end of the session."""
+    from tests.helpers.postgres import postgres_server
+
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_dsn(postgres: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh, empty database on the worker's server: its DSN (no password in it), with the
+    password in ``PGPASSWORD`` for this test, as a user of llmitm would pass it."""
+    dsn = postgres.create_database()
+    for name, value in postgres.env().items():
+        monkeypatch.setenv(name, value)
+    yield dsn
+    postgres.drop_database(dsn)
