@@ -390,6 +390,7 @@ def test_a_background_response_started_on_one_is_streamed_and_cancelled_from_the
     no_traceback(*proxies)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("ending", ["sigkill", "sigterm"])
 def test_a_proxy_that_dies_or_stops_ends_its_runs_failed_for_the_other(
     tmp_path: Path, ending: str
@@ -423,3 +424,6 @@ def test_a_proxy_that_dies_or_stops_ends_its_runs_failed_for_the_other(
             b.responses.cancel(created.id)  # a failed response cannot be cancelled
         no_traceback(proxies[1])
         print(f"{ending}: the run read failed on the other proxy {ended:.2f} s after")
+        # The bound: the lease (a stopped proxy ends its runs at once), plus a heartbeat
+        # interval (lease / 5) and the follower's reads.
+        assert ended < LEASE_S * 1.2 + 1.0
