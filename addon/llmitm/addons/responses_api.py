@@ -280,6 +280,19 @@ class LlmResponsesApi:
             self.state.save(replace(record, response=response))
         answer(flow, LocalAnswer(200, response))
 
+    async def _running_elsewhere(
+        self, response_id: str, reader: ResponseReader, credential: str | None
+    ) -> StoredResponse | None:
+        """The response another proxy runs, as it stands (settled); ``None`` once it is
+        deleted, or has neither ended nor a lease any more (nothing runs it)."""
+        current = await reader.response(response_id, credential)
+        if current is None:
+            return None
+        current = await self.state.settle(current, reader)
+        if current.status in TERMINAL_STATUSES or await self._runs_elsewhere(current, reader):
+            return current
+        return None
+
     async def _until_ended(
         self, record: StoredResponse, reader: ResponseReader, credential: str | None
     ) -> dict:
@@ -315,11 +328,10 @@ class LlmResponsesApi:
         run = self.state.runs.get(record.id)
         if run is not None:
             job: FramesJob = FramesJob(run.follow(after))
-        elif record.status not in TERMINAL_STATUSES:
-            # Another proxy runs it: its events as that proxy stores them.
+        elif await self._runs_elsewhere(record, reader):
+            # Another proxy runs it: its events as that proxy stores them, until it ends.
             async def read() -> StoredResponse | None:
-                current = await reader.response(record.id, credential)
-                return current and await self.state.settle(current, reader)
+                return await self._running_elsewhere(record.id, reader, credential)
 
             job = FramesJob(remote_runs.follow(record.id, after, read=read, reader=reader))
         else:
