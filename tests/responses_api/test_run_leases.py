@@ -61,8 +61,12 @@ async def test_the_keeper_renews_cancels_and_lets_go() -> None:
     await asyncio.sleep(0)
     assert await store.run_lease("r1") == RunLease("r1", "proxy-a", 1000.0)
 
+    lost = make_run("r4", [])
+    runs["r4"] = lost  # its lease was never written (a dropped write): not taken for lost
     clock[0] = 1001.0  # lease / 5 later: a heartbeat for every run
     await keeper.tick()
+    assert not lost.finished
+    del runs["r4"]
     assert {lease.heartbeat_at for lease in await store.owned_leases("proxy-a")} == {1001.0}
     clock[0] = 1001.5  # too soon for the next one
     await keeper.tick()

@@ -7,8 +7,9 @@ other proxies sharing it can tell a live run from a dead one and reach it.
 
 - every ``lease / 5`` seconds it renews their heartbeat (one write for all its runs);
 - every ``poll`` seconds it reads its leases: a run another proxy asked to cancel (or delete)
-  is cancelled here, within ``poll`` plus a store read; a run whose lease is gone was ended
-  as stale by another proxy (this one failed to renew in time), and stops without writing.
+  is cancelled here, within ``poll`` plus a store read; a run whose lease is gone (after a
+  round saw it) was ended as stale by another proxy (this one failed to renew in time), and
+  stops without writing.
 
 A reader finding a lease older than ``lease`` seconds ends the run ``failed``
 (:mod:`llmitm.responses_api.remote_runs`). Heartbeats are wall-clock times: proxies on
@@ -61,6 +62,9 @@ class RunKeeper:
         self._sleep = sleep
         self._task: asyncio.Task[None] | None = None
         self._beat = 0.0
+        self._seen: set[str] = set()
+        """Runs whose lease a round has read: only those can have lost it (a lease whose
+        write never made it, a dropped or failed one, is not another proxy's doing)."""
 
     def started(self, run: BackgroundRun) -> None:
         """``run`` begins here: its lease, before its first saved state (submit this first)."""
@@ -92,11 +96,16 @@ class RunKeeper:
             self._submit(RunsHeartbeat(self.owner, tuple(self.runs), now))
         reader = await self._reader()
         leases = {lease.response_id: lease for lease in await reader.owned_leases(self.owner)}
+        self._seen &= set(self.runs)
         for response_id, run in list(self.runs.items()):
             lease = leases.get(response_id)
             if run.finished:
                 continue
-            if lease is None:
+            if lease is not None:
+                self._seen.add(response_id)
+                if lease.cancel_requested_at is not None:
+                    run.cancel()
+            elif response_id in self._seen:
                 logger.warning(
                     "llmitm: background response %s was ended by another proxy "
                     "(this one did not renew its lease within %g s)",
@@ -104,5 +113,3 @@ class RunKeeper:
                     self.lease,
                 )
                 run.lose()
-            elif lease.cancel_requested_at is not None:
-                run.cancel()
