@@ -14,8 +14,9 @@ other's too.
 - a proxy killed (SIGKILL) or stopped in the middle of a background response: the other one
   ends it ``failed``, and a client following its stream there gets ``response.failed``.
 
-The store is a parameter (:func:`shared_store`, the value given to ``llmitm_store``): a SQLite
-file today, which processes on one host share; the same tests run against a database server.
+The store is a parameter (:data:`STORES`, :func:`store_location`: the value given to
+``llmitm_store``): a SQLite file, which processes on one host share; a database server's URL
+is one more kind there, and every test here runs on it.
 """
 
 from __future__ import annotations
@@ -74,10 +75,27 @@ def lookup_code(topic: str) -> str:
     return f"{TOOL_PREFIX}:{topic}"
 
 
-@pytest.fixture(scope="module")
-def shared_store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Where both proxies keep their state: the ``llmitm_store`` value they are given."""
-    return str(tmp_path_factory.mktemp("store") / "fleet.db")
+STORES = ["sqlite"]
+"""The stores the fleet tests run on: each a kind :func:`store_location` knows."""
+
+
+def store_location(kind: str, folder: Path) -> str:
+    """A fresh store of ``kind`` for a fleet, as the ``llmitm_store`` value its proxies get."""
+    if kind == "sqlite":
+        return str(folder / "fleet.db")  # processes on one host share one file
+    raise LookupError(f"no {kind} store for the fleet tests")
+
+
+@pytest.fixture(scope="module", params=STORES)
+def shared_store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where both proxies of the module's fleet keep their state."""
+    return store_location(request.param, tmp_path_factory.mktemp("store"))
+
+
+@pytest.fixture(params=STORES)
+def fresh_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store of its own, for a test that kills one of its proxies."""
+    return store_location(request.param, tmp_path)
 
 
 @contextmanager
@@ -393,10 +411,9 @@ def test_a_background_response_started_on_one_is_streamed_and_cancelled_from_the
 @pytest.mark.timing
 @pytest.mark.parametrize("ending", ["sigkill", "sigterm"])
 def test_a_proxy_that_dies_or_stops_ends_its_runs_failed_for_the_other(
-    tmp_path: Path, ending: str
+    tmp_path: Path, fresh_store: str, ending: str
 ) -> None:
-    store = str(tmp_path / "fleet.db")
-    with fake_upstream(tmp_path, "chat") as chat, fleet(tmp_path, store, chat) as proxies:
+    with fake_upstream(tmp_path, "chat") as chat, fleet(tmp_path, fresh_store, chat) as proxies:
         a, b = (client_of(p) for p in proxies)
         created = a.responses.create(
             model="over-chat", input="long", background=True, extra_headers=SLOW
