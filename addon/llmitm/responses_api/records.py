@@ -113,7 +113,8 @@ def readable(created_by: str | None, credential: str | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ResponseSaved:
-    """Insert or replace a stored response (a later save of the same id wins)."""
+    """Insert or replace a stored response (a later save of the same id wins), and remove
+    the id's :class:`ResponsePending` mark."""
 
     kind: ClassVar[str] = "response"
     record: StoredResponse
@@ -121,7 +122,8 @@ class ResponseSaved:
 
 @dataclass(frozen=True, slots=True)
 class ResponseDeleted:
-    """Forget a response, its events and its owner entry."""
+    """Forget a response, its events, its owner entry and its pending mark — not its run
+    lease, which its owner still reads (:class:`RunEnded` removes it)."""
 
     kind: ClassVar[str] = "response_delete"
     id: str
