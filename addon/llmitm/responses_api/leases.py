@@ -81,12 +81,19 @@ class RunKeeper:
             self._task = None
 
     async def _keep(self) -> None:
+        failing = False
         while self.runs:
             await self._sleep(self.poll)
             try:
                 await self.tick()
             except Exception:  # a store that cannot be read now may be readable next time
-                logger.warning("llmitm: cannot read the background runs' leases", exc_info=True)
+                if not failing:  # once a streak, not four times a second
+                    logger.warning("llmitm: cannot read the background runs' leases", exc_info=True)
+                failing = True
+            else:
+                if failing:
+                    logger.warning("llmitm: the background runs' leases are readable again")
+                failing = False
 
     async def tick(self) -> None:
         """One round: renew the heartbeat when due, act on what the leases say."""
