@@ -31,7 +31,7 @@ from llmitm.responses_api.records import (
     StaleRunEnded,
     StoredResponse,
 )
-from llmitm.responses_api.remote_runs import sequence_number, settle
+from llmitm.responses_api.remote_runs import follow, sequence_number, settle
 from llmitm.responses_api.waiting import WaitingReader
 from llmitm.store import SqliteStore
 from llmitm.store.memory_responses import MemoryResponses
@@ -225,3 +225,66 @@ async def test_waiting_is_bounded(tmp_path: Path) -> None:
         started = time.monotonic()
         assert await WaitingReader(a, wait=2.0).response("unknown") is None
         assert time.monotonic() - started < 0.5  # not pending: the grace only (0.1 s)
+
+
+# -- following another proxy's run through the store -----------------------------------------
+
+
+def frame_of(seq: int) -> bytes:
+    return b'event: e\ndata: {"type":"e","sequence_number":%d}\n\n' % seq
+
+
+async def test_a_follower_gets_new_events_as_they_are_stored_and_stops_at_the_end(
+    store: object,
+) -> None:
+    reader = reader_of(store)
+    submit = store.submit  # type: ignore[attr-defined]
+    submit(ResponseSaved(running("r1")))
+    submit(ResponseEvents("r1", tuple((k, frame_of(k)) for k in range(3))))
+
+    async def read() -> StoredResponse | None:
+        return await reader.response("r1")
+
+    got: list[int] = []
+
+    async def owner() -> None:  # the other proxy, storing as it runs
+        for k in range(3, 6):
+            await asyncio.sleep(0.02)
+            submit(ResponseEvents("r1", ((k, frame_of(k)),)))
+        submit(
+            ResponseSaved(
+                StoredResponse(
+                    "r1",
+                    {**running("r1").response, "status": "completed"},
+                    [],
+                    None,
+                    1.0,
+                    credential="alice",
+                )
+            )
+        )
+
+    running_owner = asyncio.create_task(owner())
+    async for data in follow("r1", 1, read=read, reader=reader, poll=0.005):
+        got.append(sequence_number(data))
+    await running_owner
+    assert got == [2, 3, 4, 5]
+
+
+async def test_a_follower_stops_when_its_client_has_left(store: object) -> None:
+    reader = reader_of(store)
+    store.submit(ResponseSaved(running("r1")))  # type: ignore[attr-defined]
+    left = [False]
+    polls = 0
+
+    async def read() -> StoredResponse | None:
+        nonlocal polls
+        polls += 1
+        left[0] = polls >= 3  # never ends by itself: the client leaves after two rounds
+        return await reader.response("r1")
+
+    frames = [
+        f
+        async for f in follow("r1", -1, read=read, reader=reader, gone=lambda: left[0], poll=0.001)
+    ]
+    assert frames == [] and polls == 3

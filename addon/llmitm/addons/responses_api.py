@@ -333,7 +333,12 @@ class LlmResponsesApi:
             async def read() -> StoredResponse | None:
                 return await self._running_elsewhere(record.id, reader, credential)
 
-            job = FramesJob(remote_runs.follow(record.id, after, read=read, reader=reader))
+            def gone() -> bool:  # the client left: stop reading the store for it
+                return job.gone
+
+            job = FramesJob(
+                remote_runs.follow(record.id, after, read=read, reader=reader, gone=gone)
+            )
         else:
             frames = await reader.events(record.id, after)
             job = FramesJob(iterate(frames))

@@ -69,14 +69,16 @@ async def follow(
     *,
     read: Callable[[], Awaitable[StoredResponse | None]],
     reader: ResponseReader,
+    gone: Callable[[], bool] = lambda: False,
     poll: float = POLL,
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> AsyncIterator[bytes]:
     """The stored events of ``response_id`` after sequence number ``after``, then each new
-    one, until the response is terminal or gone. ``read`` gives the response as it stands
-    (settled: a dead owner's run ends failed, and this follow with it)."""
+    one, until the response is terminal or gone, or ``gone()`` says the client left. ``read``
+    gives the response as it stands (settled: a dead owner's run ends failed, and this
+    follow with it)."""
     position = after
-    while True:
+    while not gone():
         # The state first, then the events: an owner stores its last events before its
         # terminal state, so a terminal state read here has all its events stored.
         record = await read()
