@@ -1,7 +1,8 @@
 """Background Responses calls (``background: true``): llmitm makes the upstream call itself.
 
 :class:`LlmBackground` comes right after the Responses state writer, which has given the
-call its id. It stores the ``queued`` Response, starts a
+call its id. It stores the run's lease (:mod:`llmitm.responses_api.leases`: how other proxies
+sharing the store reach it) and the ``queued`` Response, starts a
 :class:`~llmitm.responses_api.background.BackgroundRun` on the flow's translated request
 (what it sends and stores: :mod:`llmitm.responses_api.takeover`), and answers the flow
 itself: the Response as it stands, or its live event stream through the relay. The run's
@@ -31,7 +32,7 @@ from llmitm.responses_api import answers, takeover
 from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.create import CreateCall
-from llmitm.responses_api.records import ResponseEvents
+from llmitm.responses_api.records import ResponseEvents, RunEnded
 
 
 class LlmBackground:
@@ -81,17 +82,20 @@ class LlmBackground:
             if response.get("status") not in answers.TERMINAL_STATUSES:
                 return
             state.runs.pop(record.id, None)
+            state.submit(RunEnded(record.id))  # after its last save: the lease goes
             usage = takeover.finished_usage(
                 response, endpoint=plan.endpoint.name, model=context.model or "", route=plan.route
             )
             if usage is not None:
                 state.store.submit(usage)
 
-        state.save(record)
         run = BackgroundRun(
             record.response, context, record_events=record_events, record_state=record_state
         )
         state.runs[record.id] = run
+        # The lease first: a proxy sharing the store that finds the response finds its lease.
+        state.run_started(run)
+        state.save(record)
         relay = state.relay
         run.start(lambda: open_upstream(upstream, relay))
         # The flow no longer goes upstream: no translation, no credentials on it.

@@ -15,16 +15,22 @@ read is that of the caller's credential unless the configuration says ``response
 "shared"`` (``llmitm.responses_api.scope``): another key, or none, gets OpenAI's 404 — and a
 native endpoint's id is only sent there, with the endpoint's key, for the key that made it.
 
-Reads await the store (they answer the client); writes go through its queue.
+Reads await the store (they answer the client); writes go through its queue. Proxies may
+share the store: a state call on a background response another proxy runs reaches it through
+the store — retrieve and ``stream=true`` read what it stored (following new events live), a
+cancel or delete is recorded for it to carry out (answered once it has, within the lease), and
+a run whose owner died ends ``failed`` (:mod:`llmitm.responses_api.remote_runs`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import replace
 
 import orjson
-from mitmproxy import ctx, http
+from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.parsed import keep_parsed
@@ -32,13 +38,19 @@ from llmitm.addons.responses_state import ResponsesState, answer, flow_ids, poin
 from llmitm.addons.state import RESPONSES_CREATE_KEY
 from llmitm.exchange.request import rewrite_headers
 from llmitm.relay.frames import FramesJob, iterate
-from llmitm.responses_api import answers
-from llmitm.responses_api.answers import LocalAnswer
+from llmitm.responses_api import answers, remote_runs
+from llmitm.responses_api.answers import TERMINAL_STATUSES, LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.conversations import inline_conversation
 from llmitm.responses_api.create import CreateCall, prepare_create
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
-from llmitm.responses_api.records import ResponseDeleted, ResponseReader, StoredResponse, readable
+from llmitm.responses_api.records import (
+    ResponseDeleted,
+    ResponseReader,
+    RunCancelRequested,
+    StoredResponse,
+    readable,
+)
 from llmitm.routing.plan import plan_for_endpoint
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.validation import validate_request
@@ -71,18 +83,41 @@ class LlmResponsesApi:
             "Seconds a stored response (and a native id's owner) is kept; 0 keeps them until "
             "deleted.",
         )
+        loader.add_option(
+            "llmitm_responses_wait_ms",
+            int,
+            2000,
+            "With a store other proxies share: milliseconds a lookup waits for a response "
+            "another proxy is still storing before it answers 'not found' (0: no wait).",
+        )
+        loader.add_option(
+            "llmitm_run_lease_ms",
+            int,
+            6000,
+            "With a store other proxies share: milliseconds without a heartbeat after which "
+            "a background response's proxy is taken for dead and the response ends failed.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if "llmitm_responses_store" in updated:
             self.state.store_default = bool(ctx.options.llmitm_responses_store)
         if "llmitm_responses_ttl" in updated:
             self.state.ttl = ctx.options.llmitm_responses_ttl
+        if "llmitm_responses_wait_ms" in updated:
+            wait = ctx.options.llmitm_responses_wait_ms
+            if wait < 0:
+                raise exceptions.OptionsError("llmitm_responses_wait_ms must be 0 or more")
+            self.state.wait = wait / 1000
+        if "llmitm_run_lease_ms" in updated:
+            lease = ctx.options.llmitm_run_lease_ms
+            if lease < 500:
+                raise exceptions.OptionsError("llmitm_run_lease_ms must be at least 500")
+            self.state.lease = lease / 1000
 
     def done(self) -> None:
         # Before the store closes (this addon comes first): a run cut by the shutdown ends
         # failed in the store instead of in_progress forever.
-        for run in list(self.state.runs.values()):
-            run.abandon("llmitm stopped before the background response finished.")
+        self.state.stop_runs("llmitm stopped before the background response finished.")
 
     async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or not flow.live:
@@ -176,21 +211,33 @@ class LlmResponsesApi:
         if run is not None:
             # The live run is ahead of the store between status changes.
             record = replace(record, response=run.response)
+        else:
+            record = await self.state.settle(record, reader)
         if call.action == "retrieve":
             if answers.parse_flag(call.param("stream")):
-                await self._stream(flow, call, record, reader)
+                await self._stream(flow, call, record, reader, credential)
             else:
                 answer(flow, answers.retrieve(record))
         elif call.action == "delete":
             if run is not None:
                 run.cancel()
                 self.state.runs.pop(record.id, None)
+            elif await self._runs_elsewhere(record, reader):
+                # Its proxy cancels it, and deletes it again after its last write.
+                self.state.submit(RunCancelRequested(record.id, time.time(), delete=True))
             self.state.submit(ResponseDeleted(record.id))
             answer(flow, answers.deleted(record.id))
         elif call.action == "input_items":
             answer(flow, answers.input_items_page(record, call))
         else:
-            self._cancel(flow, record, run)
+            await self._cancel(flow, record, run, reader, credential)
+
+    async def _runs_elsewhere(self, record: StoredResponse, reader: ResponseReader) -> bool:
+        """Whether ``record`` is a background response another proxy is running (a live
+        lease: ``settle`` has ended a stale one already)."""
+        if not record.background or record.status in TERMINAL_STATUSES:
+            return False
+        return await reader.run_lease(record.id) is not None
 
     async def _not_stored(
         self, flow: http.HTTPFlow, call: StateCall, reader: ResponseReader, credential: str | None
@@ -209,8 +256,13 @@ class LlmResponsesApi:
         routed.native_endpoint = endpoint.name
         flow.metadata[RESPONSES_CREATE_KEY] = routed
 
-    def _cancel(
-        self, flow: http.HTTPFlow, record: StoredResponse, run: BackgroundRun | None
+    async def _cancel(
+        self,
+        flow: http.HTTPFlow,
+        record: StoredResponse,
+        run: BackgroundRun | None,
+        reader: ResponseReader,
+        credential: str | None,
     ) -> None:
         refusal = answers.cancel_refusal(record)
         if refusal is not None:
@@ -219,11 +271,44 @@ class LlmResponsesApi:
         if run is not None:
             run.cancel()
             response = run.response
+        elif await self._runs_elsewhere(record, reader):
+            self.state.submit(RunCancelRequested(record.id, time.time()))
+            response = await self._until_ended(record, reader, credential)
         else:
             # Queued or in progress in a process that is gone: nothing runs it any more.
             response = answers.cancelled(record.response)
             self.state.save(replace(record, response=response))
         answer(flow, LocalAnswer(200, response))
+
+    async def _running_elsewhere(
+        self, response_id: str, reader: ResponseReader, credential: str | None
+    ) -> StoredResponse | None:
+        """The response another proxy runs, as it stands (settled); ``None`` once it is
+        deleted, or has neither ended nor a lease any more (nothing runs it)."""
+        current = await reader.response(response_id, credential)
+        if current is None:
+            return None
+        current = await self.state.settle(current, reader)
+        if current.status in TERMINAL_STATUSES or await self._runs_elsewhere(current, reader):
+            return current
+        return None
+
+    async def _until_ended(
+        self, record: StoredResponse, reader: ResponseReader, credential: str | None
+    ) -> dict:
+        """The Response of ``record`` once the proxy running it has acted on a cancel (its
+        lease is read every ``leases.POLL`` seconds), or as it stands after the lease time
+        (by then a dead owner's run has been settled failed)."""
+        deadline = time.monotonic() + self.state.lease + 1.0
+        current: StoredResponse | None = record
+        while current is not None and current.status not in TERMINAL_STATUSES:
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(remote_runs.POLL)
+            current = await reader.response(record.id, credential)
+            if current is not None:
+                current = await self.state.settle(current, reader)
+        return (current or record).response
 
     async def _stream(
         self,
@@ -231,6 +316,7 @@ class LlmResponsesApi:
         call: StateCall,
         record: StoredResponse,
         reader: ResponseReader,
+        credential: str | None,
     ) -> None:
         starting_after = call.param("starting_after")
         refusal = answers.stream_refusal(record, starting_after)
@@ -242,6 +328,17 @@ class LlmResponsesApi:
         run = self.state.runs.get(record.id)
         if run is not None:
             job: FramesJob = FramesJob(run.follow(after))
+        elif await self._runs_elsewhere(record, reader):
+            # Another proxy runs it: its events as that proxy stores them, until it ends.
+            async def read() -> StoredResponse | None:
+                return await self._running_elsewhere(record.id, reader, credential)
+
+            def gone() -> bool:  # the client left: stop reading the store for it
+                return job.gone
+
+            job = FramesJob(
+                remote_runs.follow(record.id, after, read=read, reader=reader, gone=gone)
+            )
         else:
             frames = await reader.events(record.id, after)
             job = FramesJob(iterate(frames))

@@ -2,9 +2,16 @@
 few ways they answer a flow themselves.
 
 One :class:`ResponsesState` per proxy holds the store (or, without one, memory), the
-reasoning seal, the credential fingerprint key, the live background runs and the native ids
-this process saw minted. Its options (``llmitm_responses_store``, ``llmitm_responses_ttl``)
-are set by :class:`~llmitm.addons.responses_api.LlmResponsesApi`'s ``configure``.
+reasoning seal, the credential fingerprint key, the live background runs (and their leases,
+for the other proxies sharing the store) and the native ids this process saw minted. Its
+options (``llmitm_responses_store``, ``llmitm_responses_ttl``, ``llmitm_responses_wait_ms``,
+``llmitm_run_lease_ms``) are set by :class:`~llmitm.addons.responses_api.LlmResponsesApi`'s
+``configure``.
+
+With a store, other proxies may share it: reads wait a bounded time for a response another
+proxy is still storing (:mod:`llmitm.responses_api.waiting`), and a background response
+another proxy runs is settled (a dead owner's ends failed) and followed through the store
+(:mod:`llmitm.responses_api.remote_runs`).
 """
 
 from __future__ import annotations
@@ -22,18 +29,23 @@ from llmitm.addons.state import flow_mint
 from llmitm.addons.store import LlmStore
 from llmitm.relay.client import UpstreamClient, UpstreamRequest
 from llmitm.relay.frames import FramesJob
+from llmitm.responses_api import remote_runs
 from llmitm.responses_api.answers import LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.conversation_records import ConversationReader
+from llmitm.responses_api.leases import DEFAULT_LEASE, RunKeeper
 from llmitm.responses_api.records import (
     ResponseOwner,
     ResponseReader,
     ResponseSaved,
     ResponsesPurged,
+    RunLease,
+    RunStarted,
     StoredResponse,
 )
 from llmitm.responses_api.scope import creator, reader_credential
 from llmitm.responses_api.seal import ReasoningSeal
+from llmitm.responses_api.waiting import WaitingReader
 from llmitm.routing.affinity import TtlLru
 from llmitm.store.api import Write
 from llmitm.store.memory_conversations import MemoryConversations
@@ -58,6 +70,15 @@ class ResponsesState:
         """``llmitm_responses_store``: store a create call that does not say."""
         self.ttl = 0
         """``llmitm_responses_ttl``: seconds a stored response is kept (0: until deleted)."""
+        self.wait = 2.0
+        """``llmitm_responses_wait_ms``: seconds a read waits for a response another proxy
+        sharing the store is still storing."""
+        self.lease = DEFAULT_LEASE
+        """``llmitm_run_lease_ms``: seconds without a heartbeat after which another proxy's
+        background run is taken for dead."""
+        self.proxy_id = secrets.token_hex(8)
+        """This process, as the owner of its background runs' leases."""
+        self._keeper: RunKeeper | None = None
         self._seal: ReasoningSeal | None = None
         self._fingerprint_key: bytes | None = None
         self._purged = False
@@ -68,7 +89,14 @@ class ResponsesState:
         if not self._purged:
             self._purged = True
             self.submit(ResponsesPurged(time.time()))
-        return store if isinstance(store, ResponseReader) else self.memory
+        if isinstance(store, ResponseReader):
+            return WaitingReader(store, self.wait)
+        return self.memory
+
+    @property
+    def shared(self) -> bool:
+        """Whether state lives in a store, which other proxies may share."""
+        return isinstance(self.store.store, ResponseReader)
 
     async def conversations(self) -> ConversationReader:
         """The store's conversations, or the in-memory ones when llmitm keeps no store."""
@@ -112,6 +140,34 @@ class ResponsesState:
 
     def save(self, record: StoredResponse) -> None:
         self.submit(ResponseSaved(record))
+
+    def run_started(self, run: BackgroundRun) -> None:
+        """``run`` (already in :attr:`runs`) begins: its lease, kept while it runs when the
+        store may be shared. Call before the run's first save."""
+        if not self.shared:
+            self.submit(RunStarted(RunLease(run.id, self.proxy_id, time.time())))
+            return
+        if self._keeper is None:
+            self._keeper = RunKeeper(
+                self.proxy_id, self.runs, submit=self.submit, reader=self.reader, lease=self.lease
+            )
+        self._keeper.started(run)
+
+    def stop_runs(self, message: str) -> None:
+        """llmitm is stopping: its runs end failed, their leases are no longer kept."""
+        for run in list(self.runs.values()):
+            run.abandon(message)
+        if self._keeper is not None:
+            self._keeper.stop()
+
+    async def settle(self, record: StoredResponse, reader: ResponseReader) -> StoredResponse:
+        """``record`` as every proxy sees it: a background response another proxy ran, and
+        whose lease went stale, ends failed (:func:`remote_runs.settle`)."""
+        if record.id in self.runs:
+            return record
+        return await remote_runs.settle(
+            record, reader, now=time.time(), lease=self.lease, submit=self.submit
+        )
 
 
 def answer(flow: http.HTTPFlow, local: LocalAnswer) -> None:

@@ -6,7 +6,9 @@ Once the router has planned a create call, a translated response gets the id of 
 Response object is stored (or, for a native endpoint, who owns the id it minted — unless
 the endpoint's ``state`` is emulated: then its own Response, as the client got it, is stored
 under its id). A
-``background`` call is taken over just after, by :mod:`llmitm.addons.background`.
+``background`` call is taken over just after, by :mod:`llmitm.addons.background`. A stored
+call's id is marked pending in the store as it goes upstream, for the other proxies that
+may share the store (:mod:`llmitm.responses_api.waiting`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ from llmitm.exchange.stream import StreamRewriter
 from llmitm.responses_api.conversation_records import ConversationItemsAdded
 from llmitm.responses_api.conversations import turn_items
 from llmitm.responses_api.create import CreateCall
-from llmitm.responses_api.records import ResponseOwned, ResponseOwner, StoredResponse
+from llmitm.responses_api.records import (
+    PendingResponse,
+    ResponseOwned,
+    ResponseOwner,
+    ResponsePending,
+    StoredResponse,
+)
 from llmitm.responses_api.seal import ReasoningSeal, reasoning_text
 from llmitm.responses_api.stateless import stored_native_response
 from llmitm.wire.ids import Mint
@@ -66,6 +74,11 @@ class LlmResponsesStateWriter:
         if not contexts:
             return
         create.response_id = flow_ids(flow)("resp")
+        if create.store and self.state.shared:
+            # Another proxy sharing the store, asked for this id before this one stores it,
+            # waits for it (llmitm.responses_api.waiting) rather than answer "not found".
+            pending = PendingResponse(create.response_id, time.time(), create.created_by)
+            self.state.submit(ResponsePending(pending))
         sealing = None
         if create.include_encrypted:
             seal, mint = await self.state.seal(), flow_mint(flow)

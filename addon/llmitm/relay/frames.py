@@ -15,8 +15,16 @@ class FramesJob:
 
     def __init__(self, frames: AsyncIterable[bytes]) -> None:
         self.frames = frames
+        self._reply: RelayReply | None = None
+
+    @property
+    def gone(self) -> bool:
+        """Whether the client has left: for ``frames`` that wait on something else between
+        two frames (a store they poll), and should stop doing so."""
+        return self._reply is not None and self._reply.gone
 
     async def serve(self, reply: RelayReply) -> None:
+        self._reply = reply
         await reply.start(200, _HEADERS)
         async for data in self.frames:
             if reply.gone:

@@ -92,10 +92,25 @@ class BackgroundRun:
             self.task.cancel()
 
     def abandon(self, message: str) -> None:
-        """llmitm is stopping: the response ends ``failed`` rather than in_progress forever."""
+        """llmitm is stopping: the response ends ``failed`` rather than in_progress forever,
+        with a ``response.failed`` event that ends the stream of whoever follows it (on any
+        proxy sharing the store)."""
         if self.finished:
             return
-        self._end("failed", {"code": "server_error", "message": message})
+        error = {"code": "server_error", "message": message}
+        self._emit([{"type": "response.failed", "response": failed(self.response, error)}])
+        self._end("failed", error)
+        if self.task is not None:
+            self.task.cancel()
+
+    def lose(self) -> None:
+        """Another proxy ended this run as stale (this one failed to renew its lease in
+        time): stop it without a further write, the store's state is theirs now."""
+        if self.finished:
+            return
+        self._record_state = self._record_events = _nothing
+        self.response = dict(self.response, status="failed")
+        self._changed.set()
         if self.task is not None:
             self.task.cancel()
 
@@ -194,6 +209,15 @@ class BackgroundRun:
         self.response = dict(self.response, status=status, error=error)
         self._record_state(self.response)
         self._changed.set()
+
+
+def failed(response: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
+    """The Response object of a run that ended failed with ``error``."""
+    return dict(response, status="failed", error=error)
+
+
+def _nothing(_value: Any) -> None:
+    return None
 
 
 def _translate(translator: ChatToResponsesStream, events: list[tuple[str | None, bytes]]) -> list:

@@ -122,6 +122,31 @@ _CONVERSATIONS: tuple[str, ...] = (
     "(conversation_id, item_id)",
 )
 
+# Responses state across proxies sharing one store (store.sqlite_responses): new tables only,
+# each IF NOT EXISTS, so this step too commutes with any other feature's step.
+_RESPONSES_ACROSS_PROXIES: tuple[str, ...] = (
+    # A response a proxy is answering and will store: another proxy asked for it waits.
+    """
+    CREATE TABLE IF NOT EXISTS response_pending (
+        id TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        credential TEXT
+    )
+    """,
+    # The lease of each running background response: its proxy's heartbeat, and a cancel
+    # (or delete) another proxy asked for.
+    """
+    CREATE TABLE IF NOT EXISTS response_runs (
+        response_id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        heartbeat_at REAL NOT NULL,
+        cancel_requested_at REAL,
+        delete_requested INTEGER NOT NULL DEFAULT 0
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS response_runs_owner ON response_runs (owner)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -280,6 +305,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX response_input_ids_response ON response_input_ids (response_key)",
         ),
     ),
+    Migration(9, "responses and background runs across proxies", _RESPONSES_ACROSS_PROXIES),
 )
 
 

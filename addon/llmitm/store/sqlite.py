@@ -49,18 +49,27 @@ from llmitm.responses_api.conversation_records import (
     StoredConversation,
 )
 from llmitm.responses_api.records import (
+    PendingResponse,
     ResponseDeleted,
     ResponseEvents,
     ResponseOwned,
     ResponseOwner,
+    ResponsePending,
     ResponseReader,
     ResponseSaved,
     ResponsesPurged,
+    RunCancelRequested,
+    RunEnded,
+    RunLease,
+    RunsHeartbeat,
+    RunStarted,
+    StaleRunEnded,
     StoredResponse,
 )
 from llmitm.store import sqlite_content
 from llmitm.store import sqlite_conversations as conversations
 from llmitm.store import sqlite_recordings as recordings
+from llmitm.store import sqlite_responses as responses
 from llmitm.store.api import GroupBy, Store, StoreStats, UsageRow, Write
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew, migrate, user_version
 from llmitm.store.recordings import (
@@ -97,6 +106,12 @@ DEFAULT_APPLIERS: Mapping[type, SqliteApplier] = {
     ResponseEvents: apply_events,
     ResponseOwned: apply_owned,
     ResponsesPurged: apply_purged,
+    ResponsePending: responses.apply_pending,
+    RunStarted: responses.apply_run_started,
+    RunsHeartbeat: responses.apply_heartbeat,
+    RunCancelRequested: responses.apply_cancel_requested,
+    RunEnded: responses.apply_run_ended,
+    StaleRunEnded: responses.apply_stale_ended,
     RecordingWrite: recordings.apply_recordings,
     DeleteScope: recordings.apply_delete_scope,
     DeleteRecordings: recordings.apply_delete_ids,
@@ -302,6 +317,18 @@ class SqliteStore(Store, ResponseReader, ConversationReader):
     async def seal_key(self) -> bytes | None:
         reader = await self._responses_reader()
         return None if reader is None else await read_seal_key(reader)
+
+    async def pending(self, response_id: str) -> PendingResponse | None:
+        reader = await self._responses_reader()
+        return None if reader is None else await responses.read_pending(reader, response_id)
+
+    async def run_lease(self, response_id: str) -> RunLease | None:
+        reader = await self._responses_reader()
+        return None if reader is None else await responses.read_run_lease(reader, response_id)
+
+    async def owned_leases(self, owner: str) -> list[RunLease]:
+        reader = await self._responses_reader()
+        return [] if reader is None else await responses.read_owned_leases(reader, owner)
 
     # Conversations (store.sqlite_conversations), read after the writes before the call.
 

@@ -1,7 +1,9 @@
 """Responses state in SQLite: how the writes of ``responses_api.records`` are applied and
 its reads answered. Owns the SQL of the tables migration 2 creates (``responses``,
-``response_events``, ``response_owners``, ``llmitm_secrets``) and of the ``credential``
-columns migration 6 adds to the first and third; ``store.sqlite`` calls it.
+``response_events``, ``response_owners``, ``llmitm_secrets``), of the ``credential``
+columns migration 6 adds to the first and third, and of migration 9's ``response_pending``
+and ``response_runs`` (what proxies sharing the file tell each other); ``store.sqlite``
+calls it.
 
 Objects and item lists are stored as JSON blobs: the store never looks inside them, the
 local Responses API (sans-IO) does. A chain is one recursive query over
@@ -29,12 +31,21 @@ import aiosqlite
 import orjson
 
 from llmitm.responses_api.records import (
+    PENDING_MAX_AGE,
+    PendingResponse,
     ResponseDeleted,
     ResponseEvents,
     ResponseOwned,
     ResponseOwner,
+    ResponsePending,
     ResponseSaved,
     ResponsesPurged,
+    RunCancelRequested,
+    RunEnded,
+    RunLease,
+    RunsHeartbeat,
+    RunStarted,
+    StaleRunEnded,
     StoredResponse,
 )
 from llmitm.store import sqlite_content
@@ -130,6 +141,10 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
     await db.executemany(f"INSERT OR REPLACE INTO responses ({columns}) VALUES ({marks})", rows)
     if puts is not None and any(puts.replaced):
         await store.release(db, puts.replaced)
+    if await _has_table(db, "response_pending"):
+        await db.executemany(
+            "DELETE FROM response_pending WHERE id = ?", [(w.record.id,) for w in writes]
+        )
 
 
 # Two rows per response saved before (NULL where a row from before schema 8 holds none).
@@ -202,6 +217,8 @@ async def apply_deleted(db: aiosqlite.Connection, writes: Sequence[ResponseDelet
     await db.executemany("DELETE FROM response_items WHERE response_id = ?", ids)
     await db.executemany("DELETE FROM response_events WHERE response_id = ?", ids)
     await db.executemany("DELETE FROM response_owners WHERE id = ?", ids)
+    if await _has_table(db, "response_pending"):
+        await db.executemany("DELETE FROM response_pending WHERE id = ?", ids)
 
 
 async def apply_events(db: aiosqlite.Connection, writes: Sequence[ResponseEvents]) -> None:
@@ -243,6 +260,123 @@ async def apply_purged(db: aiosqlite.Connection, writes: Sequence[ResponsesPurge
     )
     await db.execute("DELETE FROM responses WHERE expires_at <= ?", (now,))
     await db.execute("DELETE FROM response_owners WHERE expires_at <= ?", (now,))
+    if await _has_table(db, "response_pending"):
+        old = now - PENDING_MAX_AGE
+        await db.execute("DELETE FROM response_pending WHERE created_at < ?", (old,))
+        await db.execute("DELETE FROM response_runs WHERE heartbeat_at < ?", (old,))
+
+
+async def _has_table(db: aiosqlite.Connection, name: str) -> bool:
+    """Whether the file has table ``name`` (a store opened with fewer migration steps, in
+    tests, or a read-only one over an older file, may not)."""
+    async with db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ) as cursor:
+        return await cursor.fetchone() is not None
+
+
+# -- across proxies: pending marks and background run leases (migration 9) -------------------
+
+
+async def apply_pending(db: aiosqlite.Connection, writes: Sequence[ResponsePending]) -> None:
+    await db.executemany(
+        "INSERT OR REPLACE INTO response_pending (id, created_at, credential) VALUES (?, ?, ?)",
+        [(w.pending.id, w.pending.created_at, w.pending.credential) for w in writes],
+    )
+
+
+async def apply_run_started(db: aiosqlite.Connection, writes: Sequence[RunStarted]) -> None:
+    await db.executemany(
+        "INSERT OR REPLACE INTO response_runs (response_id, owner, heartbeat_at, "
+        "cancel_requested_at, delete_requested) VALUES (?, ?, ?, NULL, 0)",
+        [(w.lease.response_id, w.lease.owner, w.lease.heartbeat_at) for w in writes],
+    )
+
+
+async def apply_heartbeat(db: aiosqlite.Connection, writes: Sequence[RunsHeartbeat]) -> None:
+    await db.executemany(
+        "UPDATE response_runs SET heartbeat_at = ? WHERE response_id = ? AND owner = ?",
+        [(w.at, rid, w.owner) for w in writes for rid in w.response_ids],
+    )
+
+
+async def apply_cancel_requested(
+    db: aiosqlite.Connection, writes: Sequence[RunCancelRequested]
+) -> None:
+    await db.executemany(
+        "UPDATE response_runs SET cancel_requested_at = COALESCE(cancel_requested_at, ?), "
+        "delete_requested = MAX(delete_requested, ?) WHERE response_id = ?",
+        [(w.at, int(w.delete), w.response_id) for w in writes],
+    )
+
+
+async def apply_run_ended(db: aiosqlite.Connection, writes: Sequence[RunEnded]) -> None:
+    for w in writes:
+        await _end_run(db, w.response_id)
+
+
+async def _end_run(db: aiosqlite.Connection, response_id: str) -> None:
+    """Remove a run's lease; delete its response when a delete was asked while it ran."""
+    async with db.execute(
+        "DELETE FROM response_runs WHERE response_id = ? RETURNING delete_requested",
+        (response_id,),
+    ) as cursor:
+        row = await cursor.fetchone()
+    if row is not None and row[0]:
+        await apply_deleted(db, [ResponseDeleted(response_id)])
+
+
+async def apply_stale_ended(db: aiosqlite.Connection, writes: Sequence[StaleRunEnded]) -> None:
+    # The batch holds the write lock (BEGIN IMMEDIATE): no owner's heartbeat can land
+    # between this check and the writes after it.
+    for w in writes:
+        async with db.execute(
+            "SELECT 1 FROM response_runs WHERE response_id = ? AND heartbeat_at < ?",
+            (w.record.id, w.stale_before),
+        ) as cursor:
+            if await cursor.fetchone() is None:
+                continue
+        await apply_saved(db, [ResponseSaved(w.record)])
+        await apply_events(db, [ResponseEvents(w.record.id, w.events)])
+        await _end_run(db, w.record.id)
+
+
+async def read_pending(db: aiosqlite.Connection, response_id: str) -> PendingResponse | None:
+    if not await _has_table(db, "response_pending"):
+        return None
+    sql = "SELECT created_at, credential FROM response_pending WHERE id = ? AND created_at >= ?"
+    async with db.execute(sql, (response_id, time.time() - PENDING_MAX_AGE)) as cursor:
+        row = await cursor.fetchone()
+    if row is None:
+        return None
+    credential = row[1] if isinstance(row[1], str) else None
+    return PendingResponse(response_id, float(row[0]), credential)
+
+
+_LEASE = "response_id, owner, heartbeat_at, cancel_requested_at, delete_requested"
+
+
+def _lease(row: Sequence[Any]) -> RunLease:
+    cancel = float(row[3]) if row[3] is not None else None
+    return RunLease(str(row[0]), str(row[1]), float(row[2]), cancel, bool(row[4]))
+
+
+async def read_run_lease(db: aiosqlite.Connection, response_id: str) -> RunLease | None:
+    if not await _has_table(db, "response_runs"):
+        return None
+    sql = f"SELECT {_LEASE} FROM response_runs WHERE response_id = ?"
+    async with db.execute(sql, (response_id,)) as cursor:
+        row = await cursor.fetchone()
+    return _lease(row) if row else None
+
+
+async def read_owned_leases(db: aiosqlite.Connection, owner: str) -> list[RunLease]:
+    if not await _has_table(db, "response_runs"):
+        return []
+    sql = f"SELECT {_LEASE} FROM response_runs WHERE owner = ?"
+    async with db.execute(sql, (owner,)) as cursor:
+        rows = await cursor.fetchall()
+    return [_lease(row) for row in rows]
 
 
 async def _chunked(db: aiosqlite.Connection) -> bool:
