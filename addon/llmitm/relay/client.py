@@ -70,6 +70,9 @@ WRITE_TIMEOUT = 120.0
 
 READ_SIZE = 64 * 1024
 """The most one read of an HTTP/1.1 body takes (httpcore's own read size)."""
+BLOCK_READ = 1 << 20
+"""The most one read of a chunked body read without h11 takes: more than a socket read brings
+(asyncio's 256 KiB), so each block the connection's reader received comes back whole."""
 
 _CUT = (
     httpcore.RemoteProtocolError,
@@ -494,7 +497,7 @@ async def _chunk_pieces(
 ) -> list[bytes]:
     """:meth:`UpstreamResponse._pieces` for a chunked body read without h11."""
     while True:
-        data = await reader.read(READ_SIZE)
+        data = await reader.read(BLOCK_READ)
         if not data:
             raise h11.RemoteProtocolError(
                 "peer closed connection without sending complete message body "
