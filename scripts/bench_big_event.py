@@ -15,8 +15,10 @@ chunked writes, and the client reads it to the end through:
 
 Runs are interleaved round by round. Prints each setup's median wall time, its ratio to
 mitmdump, the MiB its client read, that ratio per byte read (a Responses client reads the text
-five times: the delta and four closing events repeat it) and the proxy's RSS after the last
-run. ``--setups pass,failover,translated`` picks llmitm's routes (mitmdump always runs).
+five times: the delta and four closing events repeat it), the proxy's median CPU time per run
+and its ratio to mitmdump's (robust to a loaded machine, where wall times are not) and the
+proxy's RSS after the last run. ``--setups pass,failover,translated`` picks llmitm's routes
+(mitmdump always runs).
 
 ``--waves N`` measures memory instead: llmitm processes that differ only in how freed heap
 goes back (glibc's defaults; a fixed mmap threshold; a fixed trim threshold; llmitm's
@@ -41,7 +43,7 @@ from pathlib import Path
 
 import bench_proxy
 import orjson
-from bench_proxy import Processes, start_llmitm, start_mitmdump
+from bench_proxy import Processes, cpu_seconds, start_llmitm, start_mitmdump
 
 WRITE = 64 << 10
 
@@ -267,28 +269,34 @@ def main() -> int:
                 chosen |= {"llmitm →responses"} if "llmitm translated" in chosen else set()
                 setups = [s for s in setups if not s[0].startswith("llmitm") or s[0] in chosen]
             times: dict[str, list[float]] = {name: [] for name, *_ in setups}
+            cpu: dict[str, list[float]] = {name: [] for name, *_ in setups}
             sizes: dict[str, int] = {}
             for round_ in range(args.runs):
                 order = setups if round_ % 2 == 0 else setups[::-1]
-                for name, port, model, api, _pid in order:
+                for name, port, model, api, pid in order:
+                    cpu_before = cpu_seconds(pid)
                     elapsed, sizes[name] = asyncio.run(fetch(port, model, api))
+                    cpu[name].append(cpu_seconds(pid) - cpu_before)
                     print(f"  {name}: {elapsed:.2f} s", file=sys.stderr, flush=True)
                     times[name].append(elapsed)
             base = statistics.median(times["mitmdump"])
+            cpu_base = statistics.median(cpu["mitmdump"])
             print(f"one {args.mib} MiB event, median of {args.runs} runs")
             # The client's bytes: a Responses stream repeats the text in its closing events.
             print(
                 f"{'setup':<20} {'median s':>9} {'× mitmdump':>11} {'MiB read':>9}"
-                f" {'× per byte':>11} {'proxy RSS MiB':>14}"
+                f" {'× per byte':>11} {'CPU s':>6} {'× CPU':>6} {'proxy RSS MiB':>14}"
             )
             for name, _port, _model, _api, pid in setups:
                 median = statistics.median(times[name])
                 rss = f"{rss_mb(pid):.0f}" if pid else "–"
                 read = sizes[name] / (1 << 20)
                 per_byte = median / base / (sizes[name] / sizes["mitmdump"])
+                cpu_s = statistics.median(cpu[name])
+                cpu_cells = f"{cpu_s:>6.2f} {cpu_s / cpu_base:>6.2f}" if pid else f"{'–':>13}"
                 print(
                     f"{name:<20} {median:>9.2f} {median / base:>11.2f} {read:>9.0f}"
-                    f" {per_byte:>11.2f} {rss:>14}"
+                    f" {per_byte:>11.2f} {cpu_cells} {rss:>14}"
                 )
         finally:
             procs.stop_all()

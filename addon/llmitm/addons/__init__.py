@@ -10,6 +10,7 @@ from llmitm.addons.compaction import LlmCompaction, LlmCompactionAnswer
 from llmitm.addons.console import LlmConsole
 from llmitm.addons.contentview import LlmContentview
 from llmitm.addons.conversations import LlmConversations
+from llmitm.addons.drain import LlmDrain
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.first_byte import LlmFirstByteWatch
 from llmitm.addons.first_screen import LlmFirstScreen
@@ -71,6 +72,7 @@ def make_addons() -> list[object]:
     # restored before anyone else (egress and the recorder included) sees it.
     return [
         LlmQuiet(),  # first: mitmproxy's info lines go before any is logged
+        LlmDrain(),  # its done() lets the flows in flight end before the others' run
         LlmPatches(),  # checks once that the mitmproxy internals llmitm patches are there
         LlmNamespace(),  # answers --transparent's DNS; re-addresses its flows by Host header
         settings,

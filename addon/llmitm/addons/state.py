@@ -84,6 +84,8 @@ class FlowState:
     strip_usage: bool = False
     """llmitm asked the chat upstream for a usage chunk the client did not ask for."""
     routed: Routed | None = None
+    accounted: bool = False
+    """Its usage went to the store (once: a flow may meet both ``response`` and ``error``)."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
         return {

@@ -3,8 +3,13 @@
 Written in ``response``, which mitmproxy runs after a stream's last chunk has gone through
 the rewriter; the write goes through the store's queue and is never awaited here. A chat stream
 relayed unchanged whose client did not ask for ``stream_options.include_usage`` is accounted
-too: the router asked the upstream for the usage chunk and the stream guard strips it. A flow
-that ends without usage (an error status, a cut or aborted stream, an endpoint with
+too: the router asked the upstream for the usage chunk and the stream guard strips it.
+
+A stream that ends in ``error`` is accounted as well when its upstream had reported usage by
+then: a client may hang up as soon as it has the last event (the openai SDK stops reading a
+chat stream at ``[DONE]``, before the upstream's body has ended, and mitmproxy then ends the
+flow with "Client disconnected"), and the tokens are spent all the same. A flow that ends
+without usage (an error status, a stream cut or aborted before its usage, an endpoint with
 ``stream_usage = false``) is not recorded: the table holds only what an upstream reported.
 Such flows are counted in ``without_usage``. The endpoint is the one that answered (after
 failover, not the route's first).
@@ -44,8 +49,18 @@ class LlmUsage:
 
     def response(self, flow: http.HTTPFlow) -> None:
         state = flow_state(flow)
-        if not isinstance(state, FlowState):
+        if isinstance(state, FlowState):
+            self._account(flow, state)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        state = flow_state(flow)
+        if isinstance(state, FlowState) and state.streamed:
+            self._account(flow, state)
+
+    def _account(self, flow: http.HTTPFlow, state: FlowState) -> None:
+        if state.accounted:
             return
+        state.accounted = True
         try:
             tokens = flow_tokens(flow, state)
         except Exception:  # accounting must never cost the client its answer

@@ -17,9 +17,11 @@ closed, its HTTP/2 stream reset. A request that fails before any answer on a poo
 connection (the upstream closed it while idle) is sent again once, on a fresh connection.
 
 The body is the per-event hot path (one read per event of every relayed stream). An HTTP/1.1
-body is read straight from the pooled connection's reader and parsed by the connection's own
-h11 state, not through httpcore's three nested async generators, and every chunk one read
-brings is relayed in one write; the idle limit is one timer per body, re-armed only when it
+body is read straight from the pooled connection's reader, not through httpcore's three nested
+async generators: a chunked one's framing is decoded from each read as it came
+(:mod:`llmitm.relay.chunked`, which spares a large event h11's copies) once h11 has nothing of
+it buffered, any other by the connection's own h11 state; every chunk one read brings is
+relayed in one write; the idle limit is one timer per body, re-armed only when it
 fires early, instead of a timeout armed and cancelled around every read. httpcore still owns
 the connection: the body's end (or its abandonment) is handed back to it, so it returns the
 connection to the pool only when h11 saw the whole body.
@@ -39,8 +41,10 @@ import h2.errors
 import h2.exceptions
 import h11
 import httpcore
+from h11._readers import ChunkedReader
 
 from llmitm.errors import TransportError
+from llmitm.relay.chunked import ChunkedBody, ChunkError
 from llmitm.relay.network import OPENED, AsyncioBackend, AsyncioStream
 
 type Drain = Callable[[], Awaitable[None]]
@@ -66,6 +70,9 @@ WRITE_TIMEOUT = 120.0
 
 READ_SIZE = 64 * 1024
 """The most one read of an HTTP/1.1 body takes (httpcore's own read size)."""
+BLOCK_READ = 1 << 20
+"""The most one read of a chunked body read without h11 takes: more than a socket read brings
+(asyncio's 256 KiB), so each block the connection's reader received comes back whole."""
 
 _CUT = (
     httpcore.RemoteProtocolError,
@@ -275,6 +282,7 @@ class UpstreamResponse:
 
     __slots__ = (
         "_answer",
+        "_chunked",
         "_chunks",
         "_closed",
         "_done",
@@ -293,6 +301,9 @@ class UpstreamResponse:
         self.http_version = version.decode("ascii", "replace")
         self._h11, self._reader = _http11_parts(answer.stream)
         self._chunks: Any = None  # httpcore's body iterator, started only without h11's
+        self._chunked: ChunkedBody | bool = self._h11 is not None
+        """The chunked framing once read without h11; ``True``: it may be, once h11 has none
+        of the body buffered; ``False``: h11 reads the whole body."""
         self._done = False
         self._closed = False
 
@@ -312,6 +323,11 @@ class UpstreamResponse:
                 return []
         reader = self._reader
         assert reader is not None
+        chunked = self._chunked
+        if chunked is True:
+            chunked = self._chunked = _take_over(state)
+        if chunked is not True and chunked is not False:
+            return await _chunk_pieces(self, chunked, state, reader)
         pieces: list[bytes] = []
         while True:
             event = state.next_event()
@@ -457,6 +473,52 @@ def _http11_parts(stream: object) -> tuple[h11.Connection | None, asyncio.Stream
     ):
         return state, network.reader
     return None, None
+
+
+def _take_over(state: h11.Connection) -> ChunkedBody | bool:
+    """The chunked framing where h11 stands, taken from it (h11 is left between two chunks);
+    ``True`` while h11 still holds bytes of the body (a later read may take over), ``False``
+    when the body is not chunked or h11's reader is not the one this code knows."""
+    body = getattr(state, "_reader", None)
+    if type(body) is not ChunkedReader:
+        return False
+    if body._reading_trailer or len(state._receive_buffer):
+        return True
+    chunked = ChunkedBody(body._bytes_in_chunk, body._bytes_to_discard)
+    body._bytes_in_chunk, body._bytes_to_discard = 0, b""
+    return chunked
+
+
+async def _chunk_pieces(
+    response: UpstreamResponse,
+    chunked: ChunkedBody,
+    state: h11.Connection,
+    reader: asyncio.StreamReader,
+) -> list[bytes]:
+    """:meth:`UpstreamResponse._pieces` for a chunked body read without h11."""
+    while True:
+        data = await reader.read(BLOCK_READ)
+        if not data:
+            raise h11.RemoteProtocolError(
+                "peer closed connection without sending complete message body "
+                "(incomplete chunked read)"
+            )
+        try:
+            pieces = chunked.feed(data)
+        except ChunkError as exc:
+            raise h11.RemoteProtocolError(str(exc)) from None
+        if chunked.ended:
+            # h11 ends the message its way (and httpcore pools the connection by it).
+            state.receive_data(b"0\r\n\r\n" + chunked.rest)
+            if type(state.next_event()) is not h11.EndOfMessage:
+                raise h11.RemoteProtocolError("the chunked body did not end cleanly")
+            response._done = True
+            break
+        if pieces:
+            break
+    if len(pieces) > 1:
+        return [b"".join(pieces)]
+    return pieces
 
 
 async def _nothing() -> None:

@@ -28,6 +28,9 @@ from llmitm.wire.errors import ApiError, openai_error_body
 logger = logging.getLogger(__name__)
 
 DRAIN_ABOVE = 256 * 1024
+WRITE_APART = 16 * 1024
+"""From this size on a piece is not copied into its chunk's framing: the transport sends the
+framing and the piece together (``sendmsg``), and keeps the piece itself if it must wait."""
 
 
 class RelayReply:
@@ -52,6 +55,11 @@ class RelayReply:
 
     def write(self, pieces: list[bytes]) -> None:
         """Queue body pieces (empty pieces are skipped: a zero chunk would end the body)."""
+        if len(pieces) == 1 and len(pieces[0]) >= WRITE_APART:
+            # A large piece goes out as it is, its framing beside it (one sendmsg).
+            piece = pieces[0]
+            self._writer.writelines([b"%x\r\n" % len(piece), piece, b"\r\n"])
+            return
         self._writer.write(
             b"".join([b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces if piece])
         )

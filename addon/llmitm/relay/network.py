@@ -6,6 +6,9 @@ on one stream read per event, anyio's backend cost about twice the CPU per read 
 streams (``scripts/bench_relay_pool.py`` compares them); this one is the same asyncio
 ``StreamReader``/``StreamWriter`` pair the hand-written client used, behind httpcore's
 interface. Timeouts are the caller's bounds; errors become httpcore's, which the client maps.
+Its reader (:class:`BlockReader`) hands a block the socket brought back as it came, instead of
+copying it into a buffer and out again, when nothing else is buffered: what a large event's
+bytes cost on their way through the relay.
 
 :data:`OPENED` counts the connections opened on the caller's behalf (the backend runs in the
 caller's task, so a context variable sees them): a request that failed before its answer on a
@@ -24,6 +27,86 @@ import httpcore
 
 OPENED: ContextVar[list[int] | None] = ContextVar("llmitm_relay_opened", default=None)
 """A one-item counter the caller sets before a request: connections opened for it."""
+
+
+class BlockReader(asyncio.StreamReader):
+    """asyncio's ``StreamReader``, except that a ``read`` finding just one received block, no
+    larger than it asked for, returns that block itself.
+
+    asyncio's reader appends every block the transport receives to one ``bytearray`` and
+    copies each read out of it: two copies of every byte, which a relayed 20 MiB event paid in
+    full. Here a block that arrives while nothing is buffered is kept aside as it came; the
+    next block, or any read but ``read``, puts it into the buffer first, so everything else
+    behaves as asyncio's reader does (the transport is paused and resumed by the same rule).
+    """
+
+    _block: bytes | None = None
+    _blocks = True  # off for good once a line or exact read is asked for
+
+    def feed_data(self, data: bytes) -> None:
+        idle = not self._buffer and self._block is None and not self._eof
+        if idle and self._blocks and type(data) is bytes and data:
+            self._block = data
+            self._wakeup_waiter()
+            if len(data) > 2 * self._limit:
+                self._pause()
+            return
+        self._merge()
+        super().feed_data(data)
+
+    async def read(self, n: int = -1) -> bytes:
+        if self._exception is not None:
+            raise self._exception
+        if n > 0 and self._blocks:
+            if not self._buffer and self._block is None and not self._eof:
+                await self._wait_for_data("read")
+            block = self._block
+            if block is not None and len(block) <= n:
+                self._block = None
+                self._maybe_resume_transport()
+                return block
+        self._merge()
+        return await super().read(n)
+
+    def at_eof(self) -> bool:
+        return self._block is None and super().at_eof()
+
+    @property
+    def buffered(self) -> bool:
+        """Bytes are waiting to be read."""
+        return self._block is not None or bool(self._buffer)
+
+    async def readline(self) -> bytes:
+        self._no_blocks()
+        return await super().readline()
+
+    async def readuntil(self, separator: bytes = b"\n") -> bytes:
+        self._no_blocks()
+        return await super().readuntil(separator)
+
+    async def readexactly(self, n: int) -> bytes:
+        self._no_blocks()
+        return await super().readexactly(n)
+
+    def _no_blocks(self) -> None:
+        self._blocks = False
+        self._merge()
+
+    def _merge(self) -> None:
+        block = self._block
+        if block is not None:
+            self._block = None
+            self._buffer.extend(block)
+
+    def _pause(self) -> None:
+        transport = self._transport
+        if transport is not None and not self._paused:
+            try:
+                transport.pause_reading()
+            except NotImplementedError:
+                self._transport = None
+            else:
+                self._paused = True
 
 
 class AsyncioStream(httpcore.AsyncNetworkStream):
@@ -103,8 +186,21 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
 
 
 def _buffered(reader: asyncio.StreamReader) -> bool:
+    if isinstance(reader, BlockReader):
+        return reader.buffered
     buffer = getattr(reader, "_buffer", None)  # no public way to peek: assume empty without it
     return bool(buffer)
+
+
+async def _open_connection(
+    host: str, port: int, local: tuple[str, int] | None
+) -> tuple[BlockReader, asyncio.StreamWriter]:
+    """``asyncio.open_connection`` with a :class:`BlockReader`."""
+    loop = asyncio.get_running_loop()
+    reader = BlockReader(loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.create_connection(lambda: protocol, host, port, local_addr=local)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
 class AsyncioBackend(httpcore.AsyncNetworkBackend):
@@ -118,9 +214,7 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         local = (local_address, 0) if local_address else None
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, local_addr=local), timeout
-            )
+            reader, writer = await asyncio.wait_for(_open_connection(host, port, local), timeout)
         except TimeoutError:
             raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
         except OSError as exc:

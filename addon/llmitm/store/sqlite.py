@@ -11,12 +11,19 @@ Owns connections, pragmas, file creation and the transaction around each batch. 
 - one read connection (``query_only``), so reads never queue behind writes;
 - WAL with ``synchronous=NORMAL`` and a ``busy_timeout``: several llmitm processes can share
   one file, and a killed process loses at most what was still queued, never the database.
-  (``NORMAL`` may lose the last commits on power loss, not on a process crash.) What is still
-  queued is the flows whose ``response``/``error`` hook ran but whose batch has not committed:
-  the window from a client's last byte to its flow's commit is milliseconds on an idle proxy
-  (3 ms at most over a loopback test, bounded at 1 s by ``tests/e2e/test_store_kill.py``), and
-  grows under load by the batches queued before it. It is not closed by writing before the
-  answer ends on purpose: the hook path never waits for the disk.
+  (``NORMAL`` may lose the last commits on power loss, not on a process crash.)
+
+What a SIGKILL loses: the flows in flight, and the flows whose last hook (``response`` or
+``error``) ran but whose writes have not committed — a record also waits for the builder's
+worker, which redacts it off the event loop. From the client's last byte to the commit that
+window is milliseconds on an idle proxy (3 ms at most over a loopback test, bounded at 1 s by
+``tests/e2e/test_store_kill.py``) and grows under load by the batches and builds queued before
+it. A stream can add more in front: mitmproxy runs its last hook when the upstream ends the
+body (or the client hangs up), and a client that stops at the last event (the openai SDK at a
+chat stream's ``[DONE]``) has its answer that much earlier. The window is not closed by writing
+before the answer ends, on purpose: the hook path never waits for the disk. A stop (SIGINT,
+SIGTERM) loses none of it: the flows in flight get ``llmitm_stop_grace`` seconds to end
+(``addons/drain.py``), and the store closes once every queued write has committed.
 
 A write kind is supported by giving it an applier: ``async (connection, writes) -> None``
 that stores a run of writes of that kind (``DEFAULT_APPLIERS``, or ``appliers=`` for more).

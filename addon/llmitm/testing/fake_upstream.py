@@ -30,8 +30,10 @@ Scenarios (both APIs, streamed and not):
 
 Options for any scenario: ``status=N`` (+ ``retry_after=S``, ``retry_after_ms=M``),
 ``context_error`` (llama.cpp's 400), ``disconnect_after=N`` (abort after N events),
-``first_byte_delay_ms=M``, ``event_delay_ms=M``, ``garbage`` (an invalid-UTF-8 non-JSON data
-line after 2 events), ``flavor=llamacpp`` (Responses events shaped like llama.cpp's),
+``first_byte_delay_ms=M``, ``event_delay_ms=M``, ``end_delay_ms=M`` (a stream's body ends M ms
+after its last event, as a server that flushes each event and closes the body later),
+``garbage`` (an invalid-UTF-8 non-JSON data line after 2 events), ``flavor=llamacpp``
+(Responses events shaped like llama.cpp's),
 ``stall_after=N`` (send N events, then nothing while keeping the connection open, until the
 client hangs up or a minute has passed), ``reset_before_headers`` (abort the connection
 without answering), ``not_http`` (answer bytes that are not HTTP, then close),
@@ -1164,6 +1166,9 @@ class FakeUpstream:
                 await write_chunk(writer, GARBAGE_FRAME)
             await write_chunk(writer, frame)
         _stop_watch()
+        end_delay = scenario.number("end_delay_ms")
+        if end_delay:
+            await asyncio.sleep(end_delay / 1000)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True
