@@ -56,7 +56,7 @@ class LlmHealth:
 
     def _read_options(self) -> None:
         self._config_path = ctx.options.llmitm_config
-        self._store_wanted = self.store.path() is not None
+        self._store_wanted = self.store.location() is not None
 
     def request(self, flow: http.HTTPFlow) -> Any:
         if flow.response or flow.error or not flow.live or flow.request.method != "GET":

@@ -12,8 +12,9 @@ share; ``open.store_for`` picks the backend from where the store lives.
 
 from llmitm.store.api import GROUP_BY, GroupBy, Store, StoreStats, UsageRow, Write
 from llmitm.store.location import default_store_path
+from llmitm.store.location_url import is_server_url
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew
-from llmitm.store.open import is_server_url, store_for
+from llmitm.store.open import store_for
 from llmitm.store.sqlite import DEFAULT_APPLIERS, SqliteApplier, SqliteStore
 
 __all__ = [

@@ -72,8 +72,8 @@ from llmitm.store import postgres_conversations as conversations
 from llmitm.store import postgres_recordings as recordings
 from llmitm.store import postgres_responses as responses
 from llmitm.store.api import GroupBy, Store, StoreStats, UsageRow, Write
+from llmitm.store.location_url import without_password
 from llmitm.store.migrations import Migration
-from llmitm.store.open import without_password
 from llmitm.store.postgres_migrations import MIGRATIONS, migrate, refuse_newer, schema_version
 from llmitm.store.postgres_usage import apply_usage, usage_rows
 from llmitm.store.recordings import (
