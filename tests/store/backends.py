@@ -93,3 +93,23 @@ class Backend:
             "PRAGMA user_version" if self.name == "sqlite" else "SELECT version FROM llmitm_schema"
         )
         return int(self.query(sql, name)[0][0])
+
+    def payload(self, name: str = "s") -> int:
+        """Bytes the database keeps in its rows' values (pages hold some slack besides)."""
+        if self.name == "sqlite":
+            with sqlite3.connect(self.location(name)) as db:
+                total = 0
+                tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                for (table,) in tables.fetchall():
+                    columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+                    lengths = " + ".join(f"COALESCE(length({c}), 0)" for c in columns)
+                    sql = f"SELECT COALESCE(SUM({lengths}), 0) FROM {table}"
+                    total += db.execute(sql).fetchone()[0]
+                return total
+        tables = [row[0] for row in self.query(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'", name
+        )]  # fmt: skip
+        sums = " + ".join(
+            f"(SELECT COALESCE(SUM(pg_column_size(t.*) - 24), 0) FROM {t} AS t)" for t in tables
+        )
+        return int(self.query(f"SELECT {sums}", name)[0][0])

@@ -10,16 +10,20 @@ import pytest
 from tests.store.backends import Backend
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    if request.param == "sqlite":
-        yield Backend("sqlite", tmp_path)
-        return
-    server = request.getfixturevalue("postgres")
-    monkeypatch = request.getfixturevalue("monkeypatch")
-    for name, value in server.env().items():
-        monkeypatch.setenv(name, value)  # the password reaches llmitm as a user gives it
-    made = Backend("postgresql", tmp_path, server.create_database, server.psql)
+@pytest.fixture
+def pg_backend(postgres: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """The PostgreSQL backend: databases on the worker's real server, made as a test asks
+    for them and dropped after it, the password in ``PGPASSWORD`` as a user gives it."""
+    for name, value in postgres.env().items():
+        monkeypatch.setenv(name, value)
+    made = Backend("postgresql", tmp_path, postgres.create_database, postgres.psql)
     yield made
     for dsn in made._databases.values():
-        server.drop_database(dsn)
+        postgres.drop_database(dsn)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend("sqlite", tmp_path)
+    return request.getfixturevalue("pg_backend")
