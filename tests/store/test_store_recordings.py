@@ -1,5 +1,6 @@
-"""Recordings in the store (SQLite and PostgreSQL): four legs round-trip byte for byte, blobs are shared,
-scopes are wiped, and the recordings migration commutes with other features' steps."""
+"""Recordings in the store (SQLite and PostgreSQL): four legs round-trip byte for byte,
+blobs are shared, scopes are wiped, and the recordings migration commutes with other
+features' steps."""
 
 from __future__ import annotations
 
