@@ -31,7 +31,15 @@ from llmitm.store import blob_codec, content
 from llmitm.store.content import LEAF, Bases
 from llmitm.store.sqlite_content import OWNER_COLUMNS, TABLE, Puts
 
-__all__ = ["OWNER_COLUMNS", "PgContentStore", "PgPuts", "check", "content_of", "read"]
+__all__ = [
+    "OWNER_COLUMNS",
+    "PgContentStore",
+    "PgPuts",
+    "check",
+    "content_of",
+    "lock_owners",
+    "read",
+]
 
 
 class PgContentStore:
@@ -96,6 +104,22 @@ class PgPuts(Puts):
             sorted(names),
         )
         return {bytes(row[0]) for row in rows}
+
+
+async def lock_owners(db: asyncpg.Connection, namespace: str, ids: Sequence[str]) -> None:
+    """Take, till the transaction ends, a lock on each owner id (``namespace``-qualified)
+    that is about to be written again. A row's old chunks are read, its new ones counted
+    and the old released in one transaction; when two proxies write the same id (a response
+    saved by both, an interaction recorded by both) and the row does not exist yet, there
+    is no row to lock, and each would release nothing while the second overwrote the
+    first's references. An advisory lock per id (taken in one order everywhere) makes them
+    take turns; an unrelated id sharing a hash only waits a moment."""
+    await db.execute(
+        "SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtextextended($1 || x, 0) AS k "
+        "FROM unnest($2::text[]) AS x ORDER BY k) AS keys",
+        namespace,
+        list(ids),
+    )
 
 
 _WRITERS: weakref.WeakKeyDictionary[asyncpg.Connection, PgContentStore] = (

@@ -70,6 +70,7 @@ async def apply_recordings(db: asyncpg.Connection, writes: Sequence[RecordingWri
     writes = list({w.interaction.id: w for w in writes}.values())
     store = postgres_content.content_of(db)
     ids = [w.interaction.id for w in writes]
+    await postgres_content.lock_owners(db, "recording:", ids)
     while True:
         puts = store.session()
         interactions, messages, blobs = recording_rows(writes, puts)

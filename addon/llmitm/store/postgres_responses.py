@@ -46,6 +46,7 @@ async def apply_saved(db: asyncpg.Connection, writes: Sequence[ResponseSaved]) -
     writes = list({w.record.id: w for w in writes}.values())
     store = postgres_content.content_of(db)
     ids = [w.record.id for w in writes]
+    await postgres_content.lock_owners(db, "response:", ids)
     while True:
         puts = store.session()
         rows, item_rows, input_keys = saved_rows(writes, puts)
@@ -91,21 +92,25 @@ async def apply_saved(db: asyncpg.Connection, writes: Sequence[ResponseSaved]) -
 
 
 async def _delete(db: asyncpg.Connection, ids: list[str]) -> None:
-    """Delete the responses ``ids`` with everything they own, releasing their chunks."""
+    """Delete the responses ``ids`` with everything they own, releasing their chunks. Only
+    the rows locked here give up chunks and go: a save of the same id by another proxy
+    waits for this (or this for it) on the id's lock, so none is deleted unreleased."""
     if not ids:
         return
+    await postgres_content.lock_owners(db, "response:", ids)
     rows = await db.fetch(
-        "SELECT input_chunk, response_chunk FROM responses WHERE id = ANY($1::text[]) "
+        "SELECT id, input_chunk, response_chunk FROM responses WHERE id = ANY($1::text[]) "
         "ORDER BY id FOR UPDATE",
         ids,
     )
-    await postgres_content.content_of(db).release(db, [name for row in rows for name in row])
+    found = [row[0] for row in rows]
+    await postgres_content.content_of(db).release(db, [n for row in rows for n in row[1:]])
     await db.execute(
         "DELETE FROM response_input_ids WHERE response_key = ANY($1::bigint[])",
-        [id_key(i) for i in ids],
+        [id_key(i) for i in found],
     )
+    await db.execute("DELETE FROM responses WHERE id = ANY($1::text[])", found)
     for table, column in (
-        ("responses", "id"),
         ("response_items", "response_id"),
         ("response_events", "response_id"),
         ("response_owners", "id"),
