@@ -340,10 +340,23 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
     async def _apply_in_transaction(
         self, db: asyncpg.Connection, batch: list[Write]
     ) -> BatchOutcome:
+        """Apply ``batch`` in one transaction: first without savepoints (each costs two round
+        trips, and a batch rarely holds a bad write); when a write fails, the transaction is
+        rolled back and applied again with each run in its own savepoint, so only the bad
+        write is lost."""
+        runs = [list(run) for _, run in itertools.groupby(_in_runs(batch), key=type)]
+        try:
+            async with db.transaction():
+                for run in runs:
+                    await self._appliers[type(run[0])](db, run)
+            return BatchOutcome(written=len(batch), failed=0)
+        except Exception as error:
+            if isinstance(error, _CONNECTION_ERRORS + _RETRY_ERRORS) or db.is_closed():
+                raise
         written = failed = 0
         async with db.transaction():
-            for _, run in itertools.groupby(batch, key=type):
-                ok, bad = await self._apply_run(db, list(run))
+            for run in runs:
+                ok, bad = await self._apply_run(db, run)
                 written += ok
                 failed += bad
         return BatchOutcome(written=written, failed=failed)
@@ -511,6 +524,19 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
     async def content_problems(self) -> list[str]:
         async with self._reading(settled=True) as db:
             return await postgres_content.check(db) if self._has_schema() else []
+
+
+# Write kinds that only append rows no other kind reads or changes: applied after the rest of
+# their batch, so a recording, a usage row, a recording… make two runs, not one per write
+# (each run costs its applier's round trips).
+_APPEND_ONLY = (UsageRecord, ReplayMissRecord)
+
+
+def _in_runs(batch: list[Write]) -> list[Write]:
+    """``batch`` in the order it is applied: as submitted, the append-only kinds last."""
+    return [w for w in batch if not isinstance(w, _APPEND_ONLY)] + [
+        w for w in batch if isinstance(w, _APPEND_ONLY)
+    ]
 
 
 def _reason(error: BaseException) -> str:
