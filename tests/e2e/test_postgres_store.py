@@ -7,6 +7,7 @@ the command line, without being repeated."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,12 @@ from .processes import LLMITM, TWO_ENDPOINTS, fake_upstream, llmitm_proxy
 from .test_record_replay import llmitm
 
 pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def sdk(base_url: str) -> openai.OpenAI:
@@ -116,3 +123,33 @@ def test_a_password_in_the_store_url_is_refused_without_being_shown(
     assert "PGPASSWORD" in _refused(from_option, "pw-in-url")
     usage = llmitm("usage", "--db", with_password)  # a wrong password: refused, not shown
     _refused(usage, "pw-in-url")
+
+
+def test_an_unreachable_database_never_holds_up_an_answer(tmp_path: Path) -> None:
+    dead = f"postgresql://llmitm@127.0.0.1:{free_port()}/llmitm"  # nothing listens there
+    with fake_upstream(tmp_path) as up:
+        config = TWO_ENDPOINTS.format(chat=up.url, responses=up.url)
+        with llmitm_proxy(
+            tmp_path / "proxy",
+            config=config,
+            modes=[f"reverse:{up.url}"],
+            extra=["--set", f"llmitm_store={dead}"],
+            env={"PGPASSWORD": "unused"},
+        ) as proxy:
+            client = sdk(proxy.base_url())
+            for _ in range(3):  # answers flow; their usage and recordings wait in the queue
+                chat = client.chat.completions.create(
+                    model="over-chat-1", messages=[{"role": "user", "content": "Say hello."}]
+                )
+                assert chat.choices[0].message.content
+            # Stored Responses state needs the database: a clear, retryable error.
+            with pytest.raises(openai.APIStatusError) as info:
+                client.responses.create(model="over-chat-1", input="Remember 7.")
+            assert info.value.status_code == 503
+            assert "store is unreachable" in info.value.message
+            client.close()
+        log = proxy.log_text()
+    assert "the database is unreachable" in log and "starting without it" in log
+    # Stopped, it gave up what it could not write, and said how much (bounded, not a hang).
+    assert "write(s) dropped and" in log and "failed" in log
+    assert "unused" not in log

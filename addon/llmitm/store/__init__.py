@@ -10,7 +10,15 @@ content-addressed chunks shared across turns and across recordings and Responses
 share; ``open.store_for`` picks the backend from where the store lives.
 """
 
-from llmitm.store.api import GROUP_BY, GroupBy, Store, StoreStats, UsageRow, Write
+from llmitm.store.api import (
+    GROUP_BY,
+    GroupBy,
+    Store,
+    StoreStats,
+    StoreUnreachable,
+    UsageRow,
+    Write,
+)
 from llmitm.store.location import default_store_path
 from llmitm.store.location_url import is_server_url
 from llmitm.store.migrations import MIGRATIONS, Migration, SchemaTooNew
@@ -28,6 +36,7 @@ __all__ = [
     "SqliteStore",
     "Store",
     "StoreStats",
+    "StoreUnreachable",
     "UsageRow",
     "Write",
     "default_store_path",

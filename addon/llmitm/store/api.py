@@ -20,6 +20,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, Self
 
+from llmitm.errors import StoreError
+
 if TYPE_CHECKING:
     from llmitm.replay.model import Interaction
     from llmitm.store.recordings import ReplayMissRecord
@@ -67,6 +69,11 @@ class StoreStats:
     dropped: int = 0
     batches: int = 0
     queued: int = 0
+
+
+class StoreUnreachable(StoreError, ConnectionError):
+    """The store's database cannot be reached now: a read asked while a server database is
+    down (writes never raise it: they wait in the queue)."""
 
 
 class Store(abc.ABC):

@@ -46,7 +46,6 @@ from typing import Any
 
 import asyncpg
 
-from llmitm.errors import StoreError
 from llmitm.exchange.usage import UsageRecord
 from llmitm.replay.model import Interaction
 from llmitm.responses_api.conversation_records import (
@@ -71,7 +70,7 @@ from llmitm.store import postgres_content
 from llmitm.store import postgres_conversations as conversations
 from llmitm.store import postgres_recordings as recordings
 from llmitm.store import postgres_responses as responses
-from llmitm.store.api import GroupBy, Store, StoreStats, UsageRow, Write
+from llmitm.store.api import GroupBy, Store, StoreStats, StoreUnreachable, UsageRow, Write
 from llmitm.store.location_url import without_password
 from llmitm.store.migrations import Migration
 from llmitm.store.postgres_migrations import MIGRATIONS, migrate, refuse_newer, schema_version
@@ -133,10 +132,6 @@ _FATAL_AT_START: tuple[type[BaseException], ...] = (
 )
 
 
-class StoreUnreachable(StoreError, ConnectionError):
-    """The store's database cannot be reached now (a read asked while it is down)."""
-
-
 class PostgresStore(Store, ResponseReader, ConversationReader):
     """The store in the PostgreSQL database at ``dsn`` (``postgresql://user@host:port/db``;
     the password from ``PGPASSWORD``).
@@ -160,7 +155,7 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
         read_only: bool = False,
         connect_timeout: float = 5.0,
         retry_max: float = 5.0,
-        close_timeout: float = 10.0,
+        close_timeout: float = 5.0,
         read_timeout: float = 10.0,
         pool_size: int = 4,
     ) -> None:
