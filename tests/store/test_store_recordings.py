@@ -9,7 +9,7 @@ from pathlib import Path
 
 from llmitm.replay.model import Interaction, Message
 from llmitm.store import MIGRATIONS, Migration, SqliteStore
-from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecord
+from llmitm.store.recordings import DeleteScope, RecordingWrite, RekeyRecording, ReplayMissRecord
 from tests.store.backends import Backend
 
 
@@ -87,3 +87,17 @@ async def test_read_only_over_a_file_without_recordings(tmp_path: Path) -> None:
         pass
     async with SqliteStore(path, read_only=True) as store:
         assert await store.recordings() == []
+
+
+async def test_rekey_gives_a_recording_a_new_key_and_canonical_text(backend: Backend) -> None:
+    async with backend.store() as store:
+        store.submit(RecordingWrite(recorded(1)))
+        await store.flush()
+        (before,) = await store.recordings()
+        store.submit(RekeyRecording(before.id, "n" * 16, 2, '{"model":"m"}'))
+        await store.flush()
+        (after,) = await store.load_recordings()
+        assert (after.key, after.key_version, after.canonical) == ("n" * 16, 2, '{"model":"m"}')
+        assert after.legs["client_resp"].chunks == recorded(1).legs["client_resp"].chunks
+        assert await store.content_problems() == []  # the old text's chunk was released
+        assert store.stats().failed == 0
