@@ -7,6 +7,7 @@ the command line, without being repeated."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -153,3 +154,8 @@ def test_an_unreachable_database_never_holds_up_an_answer(tmp_path: Path) -> Non
     # Stopped, it gave up what it could not write, and said how much (bounded, not a hang).
     assert "write(s) dropped and" in log and "failed" in log
     assert "unused" not in log
+    # A command does not wait for it: one line, exit 2.
+    for command in (("usage", "--db", dead), ("rec", "ls", "--db", dead)):
+        done = llmitm(*command, env={**os.environ, "PGPASSWORD": "unused"})
+        assert done.returncode == 2 and "unreachable" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "unused" not in done.stderr

@@ -131,10 +131,13 @@ async def test_an_unreachable_database_at_start_queues_then_catches_up(
     relay = Relay(postgres.port)
     await relay.up()
     await relay.down()  # the port is known and nothing listens: connections are refused
+    dsn = relay.dsn(pg.location())
+    with pytest.raises(StoreUnreachable, match="unreachable"):
+        await PostgresStore(dsn).open()  # a command fails at once
     store = PostgresStore(
-        relay.dsn(pg.location()), max_queue=50, warn_interval=60, connect_timeout=2, retry_max=0.2
+        dsn, max_queue=50, warn_interval=60, connect_timeout=2, retry_max=0.2, start_offline=True
     )
-    await store.open()  # the proxy starts anyway
+    await store.open()  # a proxy starts anyway
     try:
         for i in range(80):
             store.submit(usage(i))  # never blocks: 50 wait, 30 are dropped and counted

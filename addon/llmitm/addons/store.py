@@ -4,10 +4,9 @@ The location is the option when set, else the configuration's ``[llmitm] store``
 user's data folder (``store.location``); ``""`` disables the store. A location is a SQLite
 file's path or a ``postgresql://`` URL (``store.open.store_for`` tells them apart; this addon
 never knows which backend it runs): its password, never in the option or the file, comes
-from ``PGPASSWORD``. Hooks stay sync so
-``-s`` hot reload keeps working (an async ``running`` or ``done`` stops mitmproxy's script
-watcher, and the old code keeps serving), yet nothing is lost at
-start or exit: ``running`` and ``done`` *return* the task that opens or closes the store.
+from ``PGPASSWORD``. Hooks stay sync so ``-s`` hot reload keeps working (an async ``running``
+or ``done`` stops mitmproxy's script watcher, and the old code keeps serving), yet nothing is
+lost at start or exit: ``running`` and ``done`` *return* the task that opens or closes the store.
 mitmproxy's master awaits an awaitable a hook returns, so at start-up flows wait for the
 open and at shutdown (SIGINT, SIGTERM) the process exits only after every submitted write
 is on disk; a hot reload, which calls the hooks synchronously, just schedules them.
@@ -81,7 +80,9 @@ class LlmStore:
         location = self.location()
         if location is None or self.store is not None:
             return None
-        self.store = store_for(location)
+        # A shared database that is down must not stop the proxy: it serves, and the store
+        # catches up when the database is back.
+        self.store = store_for(location, start_offline=True)
         explicit = (
             ctx.options.llmitm_store is not None or self.settings.config.settings.store is not None
         )

@@ -14,14 +14,19 @@ from llmitm.store.api import Store
 from llmitm.store.location_url import is_server_url
 
 
-def store_for(location: str | Path, *, read_only: bool = False) -> Store:
+def store_for(
+    location: str | Path, *, read_only: bool = False, start_offline: bool = False
+) -> Store:
     """The store at ``location``: a PostgreSQL database for a URL, else a SQLite file
-    (``~`` expanded). ``read_only`` as the backends define it (no migration, no writes)."""
+    (``~`` expanded). ``read_only`` as the backends define it (no migration, no writes);
+    ``start_offline``: a server database that cannot be reached at ``open`` is waited for in
+    the background (the proxy) instead of failing the open (the commands). A file is never
+    out of reach."""
     text = str(location)
     if is_server_url(text):
         from llmitm.store.postgres import PostgresStore
 
-        return PostgresStore(text, read_only=read_only)
+        return PostgresStore(text, read_only=read_only, start_offline=start_offline)
     from llmitm.store.sqlite import SqliteStore
 
     return SqliteStore(Path(text).expanduser(), read_only=read_only)

@@ -137,7 +137,9 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
     the password from ``PGPASSWORD``).
 
     ``max_queue``, ``batch_size``, ``appliers``, ``migrations``, ``warn_interval`` and
-    ``read_only`` as for ``SqliteStore``. ``connect_timeout``: seconds one connection
+    ``read_only`` as for ``SqliteStore``. ``start_offline``: when the database is unreachable
+    at ``open``, start anyway and keep trying (a proxy: answers must not wait for it) rather
+    than fail (a command). ``connect_timeout``: seconds one connection
     attempt may take. ``retry_max``: the longest pause between the writer's attempts to
     reconnect. ``close_timeout``: how long ``close`` waits for an unreachable database.
     ``read_timeout``: how long a read waits for the writes submitted before it.
@@ -153,6 +155,7 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
         migrations: Sequence[Migration] = MIGRATIONS,
         warn_interval: float = 10.0,
         read_only: bool = False,
+        start_offline: bool = False,
         connect_timeout: float = 5.0,
         retry_max: float = 5.0,
         close_timeout: float = 5.0,
@@ -161,6 +164,7 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
     ) -> None:
         self.dsn = dsn
         self.read_only = read_only
+        self.start_offline = start_offline
         self.schema_version = 0
         self._appliers: dict[type, PostgresApplier] = {**DEFAULT_APPLIERS, **(appliers or {})}
         self._migrations = tuple(migrations)
@@ -225,6 +229,10 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
         except _FATAL_AT_START:
             raise
         except _CONNECTION_ERRORS as error:
+            if not self.start_offline:
+                raise StoreUnreachable(
+                    f"{self.location}: the database is unreachable ({_reason(error)})"
+                ) from None
             log.warning(
                 "%s: the database is unreachable (%s); starting without it: writes wait in "
                 "the queue (up to %d) while the store reconnects",
