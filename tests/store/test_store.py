@@ -317,3 +317,17 @@ async def test_sigkill_mid_write_leaves_a_whole_database(tmp_path: Path) -> None
         store.submit(usage(1))
         await store.flush()
     assert count(path) == len(rows) + 1
+
+
+async def test_a_later_step_upgrades_a_database_and_keeps_what_it_held(
+    backend: Backend,
+) -> None:
+    async with backend.store() as store:
+        store.submit(usage(3))
+    async with backend.note_store() as store:  # a later llmitm: one step more
+        assert store.schema_version == len(backend.migrations) + 1  # type: ignore[attr-defined]
+        store.submit(Note("after"))
+        await store.flush()
+        assert [r.input_tokens for r in await store.usage_rows()] == [3]
+    assert backend.schema_version() == len(backend.migrations) + 1
+    assert backend.query("SELECT text FROM notes") == [("after",)]
