@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import orjson
 import pytest
@@ -148,6 +149,9 @@ def test_an_unreachable_database_never_holds_up_an_answer(tmp_path: Path) -> Non
                 client.responses.create(model="over-chat-1", input="Remember 7.")
             assert info.value.status_code == 503
             assert "store is unreachable" in info.value.message
+            ready = httpx.get(f"http://127.0.0.1:{proxy.port()}/_llmitm/readyz", timeout=10)
+            assert ready.status_code == 200  # still serving; the check says why it waits
+            assert "database unreachable" in ready.json()["checks"]["store"]["detail"]
             client.close()
         log = proxy.log_text()
     assert "the database is unreachable" in log and "starting without it" in log

@@ -91,6 +91,11 @@ class LlmHealth:
             return Check("store", False, "still opening")
         if store is None:
             return Check("store", False, "could not be opened (see the proxy's log)")
+        if not store.reachable():
+            # Still ready: answers flow without the database, their writes wait for it. A
+            # fleet's balancer must not take every proxy out when the database goes away.
+            queued = store.stats().queued
+            return Check("store", True, f"database unreachable; {queued} write(s) waiting")
         return Check("store", True)
 
     def _relay_check(self) -> Check:

@@ -118,6 +118,11 @@ class Store(abc.ABC):
         """Usage summed per ``group_by`` value, over records at or after ``since`` (all when
         ``None``), ordered by key."""
 
+    def reachable(self) -> bool:
+        """Whether the writer holds a working connection now. Only a server database can be
+        out of reach (its writes then wait in the queue); a file always answers ``True``."""
+        return True
+
     @property
     @abc.abstractmethod
     def location(self) -> str:

@@ -192,6 +192,10 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
     def location(self) -> str:
         return without_password(self.dsn)
 
+    def reachable(self) -> bool:
+        writer = self._writer
+        return writer is not None and not writer.is_closed()
+
     # -- lifecycle
 
     async def open(self) -> None:
