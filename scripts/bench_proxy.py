@@ -484,8 +484,13 @@ def start_llmitm(
             "--set", f"confdir={procs.tmp / 'confdir-llmitm'}",
             "--set", f"llmitm_listenfile={listenfile}",
             "--set", f"llmitm_console={console}",
-            # Its own store, never the user's (recording is on by default).
-            "--set", f"llmitm_store={procs.tmp / f'{name}.db'}",
+            # Its own store, never the user's (recording is on by default), unless ``extra``
+            # names one (mitmdump refuses an option set twice).
+            *(
+                []
+                if any(item.startswith("llmitm_store=") for item in extra)
+                else ["--set", f"llmitm_store={procs.tmp / f'{name}.db'}"]
+            ),
             *[arg for item in extra for arg in ("--set", item)],
             *QUIET,
         ],

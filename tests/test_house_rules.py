@@ -215,6 +215,28 @@ def database_outside_store(modules: tuple[Module, ...]) -> list[str]:
     ]
 
 
+BACKEND_MODULES = ("llmitm.store.sqlite", "llmitm.store.postgres", "llmitm.store.migrations")
+"""The store's backends (each with its ``_…`` modules) and SQLite's schema steps: code above
+``store/`` talks to the ``Store`` interface and ``store.open.store_for`` only."""
+
+
+def backend_outside_store(modules: tuple[Module, ...]) -> list[str]:
+    found = []
+    for module in modules:
+        if _in(module, "llmitm.store"):
+            continue
+        for node, name, names in _imports(module.tree):
+            candidates = [name, *(f"{name}.{n}" for n in names)]
+            hit = next((c for c in candidates if _is_backend(c)), None)
+            if hit is not None:
+                found.append(f"{_where(module, node)} imports {hit}")
+    return found
+
+
+def _is_backend(name: str) -> bool:
+    return any(name == b or name.startswith((b + ".", b + "_")) for b in BACKEND_MODULES)
+
+
 def _io_in(module: Module) -> Iterator[str]:
     for node, name, names in _imports(module.tree):
         dotted = {name, *(f"{name}.{n}" for n in names)}
@@ -392,6 +414,10 @@ def test_database_drivers_are_imported_only_by_the_store() -> None:
     assert database_outside_store(_modules()) == []
 
 
+def test_no_code_above_the_store_knows_its_backend() -> None:
+    assert backend_outside_store(_modules()) == []
+
+
 def test_the_sans_io_packages_do_no_file_or_socket_io() -> None:
     assert io_in_sans_io(_modules(), KNOWN_IO) == []
 
@@ -426,6 +452,12 @@ def test_the_rules_catch_modules_that_break_them() -> None:
     store = _parse("llmitm.store.ok", "import aiosqlite\n")
     addon = _parse("llmitm.addons.ok", "from mitmproxy import http\n")
     assert database_outside_store((store,)) == mitmproxy_outside_addons((addon,)) == []
+    cli = _parse("llmitm.cli.leak", "from llmitm.store.postgres_usage import usage_rows\n")
+    assert backend_outside_store((cli,)) == [
+        "llmitm.cli.leak:1 imports llmitm.store.postgres_usage"
+    ]
+    neutral = _parse("llmitm.cli.ok", "from llmitm.store import store_for\n")
+    assert backend_outside_store((neutral, store)) == []
 
     core = _parse(
         "llmitm.translate.leak",

@@ -31,7 +31,8 @@ The tree (a test keeps it equal to the classes)::
     │   └── ReplayCut
     ├── StoreError
     │   ├── UnreadableDatabase
-    │   └── SchemaTooNew
+    │   ├── SchemaTooNew
+    │   └── StoreUnreachable
     └── HostError
         ├── InProcessError
         ├── NamespaceError

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 from mitmproxy import http
+from mitmproxy.exceptions import OptionsError
 from mitmproxy.test import taddons, tflow
 
 from llmitm.addons import make_addons
@@ -245,13 +246,18 @@ def test_store_path_option_then_config_then_default(
     config.write_text('[llmitm]\nstore = "from-config.db"\n')
     store, addons = store_addon()
     with taddons.context(*addons) as tctx:
-        assert store.path() == tmp_path / "xdg" / "llmitm" / "llmitm.db"
+        assert store.location() == str(tmp_path / "xdg" / "llmitm" / "llmitm.db")
         tctx.options.update(llmitm_config=str(config))
-        assert store.path() == tmp_path / "from-config.db"
+        assert store.location() == str(tmp_path / "from-config.db")
         tctx.options.update(llmitm_store=str(tmp_path / "option.db"))
-        assert store.path() == tmp_path / "option.db"
+        assert store.location() == str(tmp_path / "option.db")
+        tctx.options.update(llmitm_store="postgresql://llmitm@db:5432/llmitm")
+        assert store.location() == "postgresql://llmitm@db:5432/llmitm"  # not a path
+        with pytest.raises(OptionsError, match="PGPASSWORD") as refused:
+            tctx.options.update(llmitm_store="postgresql://llmitm:s3cret@db:5432/llmitm")
+        assert "s3cret" not in str(refused.value)
         tctx.options.update(llmitm_store="")
-        assert store.path() is None
+        assert store.location() is None
 
 
 def test_default_store_path_ignores_a_relative_xdg_data_home() -> None:

@@ -27,7 +27,7 @@ from llmitm.responses_api.conversations import (
     inline_conversation,
     turn_items,
 )
-from llmitm.store import SqliteStore
+from llmitm.store import store_for
 from llmitm.store.memory_conversations import MemoryConversations
 from llmitm.wire.ids import CountingIds
 from llmitm.wire.paths import is_llm_call
@@ -196,7 +196,7 @@ def test_a_turn_appends_its_input_then_its_output() -> None:
 # -- storage, and the create call's conversation ---------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 async def store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[tuple[ConversationReader, Any]]:
@@ -204,8 +204,13 @@ async def store(
         memory = MemoryConversations()
         yield memory, memory.apply
         return
-    async with SqliteStore(tmp_path / "s.db") as sqlite:
-        yield sqlite, sqlite.submit
+    if request.param == "postgresql":
+        database = store_for(request.getfixturevalue("pg_dsn"))
+    else:
+        database = store_for(tmp_path / "s.db")
+    async with database:
+        assert isinstance(database, ConversationReader)
+        yield database, database.submit
 
 
 async def test_the_store_keeps_order_metadata_and_owner(

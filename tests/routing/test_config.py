@@ -491,7 +491,17 @@ def test_config_error_is_a_value_error() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("", ""), ("/abs/llmitm.db", "/abs/llmitm.db"), ("~/u.db", str(Path("~/u.db").expanduser()))],
+    [
+        ("", ""),
+        ("/abs/llmitm.db", "/abs/llmitm.db"),
+        ("~/u.db", str(Path("~/u.db").expanduser())),
+        # A database URL is the store's to resolve, never a path under the file's folder.
+        (
+            "postgresql://llmitm@db.internal:5432/llmitm",
+            "postgresql://llmitm@db.internal:5432/llmitm",
+        ),
+        ("postgres://u@h/db?sslmode=require", "postgres://u@h/db?sslmode=require"),
+    ],
 )
 def test_the_store_key(tmp_path: Path, value: str, expected: str) -> None:
     config = load_config(write(tmp_path, f'[llmitm]\nstore = "{value}"\n'), {})
@@ -501,6 +511,17 @@ def test_the_store_key(tmp_path: Path, value: str, expected: str) -> None:
 def test_the_store_key_must_be_a_string(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"llmitm\.store: expected a file path"):
         load_config(write(tmp_path, "[llmitm]\nstore = 1\n"), {})
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://llmitm:s3cret@db:5432/llmitm", "postgres://u@h/db?password=s3cret"]
+)
+def test_a_store_url_with_a_password_is_refused_without_repeating_it(
+    tmp_path: Path, url: str
+) -> None:
+    with pytest.raises(ConfigError, match="PGPASSWORD") as info:
+        load_config(write(tmp_path, f'[llmitm]\nstore = "{url}"\n'), {})
+    assert "s3cret" not in str(info.value)
 
 
 # --- routing keys (issue 4) --------------------------------------------------------------

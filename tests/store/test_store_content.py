@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,12 @@ from llmitm.responses_api.records import (
     ResponsesPurged,
     StoredResponse,
 )
-from llmitm.store import MIGRATIONS, SqliteStore, content
+from llmitm.store import MIGRATIONS, SqliteStore, Store, content
 from llmitm.store.folder import read_folder, write_folder
 from llmitm.store.memory_responses import MemoryResponses
 from llmitm.store.raw_values import database_values
 from llmitm.store.recordings import DeleteRecordings, PruneRecordings, RecordingWrite
+from tests.store.backends import Backend
 
 WORDS = ["agent", "tool", "call", "result", "file", "patch", "test", "build", "error", "trace"]
 INSTRUCTIONS = "You are a coding agent. " * 60
@@ -107,24 +107,8 @@ class Conversation:
         return interaction, record
 
 
-def payload(path: Path) -> int:
-    """Bytes the database keeps in its rows' values (pages hold some slack besides)."""
-    with sqlite3.connect(path) as db:
-        total = 0
-        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
-            columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
-            lengths = " + ".join(f"COALESCE(length({c}), 0)" for c in columns)
-            total += db.execute(f"SELECT COALESCE(SUM({lengths}), 0) FROM {table}").fetchone()[0]
-    return total
-
-
-async def check(store: SqliteStore) -> list[str]:
+async def check(store: Store) -> list[str]:
     return await store.content_problems()
-
-
-def chunk_count(path: Path) -> int:
-    with sqlite3.connect(path) as db:
-        return db.execute("SELECT count(*) FROM store_chunks").fetchone()[0]
 
 
 def test_a_value_is_put_back_byte_for_byte_whatever_it_is() -> None:
@@ -176,13 +160,14 @@ def test_shared_prefixes_and_suffixes_are_found_exactly() -> None:
         assert content.common_suffix(a, b, limit) == suffix
 
 
-async def test_a_conversation_stores_what_it_adds_and_reads_back_identical(tmp_path: Path) -> None:
-    path = tmp_path / "c.db"
+async def test_a_conversation_stores_what_it_adds_and_reads_back_identical(
+    backend: Backend,
+) -> None:
     conversation = Conversation()
     sent: list[Interaction] = []
     records: list[StoredResponse] = []
     sizes: list[int] = []
-    async with SqliteStore(path) as store:
+    async with backend.store() as store:
         for _ in range(30):
             interaction, record = conversation.next()
             sent.append(interaction)
@@ -190,7 +175,7 @@ async def test_a_conversation_stores_what_it_adds_and_reads_back_identical(tmp_p
             store.submit(RecordingWrite(interaction))
             store.submit(ResponseSaved(record))
             await store.flush()
-            sizes.append(payload(path))
+            sizes.append(backend.payload())
         loaded = await store.load_recordings()
         assert [legs(i) for i in loaded] == [legs(i) for i in sent]
         assert [i.canonical for i in loaded] == [i.canonical for i in sent]
@@ -217,17 +202,16 @@ def legs(interaction: Interaction) -> dict[str, tuple[Any, ...]]:
 
 
 async def test_prune_in_parts_keeps_the_rest_intact_and_frees_what_nothing_uses(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
-    path = tmp_path / "p.db"
     conversation = Conversation(seed=2)
     turns = [conversation.next() for _ in range(12)]
-    async with SqliteStore(path) as store:
+    async with backend.store() as store:
         for interaction, record in turns:
             store.submit(RecordingWrite(interaction))
             store.submit(ResponseSaved(record))
         await store.flush()
-        full = chunk_count(path)
+        full = backend.count("store_chunks")
         # The oldest third, then one from the middle (later turns slice it), then one response.
         store.submit(PruneRecordings(before_us=5))
         store.submit(DeleteRecordings((turns[7][0].id,)))
@@ -238,14 +222,14 @@ async def test_prune_in_parts_keeps_the_rest_intact_and_frees_what_nothing_uses(
         assert await store.response(turns[3][1].id) is None
         assert await store.response(turns[9][1].id) == turns[9][1]
         assert await check(store) == []
-        assert chunk_count(path) < full
+        assert backend.count("store_chunks") < full
         # Expired responses go with a purge, every recording with a prune: nothing is left.
         store.submit(ResponsesPurged(now=EXPIRES + 10_000))
         store.submit(PruneRecordings(before_us=1 << 62))
         await store.flush()
         assert await store.load_recordings() == []
         assert await check(store) == []
-        assert chunk_count(path) == 0
+        assert backend.count("store_chunks") == 0
 
 
 async def test_export_and_import_give_the_folder_the_old_store_gave(tmp_path: Path) -> None:
@@ -278,13 +262,15 @@ def files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.json"))}
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 async def responses(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "memory":
         memory = MemoryResponses()
         yield memory, memory.apply
         return
-    async with SqliteStore(tmp_path / "r.db") as store:
+    backend = request.getfixturevalue("pg_backend") if request.param == "postgresql" else None
+    store = backend.store() if backend is not None else SqliteStore(tmp_path / "r.db")
+    async with store:
         yield store, store.submit
 
 
@@ -313,20 +299,19 @@ async def test_resent_histories_read_back_as_they_were_saved(responses: Any) -> 
     assert await reader.response("resp_3") is None
     assert await reader.response("resp_5") is None
     assert await reader.response("resp_6") == records[5]
-    if isinstance(reader, SqliteStore):
+    if isinstance(reader, Store):
         assert await check(reader) == []
 
 
 async def test_a_recording_stored_again_under_its_id_gives_up_its_old_chunks(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
-    path = tmp_path / "again.db"
     conversation = Conversation(seed=5)
     first, _ = conversation.next()
     second, _ = conversation.next()
     second.id = first.id
     del second.legs["upstream_req"]  # fewer legs than the first time
-    async with SqliteStore(path) as store:
+    async with backend.store() as store:
         store.submit(RecordingWrite(first))
         await store.flush()
         store.submit(RecordingWrite(second))
@@ -336,10 +321,10 @@ async def test_a_recording_stored_again_under_its_id_gives_up_its_old_chunks(
         assert await check(store) == []
         store.submit(RecordingWrite(second))  # the same again: nothing grows
         await store.flush()
-        chunks = chunk_count(path)
+        chunks = backend.count("store_chunks")
         store.submit(RecordingWrite(second))
         await store.flush()
-        assert chunk_count(path) == chunks
+        assert backend.count("store_chunks") == chunks
         assert await check(store) == []
 
 
@@ -357,20 +342,19 @@ async def test_a_secret_scan_sees_values_whole_not_their_chunks(tmp_path: Path) 
         assert interaction.canonical in values
 
 
-async def test_a_base_another_process_pruned_is_not_sliced(tmp_path: Path) -> None:
-    # Two stores on one file, as two llmitm processes (or a proxy and `rec prune`) share it:
-    # the first remembers turn 1 as the base of turn 2, the second deletes turn 1 in between.
-    path = tmp_path / "shared.db"
+async def test_a_base_another_process_pruned_is_not_sliced(backend: Backend) -> None:
+    # Two stores on one database, as two llmitm processes (or a proxy and `rec prune`) share
+    # it: the first remembers turn 1 as the base of turn 2, the second deletes turn 1 between.
     conversation = Conversation(seed=7)
     first, second = conversation.next(), conversation.next()
-    async with SqliteStore(path) as proxy, SqliteStore(path) as pruner:
+    async with backend.store() as proxy, backend.store() as pruner:
         proxy.submit(RecordingWrite(first[0]))
         proxy.submit(ResponseSaved(first[1]))
         await proxy.flush()
         pruner.submit(PruneRecordings(before_us=1 << 62))
         pruner.submit(ResponseDeleted(first[1].id))
         await pruner.flush()
-        assert chunk_count(path) == 0
+        assert backend.count("store_chunks") == 0
         proxy.submit(RecordingWrite(second[0]))
         proxy.submit(ResponseSaved(second[1]))
         await proxy.flush()

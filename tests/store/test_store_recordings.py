@@ -1,15 +1,16 @@
-"""Recordings in the SQLite store: four legs round-trip byte for byte, blobs are shared,
-scopes are wiped, and the recordings migration commutes with other features' steps."""
+"""Recordings in the store (SQLite and PostgreSQL): four legs round-trip byte for byte,
+blobs are shared, scopes are wiped, and the recordings migration commutes with other
+features' steps."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 from llmitm.replay.model import Interaction, Message
 from llmitm.store import MIGRATIONS, Migration, SqliteStore
-from llmitm.store.recordings import DeleteScope, RecordingWrite, ReplayMissRecord
+from llmitm.store.recordings import DeleteScope, RecordingWrite, RekeyRecording, ReplayMissRecord
+from tests.store.backends import Backend
 
 
 def recorded(n: int, scope: str = "global") -> Interaction:
@@ -41,9 +42,8 @@ def recorded(n: int, scope: str = "global") -> Interaction:
     )
 
 
-async def test_recordings_round_trip_and_share_blobs(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
-    async with SqliteStore(path) as store:
+async def test_recordings_round_trip_and_share_blobs(backend: Backend) -> None:
+    async with backend.store() as store:
         for n in (1, 2):
             store.submit(RecordingWrite(recorded(n)))
         store.submit(RecordingWrite(recorded(3, scope="other")))
@@ -62,11 +62,10 @@ async def test_recordings_round_trip_and_share_blobs(tmp_path: Path) -> None:
         await store.flush()
         assert [i.scope for i in await store.load_recordings()] == ["other"]
         assert (await store.last_replay_miss()).reason == "no-key"
-    with sqlite3.connect(path) as db:
-        # the one remaining interaction: one stream body for two legs; its request body and
-        # its canonical text, both "{}", one shared chunk with two references
-        assert db.execute("SELECT count(*) FROM rec_blobs").fetchone()[0] == 1
-        assert db.execute("SELECT refs FROM store_chunks").fetchall() == [(2,)]
+    # the one remaining interaction: one stream body for two legs; its request body and its
+    # canonical text, both "{}", one shared chunk with two references
+    assert backend.count("rec_blobs") == 1
+    assert backend.query("SELECT refs FROM store_chunks") == [("2",)]
 
 
 async def test_the_migration_commutes_with_another_features_step(tmp_path: Path) -> None:
@@ -88,3 +87,17 @@ async def test_read_only_over_a_file_without_recordings(tmp_path: Path) -> None:
         pass
     async with SqliteStore(path, read_only=True) as store:
         assert await store.recordings() == []
+
+
+async def test_rekey_gives_a_recording_a_new_key_and_canonical_text(backend: Backend) -> None:
+    async with backend.store() as store:
+        store.submit(RecordingWrite(recorded(1)))
+        await store.flush()
+        (before,) = await store.recordings()
+        store.submit(RekeyRecording(before.id, "n" * 16, 2, '{"model":"m"}'))
+        await store.flush()
+        (after,) = await store.load_recordings()
+        assert (after.key, after.key_version, after.canonical) == ("n" * 16, 2, '{"model":"m"}')
+        assert after.legs["client_resp"].chunks == recorded(1).legs["client_resp"].chunks
+        assert await store.content_problems() == []  # the old text's chunk was released
+        assert store.stats().failed == 0

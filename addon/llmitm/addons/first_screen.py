@@ -91,7 +91,7 @@ class LlmFirstScreen:
             for server in proxyserver.servers
         )
         config = self.settings.config
-        store = self.store.path()
+        store = self.store.location()
         confdir = Path(os.path.expanduser(ctx.options.confdir))
         return ScreenFacts(
             version=__version__,

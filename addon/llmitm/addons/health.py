@@ -56,7 +56,7 @@ class LlmHealth:
 
     def _read_options(self) -> None:
         self._config_path = ctx.options.llmitm_config
-        self._store_wanted = self.store.path() is not None
+        self._store_wanted = self.store.location() is not None
 
     def request(self, flow: http.HTTPFlow) -> Any:
         if flow.response or flow.error or not flow.live or flow.request.method != "GET":
@@ -91,6 +91,11 @@ class LlmHealth:
             return Check("store", False, "still opening")
         if store is None:
             return Check("store", False, "could not be opened (see the proxy's log)")
+        if not store.reachable():
+            # Still ready: answers flow without the database, their writes wait for it. A
+            # fleet's balancer must not take every proxy out when the database goes away.
+            queued = store.stats().queued
+            return Check("store", True, f"database unreachable; {queued} write(s) waiting")
         return Check("store", True)
 
     def _relay_check(self) -> Check:

@@ -52,6 +52,7 @@ from llmitm.responses_api.records import (
     readable,
 )
 from llmitm.routing.plan import plan_for_endpoint
+from llmitm.store import StoreUnreachable
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError
@@ -132,6 +133,19 @@ class LlmResponsesApi:
                 classified = classify_path(flow.request.path)
                 if classified is not None and classified.api == "responses":
                     await self._before_create(flow)
+        except StoreUnreachable as exc:  # a shared database that is down: say so, and retry
+            logger.warning("llmitm: %s: %s", flow.request.pretty_url, exc)
+            answer(
+                flow,
+                answers.error_answer(
+                    ApiError(
+                        message="llmitm's store is unreachable; try again shortly.",
+                        type="server_error",
+                        code="llmitm_store_unreachable",
+                        status=503,
+                    )
+                ),
+            )
         except Exception:  # an llmitm bug must cost this request, never the proxy
             logger.exception("llmitm: local Responses API failed on %s", flow.request.pretty_url)
             answer(

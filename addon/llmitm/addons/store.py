@@ -1,10 +1,12 @@
 """``llmitm_store``: the store's lifecycle inside mitmproxy.
 
-The path is the option when set, else the configuration's ``[llmitm] store``, else the
-user's data folder (``store.location``); ``""`` disables the store. Hooks stay sync so
-``-s`` hot reload keeps working (an async ``running`` or ``done`` stops mitmproxy's script
-watcher, and the old code keeps serving), yet nothing is lost at
-start or exit: ``running`` and ``done`` *return* the task that opens or closes the store.
+The location is the option when set, else the configuration's ``[llmitm] store``, else the
+user's data folder (``store.location``); ``""`` disables the store. A location is a SQLite
+file's path or a ``postgresql://`` URL (``store.open.store_for`` tells them apart; this addon
+never knows which backend it runs): its password, never in the option or the file, comes
+from ``PGPASSWORD``. Hooks stay sync so ``-s`` hot reload keeps working (an async ``running``
+or ``done`` stops mitmproxy's script watcher, and the old code keeps serving), yet nothing is
+lost at start or exit: ``running`` and ``done`` *return* the task that opens or closes the store.
 mitmproxy's master awaits an awaitable a hook returns, so at start-up flows wait for the
 open and at shutdown (SIGINT, SIGTERM) the process exits only after every submitted write
 is on disk; a hot reload, which calls the hooks synchronously, just schedules them.
@@ -17,11 +19,12 @@ import logging
 from pathlib import Path
 from typing import Optional  # mitmproxy parses options typed exactly Optional[str]
 
-from mitmproxy import ctx
+from mitmproxy import ctx, exceptions
 from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.settings import LlmitmSettings
-from llmitm.store import SqliteStore, Store, Write, default_store_path
+from llmitm.store import Store, Write, default_store_path, is_server_url, store_for
+from llmitm.store.location_url import has_password
 
 logger = logging.getLogger(__name__)
 
@@ -48,23 +51,38 @@ class LlmStore:
             "llmitm_store",
             Optional[str],  # noqa: UP045
             None,
-            "SQLite file for token usage (default: the config's llmitm.store, else "
+            "The store: a SQLite file, or a PostgreSQL database as postgresql://user@host:port/db "
+            "with the password in PGPASSWORD (default: the config's llmitm.store, else "
             "$XDG_DATA_HOME/llmitm/llmitm.db); an empty value keeps no store.",
         )
 
-    def path(self) -> Path | None:
-        """Where the store lives now, ``None`` when it is disabled."""
+    def configure(self, updated: set[str]) -> None:
+        option = ctx.options.llmitm_store
+        if "llmitm_store" in updated and option and is_server_url(option) and has_password(option):
+            # A password on the command line shows in every process listing.
+            raise exceptions.OptionsError(
+                "llmitm_store: put the database password in the PGPASSWORD environment "
+                "variable, not in the URL"
+            )
+
+    def location(self) -> str | None:
+        """Where the store lives now (a file's path or a database URL), ``None`` when it is
+        disabled."""
         option = ctx.options.llmitm_store
         chosen = option if option is not None else self.settings.config.settings.store
         if chosen is None:
-            return default_store_path()
-        return Path(chosen).expanduser() if chosen else None
+            return str(default_store_path())
+        if not chosen:
+            return None
+        return chosen if is_server_url(chosen) else str(Path(chosen).expanduser())
 
     def running(self) -> asyncio.Task[None] | None:
-        path = self.path()
-        if path is None or self.store is not None:
+        location = self.location()
+        if location is None or self.store is not None:
             return None
-        self.store = SqliteStore(path)
+        # A shared database that is down must not stop the proxy: it serves, and the store
+        # catches up when the database is back.
+        self.store = store_for(location, start_offline=True)
         explicit = (
             ctx.options.llmitm_store is not None or self.settings.config.settings.store is not None
         )
@@ -80,7 +98,7 @@ class LlmStore:
             # A configured store that cannot open stops start-up (an error log makes mitmdump
             # exit 1); the default location failing only costs the accounting.
             (logger.error if explicit else logger.warning)(
-                "llmitm: cannot open the store %s: %s", getattr(store, "path", store), exc
+                "llmitm: cannot open the store %s: %s", store.location, exc
             )
             if self.store is store:
                 self.store = None

@@ -1,7 +1,8 @@
 """``llmitm usage``: token usage from the store, as a rich table or JSON.
 
-Reads the database read-only (never migrates a file a running proxy is writing). Argument
-and database problems are one line on stderr and exit status 2.
+Reads the store read-only (never migrates a database a running proxy is writing): a SQLite
+file, or a PostgreSQL database given as ``--db postgresql://…`` (password from
+``PGPASSWORD``). Argument and database problems are one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import re
 import sys
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from llmitm.errors import UserError
-from llmitm.store import GROUP_BY, SchemaTooNew, SqliteStore, UsageRow, default_store_path
+from llmitm.store import GROUP_BY, SchemaTooNew, UsageRow, default_store_path, store_for
+from llmitm.store.location_url import display_location
 
 EXIT_USAGE = 2
 _RELATIVE = re.compile(r"(\d+)([dhm])")
@@ -46,15 +47,16 @@ def parse_since(value: str | None, now: datetime | None = None) -> datetime | No
     return day.replace(tzinfo=UTC)
 
 
-async def read_rows(db: Path, since: datetime | None, by: str) -> list[UsageRow]:
-    store = SqliteStore(db, read_only=True)
+async def read_rows(db: str, since: datetime | None, by: str) -> list[UsageRow]:
+    store = store_for(db, read_only=True)
+    db = store.location  # never the password, if the URL had one
     try:
         await store.open()
     except FileNotFoundError:
         raise UsageError(f"no usage database at {db} (run the proxy first, or pass --db)") from None
     except SchemaTooNew as exc:
         raise UsageError(f"{db}: {exc}") from None
-    except Exception as exc:  # not SQLite, unreadable, …
+    except Exception as exc:  # not a database, unreadable, unreachable, …
         raise UsageError(f"{db}: cannot read the database ({exc})") from None
     try:
         return await store.usage_rows(since, by)  # type: ignore[arg-type]
@@ -68,7 +70,7 @@ def totals(rows: list[UsageRow]) -> dict[str, int]:
     return {column: sum(getattr(row, column) for row in rows) for column in _COLUMNS}
 
 
-def as_json(db: Path, since: datetime | None, by: str, rows: list[UsageRow]) -> bytes:
+def as_json(db: str, since: datetime | None, by: str, rows: list[UsageRow]) -> bytes:
     document: dict[str, Any] = {
         "db": str(db),
         "since": since.isoformat() if since else None,
@@ -79,7 +81,7 @@ def as_json(db: Path, since: datetime | None, by: str, rows: list[UsageRow]) -> 
     return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def print_table(db: Path, since: datetime | None, by: str, rows: list[UsageRow]) -> None:
+def print_table(db: str, since: datetime | None, by: str, rows: list[UsageRow]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -105,7 +107,11 @@ def add_parser(commands: Any) -> None:
         help="token usage recorded by the proxy, summed per endpoint, model, day or route",
         description="Sum the token usage the proxy recorded (read-only; safe while it runs).",
     )
-    usage.add_argument("--db", help="the store's file (default: $XDG_DATA_HOME/llmitm/llmitm.db)")
+    usage.add_argument(
+        "--db",
+        help="the store: a SQLite file or postgresql://user@host:port/db, password in "
+        "PGPASSWORD (default: $XDG_DATA_HOME/llmitm/llmitm.db)",
+    )
     usage.add_argument("--since", help="YYYY-MM-DD (UTC), or a span such as 7d, 24h, 30m")
     # Checked by the command, not argparse: a mistake is one line, exit 2.
     usage.add_argument("--by", default="endpoint", help="endpoint (default), model, day, route")
@@ -117,8 +123,9 @@ def usage_command(db: str | None, since: str | None, by: str, json: bool) -> int
         if by not in GROUP_BY:
             raise UsageError(f"--by: expected one of {', '.join(GROUP_BY)}; got {by!r}")
         floor = parse_since(since)
-        path = Path(db).expanduser() if db else default_store_path()
-        rows = asyncio.run(read_rows(path, floor, by))
+        location = db or str(default_store_path())
+        rows = asyncio.run(read_rows(location, floor, by))
+        path = display_location(location)
     except UsageError as exc:
         print(f"llmitm usage: {exc}", file=sys.stderr)
         return EXIT_USAGE

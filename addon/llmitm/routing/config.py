@@ -254,8 +254,9 @@ class Settings:
     strict: bool = False
     drop_unsupported: bool = False
     store: str | None = None
-    """The store's database file (``~`` expanded, relative to the file's folder); ``""``
-    disables it; ``None``: the option or the default location decides."""
+    """The store: a SQLite file (``~`` expanded, relative to the file's folder) or a
+    PostgreSQL URL (``postgresql://user@host:port/db``, kept as written, never with a
+    password); ``""`` disables it; ``None``: the option or the default location decides."""
     egress: EgressPolicy = "pass"
     """Requests that are not routed LLM calls: ``pass`` or ``local`` (routing.egress)."""
     responses_scope: ResponsesScope = "credential"
@@ -457,6 +458,24 @@ class _Reader:
         return dict(value)
 
 
+def _is_database_url(value: str) -> bool:
+    """A PostgreSQL URL rather than a file path: resolved by the store, not against the
+    file's folder (store.open tells the backends apart the same way)."""
+    return "://" in value and urlsplit(value).scheme in ("postgresql", "postgres")
+
+
+def _refuse_password(reader: _Reader, url: str) -> None:
+    """A configuration file is read by more people than its database's password should be:
+    the password comes from the environment. The error never repeats the URL."""
+    parts = urlsplit(url)
+    in_query = any(p.lower().startswith("password=") for p in parts.query.split("&"))
+    if parts.password is not None or in_query:
+        raise ConfigError(
+            f"{reader.source}: llmitm.store: the URL holds a password; remove it and set the "
+            "PGPASSWORD environment variable instead"
+        )
+
+
 def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings:
     reader.only_keys(
         raw,
@@ -476,8 +495,12 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
     store = raw.get("store")
     if store is not None:
         if not isinstance(store, str):
-            reader.fail("llmitm.store", 'a file path, or "" to keep no store', store)
-        if store:
+            reader.fail(
+                "llmitm.store", 'a file path, a postgresql:// URL, or "" to keep no store', store
+            )
+        if _is_database_url(store):
+            _refuse_password(reader, store)
+        elif store:
             store = str(folder / Path(store).expanduser())  # an absolute path stays itself
     reasoning = reader.choice(
         raw.get("reasoning", "think-tags"), "llmitm.reasoning", REASONING_MODES

@@ -1,9 +1,10 @@
 """The store's interface: what the rest of llmitm may ask of persistent storage.
 
-This module owns the contract, not an implementation. Nothing here names SQLite: a write is
-a plain dataclass, a read returns plain dataclasses, so a shared server database can
-implement the same interface later, for a fleet of proxies sharing one store.
-``store.sqlite`` is the embedded implementation.
+This module owns the contract, not an implementation. Nothing here names a database: a
+write is a plain dataclass, a read returns plain dataclasses. ``store.sqlite`` is the
+embedded implementation, ``store.postgres`` the one a fleet of proxies shares, and
+``store.open.store_for`` picks one from where the store lives, so no code above ``store/``
+knows which it talks to.
 
 The contract that matters most is ``submit``: it is called from mitmproxy hooks and stream
 callables, so it never awaits, never blocks and returns at once even when the database is
@@ -17,7 +18,13 @@ import abc
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import ClassVar, Literal, Protocol, Self
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, Self
+
+from llmitm.errors import StoreError
+
+if TYPE_CHECKING:
+    from llmitm.replay.model import Interaction
+    from llmitm.store.recordings import ReplayMissRecord
 
 GroupBy = Literal["endpoint", "model", "day", "route"]
 GROUP_BY: tuple[GroupBy, ...] = ("endpoint", "model", "day", "route")
@@ -64,6 +71,11 @@ class StoreStats:
     queued: int = 0
 
 
+class StoreUnreachable(StoreError, ConnectionError):
+    """The store's database cannot be reached now: a read asked while a server database is
+    down (writes never raise it: they wait in the queue)."""
+
+
 class Store(abc.ABC):
     """Persistent storage for usage, stored responses and recordings.
 
@@ -105,6 +117,51 @@ class Store(abc.ABC):
     ) -> list[UsageRow]:
         """Usage summed per ``group_by`` value, over records at or after ``since`` (all when
         ``None``), ordered by key."""
+
+    def reachable(self) -> bool:
+        """Whether the writer holds a working connection now. Only a server database can be
+        out of reach (its writes then wait in the queue); a file always answers ``True``."""
+        return True
+
+    @property
+    @abc.abstractmethod
+    def location(self) -> str:
+        """Where the store lives, for messages: a file's path, or a server database's URL
+        without its password."""
+
+    # -- recordings (store.recordings writes; replay, ``llmitm rec``)
+
+    @abc.abstractmethod
+    async def recordings(
+        self, scope: str | None = None, limit: int | None = None
+    ) -> list[Interaction]:
+        """Recorded interactions without their legs, oldest first (``limit``: the newest)."""
+
+    @abc.abstractmethod
+    async def load_recordings(self, scope: str | None = None) -> list[Interaction]:
+        """Recorded interactions with all four legs, in arrival order (replay, export)."""
+
+    @abc.abstractmethod
+    async def recording(self, ident: str) -> Interaction | None:
+        """One interaction by id or unique id prefix, with its legs."""
+
+    @abc.abstractmethod
+    async def request_urls(self) -> list[tuple[str, str]]:
+        """``(id, URL)`` of each recording's client request, without loading the legs."""
+
+    @abc.abstractmethod
+    async def last_replay_miss(self) -> ReplayMissRecord | None:
+        """The last strict replay miss recorded, if any."""
+
+    @abc.abstractmethod
+    async def content_problems(self) -> list[str]:
+        """What is wrong with the shared content chunks (missing chunks, reference counts
+        that differ from the references found), one line each; empty when all is well."""
+
+    @abc.abstractmethod
+    async def fingerprint_key(self) -> bytes | None:
+        """The key credential fingerprints are made with, shared by every process using
+        this store (``None``: this store keeps none)."""
 
     async def __aenter__(self) -> Self:
         await self.open()

@@ -84,6 +84,7 @@ from llmitm.store.recordings import (
     DeleteScope,
     PruneRecordings,
     RecordingWrite,
+    RekeyRecording,
     ReplayMissRecord,
 )
 from llmitm.store.sqlite_responses import (
@@ -123,6 +124,7 @@ DEFAULT_APPLIERS: Mapping[type, SqliteApplier] = {
     DeleteScope: recordings.apply_delete_scope,
     DeleteRecordings: recordings.apply_delete_ids,
     PruneRecordings: recordings.apply_prune,
+    RekeyRecording: recordings.apply_rekey,
     ReplayMissRecord: recordings.apply_misses,
     ConversationSaved: conversations.apply_saved,
     ConversationDeleted: conversations.apply_deleted,
@@ -184,6 +186,10 @@ class SqliteStore(Store, ResponseReader, ConversationReader):
         )
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
 
     async def open(self) -> None:
         if self.read_only:

@@ -35,6 +35,9 @@ from llmitm.store.content import LEAF, Bases
 
 TABLE = "store_chunks"
 
+ChunkRow = tuple[bytes, str, int, int, str, bytes]
+"""One upsert row of the chunk table: name, kind, references to add, size, codec, data."""
+
 OWNER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("rec_messages", "body_chunk"),
     ("rec_interactions", "canonical_chunk"),
@@ -113,8 +116,27 @@ class Puts:
         """Write the chunks and counts; ``False`` (nothing written, the recent values
         forgotten) when a value was sliced from a chunk that is gone — another process
         (``rec prune``) deleted it — and the values must be put again."""
-        wanted = {e.name for e in self._encoded} | {c for e in self._encoded for c in e.children}
-        stored = await self._query(db, wanted)
+        rows = self.rows(await self._query(db, self.wanted()))
+        if rows is None:
+            return False
+        if rows:
+            await db.executemany(
+                f"INSERT INTO {TABLE} (name, kind, refs, size, codec, data) "
+                "VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET refs = refs + excluded.refs",
+                rows,
+            )
+        return True
+
+    def wanted(self) -> set[bytes]:
+        """The chunks whose presence decides what :meth:`rows` writes."""
+        return {e.name for e in self._encoded} | {c for e in self._encoded for c in e.children}
+
+    def rows(self, stored: set[bytes]) -> list[ChunkRow] | None:
+        """The upsert rows ``(name, kind, refs, size, codec, data)`` given which of
+        :meth:`wanted` are ``stored``: new chunks whole, stored ones as a count to add (the
+        conflict path); ``None`` (the recent values forgotten) when a value needs a chunk
+        that is neither stored nor put here. Backend-neutral: every backend's commit."""
         new: dict[bytes, tuple[content.Chunk, int]] = {}
         more: Counter[bytes] = Counter()
         for encoded in self._encoded:
@@ -124,7 +146,7 @@ class Puts:
             by_name = {chunk.name: chunk for chunk in encoded.chunks}
             if encoded.name not in by_name:  # the same value as its base: the base itself
                 self.bases.clear()
-                return False
+                return None
             new[encoded.name] = (by_name[encoded.name], 1)
             for child, count in Counter(encoded.children).items():
                 if child in stored or child in new:
@@ -133,22 +155,14 @@ class Puts:
                     new[child] = (by_name[child], count)
                 else:
                     self.bases.clear()
-                    return False
-        rows = [
+                    return None
+        rows: list[ChunkRow] = [
             (chunk.name, chunk.kind, refs + more.pop(chunk.name, 0), len(chunk.data),
              *blob_codec.encode(chunk.data))
             for chunk, refs in new.values()
         ]  # fmt: skip
-        # Chunks already stored only count one more reference: the conflict path.
         rows += [(name, LEAF, count, 0, "", b"") for name, count in more.items()]
-        if rows:
-            await db.executemany(
-                f"INSERT INTO {TABLE} (name, kind, refs, size, codec, data) "
-                "VALUES (?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET refs = refs + excluded.refs",
-                rows,
-            )
-        return True
+        return rows
 
     async def _query(self, db: aiosqlite.Connection, names: set[bytes]) -> set[bytes]:
         """Which of ``names`` are stored; fills :attr:`replaced` on the way."""

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from llmitm.store.api import StoreStats, Write
+from llmitm.store.api import StoreStats, StoreUnreachable, Write
 
 log = logging.getLogger(__name__)
 
@@ -190,12 +190,16 @@ class WriteQueue:
                     break
             try:
                 outcome = await self._apply_batch(batch)
-            except Exception:
+            except Exception as error:
                 # The backend isolates failing writes itself; reaching here means the batch
                 # as a whole failed (a lost connection, a full disk). Keep writing: the next
                 # batch may succeed, and a dead writer would make flush hang.
                 kinds = sorted({w.kind for w in batch})
-                log.exception("%s: lost a batch of %d write(s) %s", self._name, len(batch), kinds)
+                lost = (self._name, len(batch), kinds)
+                if isinstance(error, StoreUnreachable):  # expected, and said: no traceback
+                    log.error("%s: lost a batch of %d write(s) %s: %s", *lost, error)
+                else:
+                    log.exception("%s: lost a batch of %d write(s) %s", *lost)
                 outcome = BatchOutcome(written=0, failed=len(batch))
             self._written += outcome.written
             self._failed += outcome.failed

@@ -24,7 +24,6 @@ from llmitm.replay.keys import KeyOptions
 from llmitm.replay.model import Interaction
 from llmitm.replay.pool import ReplayPool
 from llmitm.replay.rekey import rekey
-from llmitm.store import SqliteStore
 from llmitm.store import folder as folder_files
 
 logger = logging.getLogger(__package__)
@@ -70,7 +69,7 @@ class LlmRecordingsLoad:
     async def _fingerprint_key(self) -> bytes | None:
         try:
             store = await self.recorder.store.ready()
-            return await store.fingerprint_key() if isinstance(store, SqliteStore) else None
+            return await store.fingerprint_key() if store is not None else None
         except Exception:  # a fingerprint is a nicety: recording goes on without it
             logger.warning("llmitm: no credential fingerprints (cannot read their key)")
             return None
@@ -90,9 +89,9 @@ class LlmRecordingsLoad:
                 report.source = str(path)
             else:
                 store = await recorder.store.ready()
-                if isinstance(store, SqliteStore):
+                if store is not None:
                     interactions = await store.load_recordings()
-                    report.source = str(store.path)
+                    report.source = store.location
                 else:
                     logger.warning("llmitm: replay mode without a store or llmitm_recordings")
         except Exception as exc:

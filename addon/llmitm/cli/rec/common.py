@@ -15,9 +15,9 @@ from rich.progress import track
 from llmitm.errors import UserError
 from llmitm.replay.keys import PROFILES, KeyOptions, parse_ignore
 from llmitm.replay.model import Interaction
-from llmitm.store import SchemaTooNew, SqliteStore, default_store_path
+from llmitm.store import SchemaTooNew, Store, default_store_path, store_for
 from llmitm.store import folder as folder_files
-from llmitm.store.sqlite import SqliteApplier
+from llmitm.store.location_url import display_location, missing
 
 EXIT_FOUND = 1
 EXIT_USAGE = 2
@@ -33,7 +33,11 @@ class RecError(UserError, ValueError):
 
 
 def add_source_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", help="the store (default: $XDG_DATA_HOME/llmitm/llmitm.db)")
+    parser.add_argument(
+        "--db",
+        help="the store: a SQLite file or postgresql://user@host:port/db, password in "
+        "PGPASSWORD (default: $XDG_DATA_HOME/llmitm/llmitm.db)",
+    )
     parser.add_argument("--folder", help="a recordings folder instead of the store")
 
 
@@ -70,8 +74,9 @@ def key_options(args: argparse.Namespace, settings: Mapping[str, Any]) -> KeyOpt
 # --- sources ---------------------------------------------------------------------------------
 
 
-def db_path(value: str | None) -> Path:
-    return Path(value).expanduser() if value else default_store_path()
+def db_location(value: str | None) -> str:
+    """The store ``--db`` names (a file or a database URL), else the default file."""
+    return value or str(default_store_path())
 
 
 def progress[T](items: Sequence[T], description: str) -> Iterable[T]:
@@ -84,16 +89,16 @@ def progress[T](items: Sequence[T], description: str) -> Iterable[T]:
 
 def must_exist(db: str | None) -> None:
     """Commands that change recordings never create an empty database by mistake."""
-    path = db_path(db)
-    if not path.is_file():
-        raise RecError(f"no database at {path} (run the proxy first, or pass --db)")
+    location = db_location(db)
+    if missing(location):
+        raise RecError(
+            f"no database at {display_location(location)} (run the proxy first, or pass --db)"
+        )
 
 
-async def open_store(
-    db: str | None, *, write: bool = False, appliers: Mapping[type, SqliteApplier] | None = None
-) -> SqliteStore:
-    path = db_path(db)
-    store = SqliteStore(path, read_only=not write, appliers=appliers)
+async def open_store(db: str | None, *, write: bool = False) -> Store:
+    store = store_for(db_location(db), read_only=not write)
+    path = store.location  # never a password
     try:
         await store.open()
     except FileNotFoundError:

@@ -35,5 +35,5 @@ async def command(args: argparse.Namespace, console: Console) -> int:
         await store.flush()
     finally:
         await store.close()
-    console.print(f"imported {len(interactions)} recording(s) into {store.path}")
+    console.print(f"imported {len(interactions)} recording(s) into {store.location}")
     return 0

@@ -23,7 +23,6 @@ from llmitm.replay.model import Interaction
 from llmitm.replay.rekey import rekey
 from llmitm.store import folder as folder_files
 from llmitm.store.recordings import RekeyRecording
-from llmitm.store.sqlite_recordings import apply_rekey
 
 
 def add_parser(sub: Any) -> None:
@@ -53,7 +52,7 @@ async def command(args: argparse.Namespace, console: Console) -> int:
     else:
         options = key_options(args, {})
         must_exist(args.db)
-        store = await open_store(args.db, write=True, appliers={RekeyRecording: apply_rekey})
+        store = await open_store(args.db, write=True)
         try:
             interactions = await store.load_recordings()
             changed = rekey(progress(interactions, "re-keying"), options)
@@ -71,8 +70,8 @@ async def command(args: argparse.Namespace, console: Console) -> int:
         finally:
             await store.close()
         if failed:
-            raise RecError(f"{store.path}: {failed} key update(s) failed (see above)")
-        where = str(store.path)
+            raise RecError(f"{store.location}: {failed} key update(s) failed (see above)")
+        where = store.location
     console.print(
         f"re-keyed {len(changed)} of {len(interactions)} recording(s) in {where} "
         f"(match key version {MATCH_KEY_VERSION}, profile {options.profile}"

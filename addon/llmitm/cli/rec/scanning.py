@@ -12,8 +12,8 @@ from llmitm.replay import folder as folder_format
 from llmitm.replay.model import Interaction
 from llmitm.replay.scan import Finding, scan_patterns, scan_text
 from llmitm.replay.scan_fields import Located, locate, recording_ids
-from llmitm.store import SqliteStore
 from llmitm.store import folder as folder_files
+from llmitm.store import store_for
 from llmitm.store.raw_values import UnreadableDatabase, database_values
 
 _NAMED = 5
@@ -103,7 +103,7 @@ async def _recordings_in(file: Path, cache: dict[Path, list[Interaction]]) -> li
     if database not in cache:
         cache[database] = []
         try:
-            store = SqliteStore(database, read_only=True)
+            store = store_for(database, read_only=True)
             await store.open()
             try:
                 cache[database] = await store.load_recordings()

@@ -1,0 +1,32 @@
+"""Choosing the store from where it lives: the one place that maps a location to a backend,
+so the proxy and the commands above ``store/`` never name one.
+
+A ``postgresql://`` or ``postgres://`` URL is a PostgreSQL database (``store.postgres``);
+anything else is a SQLite file path (``store.sqlite``). The PostgreSQL driver is imported
+only when a URL asks for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmitm.store.api import Store
+from llmitm.store.location_url import is_server_url
+
+
+def store_for(
+    location: str | Path, *, read_only: bool = False, start_offline: bool = False
+) -> Store:
+    """The store at ``location``: a PostgreSQL database for a URL, else a SQLite file
+    (``~`` expanded). ``read_only`` as the backends define it (no migration, no writes);
+    ``start_offline``: a server database that cannot be reached at ``open`` is waited for in
+    the background (the proxy) instead of failing the open (the commands). A file is never
+    out of reach."""
+    text = str(location)
+    if is_server_url(text):
+        from llmitm.store.postgres import PostgresStore
+
+        return PostgresStore(text, read_only=read_only, start_offline=start_offline)
+    from llmitm.store.sqlite import SqliteStore
+
+    return SqliteStore(Path(text).expanduser(), read_only=read_only)

@@ -1,0 +1,314 @@
+"""Responses state in PostgreSQL: how the writes of ``responses_api.records`` are applied and
+its reads answered (``store.sqlite_responses`` is the SQLite twin and describes the layout:
+the Response object and the input items as chunks, input items found by 64-bit id keys).
+
+The rows are built by the SQLite module's functions (they know no database); the SQL is
+PostgreSQL's. A response saved again (each status change) takes its own row's lock first
+(``FOR UPDATE`` in the replaced-chunks query), so two proxies saving one response do not
+release its old chunks twice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+import orjson
+
+from llmitm.responses_api.records import (
+    ResponseDeleted,
+    ResponseEvents,
+    ResponseOwned,
+    ResponseOwner,
+    ResponseSaved,
+    ResponsesPurged,
+    StoredResponse,
+)
+from llmitm.store import postgres_content
+from llmitm.store.sqlite_responses import SEAL_KEY_NAME, id_key, join_ids
+from llmitm.store.sqlite_responses import _saved_rows as saved_rows
+
+_COLUMNS = (
+    "id, response, input_items, previous_response_id, created_at, expires_at, credential, "
+    "input_chunk, response_chunk"
+)
+_R_COLUMNS = ", ".join(f"r.{c.strip()}" for c in _COLUMNS.split(","))
+# ``$n::text IS NULL OR credential = $n``: NULL asks for anyone's rows.
+_LIVE = "(expires_at IS NULL OR expires_at > $2)"
+_OWNED = "($3::text IS NULL OR credential = $3)"
+
+
+async def apply_saved(db: asyncpg.Connection, writes: Sequence[ResponseSaved]) -> None:
+    # A response saved twice in one batch: the last save wins, as across batches.
+    writes = list({w.record.id: w for w in writes}.values())
+    store = postgres_content.content_of(db)
+    ids = [w.record.id for w in writes]
+    await postgres_content.lock_owners(db, "response:", ids)
+    while True:
+        puts = store.session()
+        rows, item_rows, input_keys = saved_rows(writes, puts)
+        # The chunks the last save of these responses held, their rows locked.
+        puts.replacing(
+            "SELECT c FROM (SELECT input_chunk, response_chunk FROM responses "
+            "WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE) AS r, "
+            "unnest(ARRAY[r.input_chunk, r.response_chunk]) AS c",
+            (ids,),
+        )
+        if await puts.commit(db):
+            break
+    if puts.replaced:
+        await db.execute(
+            "DELETE FROM response_input_ids WHERE response_key = ANY($1::bigint[])",
+            [id_key(i) for i in ids],
+        )
+        await db.execute("DELETE FROM response_items WHERE response_id = ANY($1::text[])", ids)
+    if item_rows:
+        await db.executemany(
+            "INSERT INTO response_items (item_id, response_id, item) VALUES ($1, $2, $3) "
+            "ON CONFLICT (item_id, response_id) DO UPDATE SET item = EXCLUDED.item",
+            item_rows,
+        )
+    if input_keys:
+        await db.executemany(
+            "INSERT INTO response_input_ids (item_key, response_key) VALUES ($1, $2) "
+            "ON CONFLICT DO NOTHING",
+            sorted(set(input_keys)),
+        )
+    await db.executemany(
+        f"INSERT INTO responses ({_COLUMNS}, id_key) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO UPDATE SET "
+        "response = EXCLUDED.response, input_items = EXCLUDED.input_items, "
+        "previous_response_id = EXCLUDED.previous_response_id, "
+        "created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, "
+        "credential = EXCLUDED.credential, input_chunk = EXCLUDED.input_chunk, "
+        "response_chunk = EXCLUDED.response_chunk, id_key = EXCLUDED.id_key",
+        rows,
+    )
+    if any(puts.replaced):
+        await store.release(db, puts.replaced)
+
+
+async def _delete(db: asyncpg.Connection, ids: list[str]) -> None:
+    """Delete the responses ``ids`` with everything they own, releasing their chunks. Only
+    the rows locked here give up chunks and go: a save of the same id by another proxy
+    waits for this (or this for it) on the id's lock, so none is deleted unreleased."""
+    if not ids:
+        return
+    await postgres_content.lock_owners(db, "response:", ids)
+    rows = await db.fetch(
+        "SELECT id, input_chunk, response_chunk FROM responses WHERE id = ANY($1::text[]) "
+        "ORDER BY id FOR UPDATE",
+        ids,
+    )
+    found = [row[0] for row in rows]
+    await postgres_content.content_of(db).release(db, [n for row in rows for n in row[1:]])
+    await db.execute(
+        "DELETE FROM response_input_ids WHERE response_key = ANY($1::bigint[])",
+        [id_key(i) for i in found],
+    )
+    await db.execute("DELETE FROM responses WHERE id = ANY($1::text[])", found)
+    for table, column in (
+        ("response_items", "response_id"),
+        ("response_events", "response_id"),
+        ("response_owners", "id"),
+    ):
+        await db.execute(f"DELETE FROM {table} WHERE {column} = ANY($1::text[])", ids)
+
+
+async def apply_deleted(db: asyncpg.Connection, writes: Sequence[ResponseDeleted]) -> None:
+    await _delete(db, list(dict.fromkeys(w.id for w in writes)))
+
+
+async def apply_events(db: asyncpg.Connection, writes: Sequence[ResponseEvents]) -> None:
+    await db.executemany(
+        "INSERT INTO response_events (response_id, seq, event) VALUES ($1, $2, $3) "
+        "ON CONFLICT DO NOTHING",
+        [(w.response_id, seq, event) for w in writes for seq, event in w.events],
+    )
+
+
+async def apply_owned(db: asyncpg.Connection, writes: Sequence[ResponseOwned]) -> None:
+    await db.executemany(
+        "INSERT INTO response_owners (id, endpoint, created_at, expires_at, credential) "
+        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO UPDATE SET "
+        "endpoint = EXCLUDED.endpoint, created_at = EXCLUDED.created_at, "
+        "expires_at = EXCLUDED.expires_at, credential = EXCLUDED.credential",
+        [
+            (o.id, o.endpoint, o.created_at, o.expires_at, o.credential)
+            for o in (w.owner for w in writes)
+        ],
+    )
+
+
+async def apply_purged(db: asyncpg.Connection, writes: Sequence[ResponsesPurged]) -> None:
+    now = max(w.now for w in writes)
+    expired = await db.fetch("SELECT id FROM responses WHERE expires_at <= $1 ORDER BY id", now)
+    await _delete(db, [row[0] for row in expired])
+    await db.execute("DELETE FROM response_owners WHERE expires_at <= $1", now)
+
+
+async def _records(db: asyncpg.Connection, rows: Sequence[Sequence[Any]]) -> list[StoredResponse]:
+    memo: dict[bytes, bytes] = {}
+    names = [bytes(n) for row in rows for n in row[7:9] if n is not None]
+    values = iter(await postgres_content.read(db, names, memo)) if names else iter(())
+    records = []
+    for row in rows:
+        rid, response, items, previous, created_at, expires_at, credential = row[:7]
+        input_items = orjson.loads(items)
+        if row[7] is not None:
+            input_items = join_ids(input_items, orjson.loads(next(values)))
+        if row[8] is not None:
+            response = next(values)
+        records.append(
+            StoredResponse(
+                id=str(rid),
+                response=orjson.loads(response),
+                input_items=input_items,
+                previous_response_id=previous,
+                created_at=float(created_at),
+                expires_at=float(expires_at) if expires_at is not None else None,
+                credential=credential,
+            )
+        )
+    return records
+
+
+async def read_response(
+    db: asyncpg.Connection, response_id: str, credential: str | None
+) -> StoredResponse | None:
+    row = await db.fetchrow(
+        f"SELECT {_COLUMNS} FROM responses WHERE id = $1 AND {_LIVE} AND {_OWNED}",
+        response_id,
+        time.time(),
+        credential,
+    )
+    return (await _records(db, [row]))[0] if row else None
+
+
+async def read_chain(
+    db: asyncpg.Connection, response_id: str, max_depth: int, credential: str | None
+) -> list[StoredResponse]:
+    # Walk up previous_response_id; depth orders the result and bounds a (corrupt) cycle.
+    # An ancestor that is not the credential's is left out, which breaks the chain there.
+    sql = f"""
+        WITH RECURSIVE chain(id, depth) AS (
+            SELECT id, 0 FROM responses WHERE id = $1 AND {_LIVE} AND {_OWNED}
+            UNION ALL
+            SELECT r.previous_response_id, chain.depth + 1
+            FROM responses AS r JOIN chain ON r.id = chain.id
+            WHERE r.previous_response_id IS NOT NULL AND chain.depth < $4
+        )
+        SELECT {_R_COLUMNS}
+        FROM chain JOIN responses AS r ON r.id = chain.id
+        WHERE (r.expires_at IS NULL OR r.expires_at > $2)
+            AND ($3::text IS NULL OR r.credential = $3)
+        ORDER BY chain.depth DESC
+    """
+    rows = await db.fetch(sql, response_id, time.time(), credential, max_depth)
+    records = await _records(db, rows)
+    # A deleted ancestor ends the chain: keep only the unbroken run ending at response_id.
+    unbroken: list[StoredResponse] = []
+    for record in reversed(records):
+        if unbroken and unbroken[-1].previous_response_id != record.id:
+            break
+        unbroken.append(record)
+    return unbroken[::-1]
+
+
+async def read_items(
+    db: asyncpg.Connection, item_ids: Sequence[str], credential: str | None
+) -> dict[str, dict]:
+    found: dict[str, dict] = {}
+    for item_id in dict.fromkeys(item_ids):
+        # The newest of: the item's response_items row (an output item: read from its
+        # response), the newest response whose input has it (by key, confirmed by id).
+        now = time.time()
+        row = await db.fetchrow(
+            "SELECT i.item, i.response_id, r.created_at FROM response_items AS i "
+            "JOIN responses AS r ON r.id = i.response_id "
+            "WHERE i.item_id = $1 AND (r.expires_at IS NULL OR r.expires_at > $2) "
+            "AND ($3::text IS NULL OR r.credential = $3) ORDER BY r.created_at DESC LIMIT 1",
+            item_id,
+            now,
+            credential,
+        )
+        best: tuple[float, dict[str, Any]] | None = None
+        if row and row[0]:
+            best = (row[2], orjson.loads(row[0]))
+        elif row:
+            best = await _item_of(db, row[1], row[2], item_id, credential)
+        candidates = await db.fetch(
+            "SELECT r.id, r.created_at FROM response_input_ids AS x "
+            "JOIN responses AS r ON r.id_key = x.response_key "
+            "WHERE x.item_key = $1 AND (r.expires_at IS NULL OR r.expires_at > $2) "
+            "AND ($3::text IS NULL OR r.credential = $3) ORDER BY r.created_at DESC",
+            id_key(item_id),
+            now,
+            credential,
+        )
+        for response_id, created_at in candidates:
+            if best is not None and best[0] >= created_at:
+                break
+            hit = await _item_of(db, response_id, created_at, item_id, credential)
+            if hit is not None:  # else a key shared by chance: try an older one
+                best = hit
+                break
+        if best is not None:
+            found[item_id] = best[1]
+    return found
+
+
+async def _item_of(
+    db: asyncpg.Connection,
+    response_id: str,
+    created_at: float,
+    item_id: str,
+    credential: str | None,
+) -> tuple[float, dict[str, Any]] | None:
+    record = await read_response(db, response_id, credential)
+    for item in record.items() if record else []:
+        if item.get("id") == item_id:
+            return created_at, item
+    return None
+
+
+async def read_events(db: asyncpg.Connection, response_id: str, after: int) -> list[bytes]:
+    rows = await db.fetch(
+        "SELECT event FROM response_events WHERE response_id = $1 AND seq > $2 ORDER BY seq",
+        response_id,
+        after,
+    )
+    return [bytes(row[0]) for row in rows]
+
+
+async def read_owner(db: asyncpg.Connection, response_id: str) -> ResponseOwner | None:
+    row = await db.fetchrow(
+        "SELECT id, endpoint, created_at, expires_at, credential FROM response_owners "
+        "WHERE id = $1 AND (expires_at IS NULL OR expires_at > $2)",
+        response_id,
+        time.time(),
+    )
+    if row is None:
+        return None
+    return ResponseOwner(str(row[0]), str(row[1]), float(row[2]), row[3], row[4])
+
+
+async def read_secret(db: asyncpg.Connection, name: str) -> bytes | None:
+    value = await db.fetchval("SELECT value FROM llmitm_secrets WHERE name = $1", name)
+    return bytes(value) if value is not None else None
+
+
+async def ensure_secrets(db: asyncpg.Connection, names: Sequence[str]) -> None:
+    """Make each key once for every proxy on the database: the first insert wins, the
+    others' random values are thrown away by ``ON CONFLICT DO NOTHING``, and everyone
+    reads back the one that is stored."""
+    await db.executemany(
+        "INSERT INTO llmitm_secrets (name, value) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        [(name, os.urandom(32)) for name in names],
+    )
+
+
+SECRET_NAMES = (SEAL_KEY_NAME, "credential-fingerprint")
