@@ -28,7 +28,8 @@ The tree (a test keeps it equal to the classes)::
     │   ├── UpstreamError
     │   ├── UpstreamCut
     │   │   └── UpstreamStall
-    │   └── ReplayCut
+    │   ├── ReplayCut
+    │   └── ChunkError
     ├── StoreError
     │   ├── UnreadableDatabase
     │   ├── SchemaTooNew

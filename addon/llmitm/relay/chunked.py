@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import re
 
+from llmitm.errors import TransportError
+
 _SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,20})[ \t]*(?:;.*)?")
 _MAX_LINE = 64 * 1024
 """The longest size or trailer line taken (h11's own bound on an incomplete event)."""
 
 
-class ChunkError(ValueError):
+class ChunkError(TransportError, ValueError):
     """The framing is broken: a size line, a chunk's end or a trailer is not HTTP/1.1's."""
 
 
