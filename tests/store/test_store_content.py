@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import random
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from llmitm.responses_api.records import (
     ResponsesPurged,
     StoredResponse,
 )
-from llmitm.store import MIGRATIONS, SqliteStore, content
+from llmitm.store import MIGRATIONS, SqliteStore, content, sqlite_content
 from llmitm.store.folder import read_folder, write_folder
 from llmitm.store.memory_responses import MemoryResponses
 from llmitm.store.raw_values import database_values
@@ -377,3 +378,38 @@ async def test_a_base_another_process_pruned_is_not_sliced(tmp_path: Path) -> No
         assert [legs(i) for i in await proxy.load_recordings()] == [legs(second[0])]
         assert await proxy.response(second[1].id) == second[1]
         assert await proxy.content_problems() == []
+
+
+async def test_heavy_values_are_cut_off_the_event_loop_and_read_back_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A turn of a long conversation (~0.3 MB a body here, several MB for an agent) takes
+    # milliseconds to cut; every flow on the event loop would wait for it.
+    threads: list[tuple[int, int]] = []
+    encode = content.encode
+
+    def noting_encode(data: bytes, *args: Any) -> content.Encoded:
+        threads.append((threading.get_ident(), len(data)))
+        return encode(data, *args)
+
+    monkeypatch.setattr(content, "encode", noting_encode)
+    loop_thread = threading.get_ident()
+    conversation = Conversation(seed=7, new_bytes=60_000)
+    sent: list[tuple[Interaction, StoredResponse]] = []
+    async with SqliteStore(tmp_path / "c.db") as store:
+        for _ in range(5):
+            interaction, record = conversation.next()
+            sent.append((interaction, record))
+            store.submit(RecordingWrite(interaction))
+            store.submit(ResponseSaved(record))
+            await store.flush()
+        loaded = await store.load_recordings()
+        assert [legs(i) for i in loaded] == [legs(i) for i, _ in sent]
+        for _, record in sent:
+            assert await store.response(record.id) == record
+        assert await check(store) == []
+    # A value that heavy alone is cut off the loop (lighter ones may be, with the others of
+    # their write); a light write is cut at once.
+    heavy = [thread for thread, size in threads if size >= sqlite_content.OFF_LOOP_BYTES]
+    assert heavy and loop_thread not in heavy
+    assert any(thread == loop_thread for thread, size in threads if size < 1_000)
