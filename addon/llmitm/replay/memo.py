@@ -59,11 +59,16 @@ from llmitm.wire.redact import (
 
 SEQUENCES = ("input", "messages")
 """The fields whose array is the conversation (the first one a body has is taken)."""
-BUDGET = 8 * 2**20
-"""Bytes of JSON the parts kept may add up to."""
+BUDGET = 24 * 2**20
+"""Bytes the parts kept may hold, roughly: each its JSON bytes, and one with volatile values
+or dropped fields also its canonical form (a part's text is the parsed body's otherwise)."""
 
 _ENDS = 48
-"""Bytes at each end of a part that, with its length, name it in the memo's index."""
+"""Bytes at each end of a part that, with its length, find it in the memo."""
+_ENTRY = 256
+"""Bytes a kept part costs besides its forms, roughly."""
+_AS_IS = object()
+"""A part's redaction or canonical form that is the part itself."""
 _DROPPED = object()
 """A field's canonical form when the key's reduction drops it."""
 
@@ -75,14 +80,22 @@ class _Part:
     """What one field or item came to."""
 
     data: bytes
-    """Its JSON bytes (``orjson``'s spelling)."""
+    """Its JSON bytes (``orjson``'s spelling), for a kept part."""
     redacted: Any
+    """:data:`_AS_IS` for a part redaction leaves as it is (the only ones kept)."""
     changed: bool
     """Redaction made a different value of it (``redact_json``'s verdict)."""
     named: bool
     """It holds a secret-named field with a string (``redact_fields``'s verdict)."""
     too_deep: bool
     keyed: dict[KeyOptions, tuple[Any, Numbered]] = field(default_factory=dict)
+    """Per key options: its canonical form (:data:`_AS_IS`: itself) and what it numbered."""
+
+    def cost(self) -> int:
+        """Bytes it holds, roughly: its entry and bytes, and a form of about their size per
+        options whose form is not the part itself."""
+        forms = sum(form is not _AS_IS and form is not _DROPPED for form, _ in self.keyed.values())
+        return _ENTRY + len(self.data) * (1 + forms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +116,7 @@ class RequestMemo:
     def __init__(self, budget: int = BUDGET) -> None:
         self.budget = budget
         self._parts: OrderedDict[tuple[str, bool, int, bytes, bytes], _Part] = OrderedDict()
-        self._size = 0
+        self._held = 0
         self._lock = threading.Lock()
 
     def redact(self, content: bytes | None) -> bytes | None:
@@ -126,17 +139,19 @@ class RequestMemo:
         if sequence is None or (options is not None and not _per_item(options, sequence)):
             return None
         with self._lock:
-            layout = [
-                (name, [self._part(name, True, item) for item in value])
+            layout: list[tuple[str, Any]] = [
+                (name, [(item, self._part(name, True, item)) for item in value])
                 if name == sequence
-                else (name, self._part(name, False, value))
+                else (name, (value, self._part(name, False, value)))
                 for name, value in body.items()
             ]
-            parts = [p for _, v in layout for p in (v if isinstance(v, list) else [v])]
+            parts = [p for _, v in layout for _, p in (v if isinstance(v, list) else [v])]
             if any(part.too_deep for part in parts):
                 return None
             redacted = {
-                name: [p.redacted for p in value] if isinstance(value, list) else value.redacted
+                name: [_redacted(*pair) for pair in value]
+                if isinstance(value, list)
+                else _redacted(*value)
                 for name, value in layout
             }
             canonical = None if options is None else self._canonical(layout, sequence, options)
@@ -152,8 +167,8 @@ class RequestMemo:
 
     def _part(self, name: str, item: bool, value: Any) -> _Part:
         data = orjson.dumps(value)
-        # Named by its length and ends, confirmed by its bytes: hashing each part's bytes
-        # whole for a dict key cost more than comparing the one that matches (a memcmp).
+        # Looked up by its length and ends, confirmed by its bytes: hashing every part's
+        # bytes whole (for a dict key, or a digest) cost more than comparing the one found.
         key = (name, item, len(data), data[:_ENDS], data[-_ENDS:])
         part = self._parts.get(key)
         if part is not None and part.data == data:
@@ -168,13 +183,14 @@ class RequestMemo:
             named = named or redact_fields(value) is not value
         # The body is level 1 and the array level 2: an item starts at level 3.
         too_deep = depth.exceeds(value, depth.MAX_DEPTH - (2 if item else 1))
-        part = _Part(data, redacted, redacted != value, named, too_deep)
-        if part.changed or part.named:
-            return part  # held a credential, maybe: its bytes are not kept past this body
-        if key in self._parts:  # another part with the same length and ends: this one now
-            self._size -= len(self._parts.pop(key).data)
-        self._parts[key] = part
-        self._size += len(data)
+        changed = redacted != value
+        if changed or named or too_deep:
+            # Held a credential, maybe: nothing of it is kept past this body.
+            return _Part(b"", redacted, changed, named, too_deep)
+        if key in self._parts:  # another part of that length and ends: this one now
+            self._held -= self._parts.pop(key).cost()
+        part = self._parts[key] = _Part(data, _AS_IS, False, False, False)
+        self._held += part.cost()
         return part
 
     def _canonical(
@@ -184,25 +200,34 @@ class RequestMemo:
         out: dict[str, Any] = {}
         for name, value in layout:
             if isinstance(value, list):
-                out[name] = [self._form(p, sequence, True, options, numbering) for p in value]
+                out[name] = [
+                    self._form(*pair, sequence, True, options, numbering) for pair in value
+                ]
             else:
-                form = self._form(value, name, False, options, numbering)
+                form = self._form(*value, name, False, options, numbering)
                 if form is not _DROPPED:
                     out[name] = form
         return out
 
     def _form(
-        self, part: _Part, name: str, item: bool, options: KeyOptions, numbering: Numbering
+        self,
+        value: Any,
+        part: _Part,
+        name: str,
+        item: bool,
+        options: KeyOptions,
+        numbering: Numbering,
     ) -> Any:
         kept = part.keyed.get(options)
         if kept is not None:
             form, numbered = kept
             same = True
-            for kind, value, number in numbered:  # every one: the numbering a walk leaves
-                same = numbering.number(kind, value) == number and same
+            for kind, volatile, number in numbered:  # every one: the numbering a walk leaves
+                same = numbering.number(kind, volatile) == number and same
             if same:
-                return form
-        whole = reduced({name: [part.redacted] if item else part.redacted}, options, True)
+                return value if form is _AS_IS else form
+        redacted = _redacted(value, part)
+        whole = reduced({name: [redacted] if item else redacted}, options, True)
         if name not in whole:
             part.keyed[options] = (_DROPPED, ())
             return _DROPPED
@@ -213,13 +238,26 @@ class RequestMemo:
             form = with_placeholders(form, volatile_pattern(options), numbering)
             numbering.log = None
             numbered = tuple(log)
-        part.keyed[options] = (form, numbered)
+        held = part.cost()
+        if not numbered and part.redacted is _AS_IS and form == value:
+            # The part itself (no volatile value, nothing dropped): next time, that body's
+            # own copy serves, and nothing is held for it.
+            part.keyed[options] = (_AS_IS, ())
+        else:
+            part.keyed[options] = (form, numbered)
+        if part.redacted is _AS_IS:  # a kept part
+            self._held += part.cost() - held
         return form
 
     def _trim(self) -> None:
-        while self._size > self.budget and self._parts:
+        while self._held > self.budget and self._parts:
             _, part = self._parts.popitem(last=False)
-            self._size -= len(part.data)
+            self._held -= part.cost()
+
+
+def _redacted(value: Any, part: _Part) -> Any:
+    """What redaction made of ``value``, whose part is ``part``."""
+    return value if part.redacted is _AS_IS else part.redacted
 
 
 def _per_item(options: KeyOptions, sequence: str) -> bool:
