@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from llmitm.addons.record.compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
-from llmitm.replay.tap import PACK_BYTES, Leg, StreamTap, pieces
+from llmitm.replay.tap import Leg, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline
 from tests.exchange.test_exchange import RESPONSES_SSE, context, splits
 
@@ -71,24 +71,10 @@ def test_a_translated_stream_is_kept_whole() -> None:
     assert as_list(times, upstream) == sent_pieces(times, [*chunks, b""])
     assert client is not None and as_list(times, client) == sent_pieces(times, sent)
     assert b"".join(sent).endswith(b"data: [DONE]\n\n")
-    # Held compressed once ended (while it flows, in frames of PACK_BYTES or more).
+    # Held compressed, one zstd frame per compaction (three here: two mid-stream, the end's).
     zstd_frame = b"\x28\xb5\x2f\xfd"
-    assert upstream.parts and all(p.startswith(zstd_frame) for p in upstream.parts)
-    assert not upstream.pending
+    assert len(upstream.parts) == 3 and all(p.startswith(zstd_frame) for p in upstream.parts)
     assert sum(map(len, upstream.parts)) < len(b"".join(chunks)) / 2
-
-
-def test_a_paced_stream_is_held_compressed_in_frames_of_many_events() -> None:
-    # One event per compaction, as when the upstream writes one every 20 ms: the leg packs
-    # them together, not one frame per event (which hardly shrinks an event).
-    event = b'data: {"choices":[{"index":0,"delta":{"content":" word %d"}}]}\n\n'
-    leg = Leg()
-    for i in range(400):
-        leg.add([event % i])
-    raw = b"".join(event % i for i in range(400))
-    assert leg.body() == raw
-    assert len(leg.pending) < PACK_BYTES
-    assert sum(map(len, leg.parts)) + len(leg.pending) < len(raw) / 5
 
 
 def test_a_guard_that_hands_every_chunk_on_keeps_one_leg() -> None:

@@ -9,13 +9,12 @@ left out, three appends and a length test per chunk measured 1.08× the proxy CP
 recording, one extend 1.06× (``scripts/bench_proxy.py``, 64 streams).
 
 Every so often, off the hot path, the recorder's compactor calls :meth:`compact`: the notes
-so far are joined into one buffer per direction and compressed once a few KB have gathered
-(zstd, level 1: ~0.4 µs an event, tens of times smaller — what a recorded stream holds while
-it flows and until its record is built is most of what recording costs in memory per
-stream), their sizes and times go into arrays, and the chunks are let go. Notes held until
-the flow's end instead were thousands of small objects per stream, which the garbage
-collector walked, the allocator could not reuse, and the end's passes found out of cache:
-~3% of a busy proxy's CPU.
+so far are joined into one buffer per direction and compressed (zstd, level 1: ~0.4 µs an
+event, a few times smaller — what a recorded stream holds while it flows and until its record
+is built is most of what recording costs in memory per stream), their sizes and times go
+into arrays, and the chunks are let go. Notes held until the flow's end instead were
+thousands of small objects per stream, which the garbage collector walked, the allocator
+could not reuse, and the end's passes found out of cache: ~3% of a busy proxy's CPU.
 
 Sans-IO: no mitmproxy, no store, no clock but the chunks' arrival times.
 """
@@ -48,51 +47,28 @@ def _pack(data: bytes) -> bytes:
     return compressor.compress(data, zstd.ZstdCompressor.FLUSH_FRAME)  # type: ignore[no-any-return]
 
 
-PACK_BYTES = 4096
-"""Bytes a leg gathers before it compresses them into a part of their own."""
-
-
 class Leg:
     """One direction of a stream, compacted: its bytes in compressed parts (one zstd frame
-    per :data:`PACK_BYTES` or more) and the latest ones not yet packed, each piece's size.
+    per compaction), each piece's size."""
 
-    A paced stream brings one event or two per compaction: a frame of one event is hardly
-    smaller than the event (~1.2× for an SSE event of a few hundred bytes, against ~30× for
-    the hundred events of a short answer), and a recorded stream held close to its whole
-    size while it flowed. Gathered first, the events of a frame share its history."""
+    __slots__ = ("parts", "sizes")
 
-    __slots__ = ("parts", "pending", "sizes")
-
-    def __init__(
-        self,
-        parts: list[bytes] | None = None,
-        sizes: array[int] | None = None,
-        pending: bytes = b"",
-    ) -> None:
+    def __init__(self, parts: list[bytes] | None = None, sizes: array[int] | None = None) -> None:
         self.parts: list[bytes] = [] if parts is None else parts
         self.sizes: array[int] = array("q") if sizes is None else sizes
-        self.pending = pending
 
     def add(self, datas: list[bytes]) -> None:
         self.sizes.extend(map(len, datas))
-        joined = self.pending + b"".join(datas)
-        if len(joined) >= PACK_BYTES:
+        joined = b"".join(datas)
+        if joined:
             self.parts.append(_pack(joined))
-            joined = b""
-        self.pending = joined
-
-    def seal(self) -> None:
-        """Pack what is gathered (the stream has ended: its record's build may wait)."""
-        if self.pending:
-            self.parts.append(_pack(self.pending))
-            self.pending = b""
 
     def body(self) -> bytes:
         """The whole leg, decompressed (each call: the record's builder calls it once)."""
-        return b"".join([*map(zstd.decompress, self.parts), self.pending])
+        return b"".join(map(zstd.decompress, self.parts))
 
     def copy(self) -> Leg:
-        return Leg(list(self.parts), array("q", self.sizes), self.pending)
+        return Leg(list(self.parts), array("q", self.sizes))
 
 
 class _Tap:
@@ -121,9 +97,6 @@ class _Tap:
     def finish(self) -> tuple[array[float], Leg, Leg | None]:
         """Arrival times, the upstream leg, and the client leg (``None``: the same)."""
         self.compact()
-        self.upstream.seal()
-        if self.client is not None:
-            self.client.seal()
         return self.times, self.upstream, self.client
 
     def _take(self, batch: list[float | bytes]) -> None:
