@@ -192,3 +192,15 @@ def test_bodies_the_memo_does_not_take() -> None:
     for _ in range(MAX_DEPTH):
         deep = [deep]
     assert memo.see(orjson.dumps({"input": [deep]}), KeyOptions()) is None  # redacted as bytes
+
+
+def test_parts_alike_at_both_ends_are_told_apart_and_all_kept() -> None:
+    # An agent's tool outputs often share their length, their first bytes and their last.
+    memo = RequestMemo()
+    items = [{"role": "tool", "content": "x" * 200 + f"{n:04d}" + "y" * 200} for n in range(50)]
+    body = orjson.dumps({"model": "m", "input": items})
+    memo.see(body, KeyOptions())
+    kept = dict(memo._parts)
+    assert len(kept) == 51  # every item, and the model
+    memo.see(body, KeyOptions())
+    assert all(memo._parts[key] is part for key, part in kept.items())

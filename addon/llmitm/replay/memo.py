@@ -63,8 +63,6 @@ BUDGET = 24 * 2**20
 """Bytes the parts kept may hold, roughly: each its JSON bytes, and one with volatile values
 or dropped fields also its canonical form (a part's text is the parsed body's otherwise)."""
 
-_ENDS = 48
-"""Bytes at each end of a part that, with its length, find it in the memo."""
 _ENTRY = 256
 """Bytes a kept part costs besides its forms, roughly."""
 _AS_IS = object()
@@ -115,7 +113,7 @@ class RequestMemo:
 
     def __init__(self, budget: int = BUDGET) -> None:
         self.budget = budget
-        self._parts: OrderedDict[tuple[str, bool, int, bytes, bytes], _Part] = OrderedDict()
+        self._parts: OrderedDict[tuple[str, bool, int, int], _Part] = OrderedDict()
         self._held = 0
         self._lock = threading.Lock()
 
@@ -167,9 +165,10 @@ class RequestMemo:
 
     def _part(self, name: str, item: bool, value: Any) -> _Part:
         data = orjson.dumps(value)
-        # Looked up by its length and ends, confirmed by its bytes: hashing every part's
-        # bytes whole (for a dict key, or a digest) cost more than comparing the one found.
-        key = (name, item, len(data), data[:_ENDS], data[-_ENDS:])
+        # Looked up by its length and hash, confirmed by its bytes (Python's hash of bytes is
+        # a fraction of a digest's cost; the ends of a part are not enough: an agent's
+        # tool outputs often share their length, their first bytes and their last).
+        key = (name, item, len(data), hash(data))
         part = self._parts.get(key)
         if part is not None and part.data == data:
             self._parts.move_to_end(key)
@@ -187,7 +186,7 @@ class RequestMemo:
         if changed or named or too_deep:
             # Held a credential, maybe: nothing of it is kept past this body.
             return _Part(b"", redacted, changed, named, too_deep)
-        if key in self._parts:  # another part of that length and ends: this one now
+        if key in self._parts:  # another part of that length and hash: this one now
             self._held -= self._parts.pop(key).cost()
         part = self._parts[key] = _Part(data, _AS_IS, False, False, False)
         self._held += part.cost()
