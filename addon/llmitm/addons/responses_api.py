@@ -128,7 +128,6 @@ class LlmResponsesApi:
         created_by = await self.state.creator(flow)
         create, changed = await prepare_create(
             body,
-            content,
             await self.state.reader(),
             self.state.seal,
             store_default=self.state.store_default,
