@@ -413,3 +413,15 @@ async def test_heavy_values_are_cut_off_the_event_loop_and_read_back_identical(
     heavy = [thread for thread, size in threads if size >= sqlite_content.OFF_LOOP_BYTES]
     assert heavy and loop_thread not in heavy
     assert any(thread == loop_thread for thread, size in threads if size < 1_000)
+
+
+def test_a_5_mb_history_keeps_its_last_value_in_each_of_its_four_lanes() -> None:
+    # Each turn of a big history is sliced from the last one in each lane; with room for
+    # fewer, each lane's value pushed another's out and every turn was cut whole.
+    bases = content.Bases()
+    lanes = ["client_req:global", "upstream_req:global", "canonical:global", "input_items"]
+    for turn in range(3):
+        for lane in lanes:
+            value = bytes([turn]) * 5_000_000
+            bases.remember(lane, content.name_of(lane.encode() + value), value, 0)
+        assert [len(bases.candidates(lane)) >= 1 for lane in lanes] == [True] * 4
