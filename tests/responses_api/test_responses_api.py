@@ -452,7 +452,7 @@ async def test_prepare_create_inlines_the_chain_and_remembers_the_new_input() ->
 
     body: dict[str, Any] = {"model": "m", "input": "two", "previous_response_id": "r1"}
     create, changed = await prepare_create(
-        body, orjson.dumps(body), memory, sealer, store_default=True, ids=CountingIds()
+        body, memory, sealer, store_default=True, ids=CountingIds()
     )
     assert changed and "previous_response_id" not in body
     assert [i.get("role") for i in body["input"]] == ["user", "assistant", "user"]
@@ -461,7 +461,7 @@ async def test_prepare_create_inlines_the_chain_and_remembers_the_new_input() ->
 
     native = {"model": "m", "input": "x", "previous_response_id": "resp_native", "store": False}
     create, changed = await prepare_create(
-        native, orjson.dumps(native), memory, sealer, store_default=True, ids=CountingIds()
+        native, memory, sealer, store_default=True, ids=CountingIds()
     )
     assert not changed and native["previous_response_id"] == "resp_native"
     assert create.previous_owner == "azure" and create.store is False
@@ -474,7 +474,7 @@ async def test_prepare_create_inlines_the_chain_and_remembers_the_new_input() ->
         "input": [{"type": "reasoning", "summary": [], "encrypted_content": token}],
     }
     create, changed = await prepare_create(
-        sealed, orjson.dumps(sealed), memory, sealer, store_default=False, ids=CountingIds()
+        sealed, memory, sealer, store_default=False, ids=CountingIds()
     )
     assert changed and create.include_encrypted and create.store is False
     assert sealed["input"][0]["content"] == [{"type": "reasoning_text", "text": "t"}]

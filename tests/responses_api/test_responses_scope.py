@@ -182,7 +182,6 @@ async def _prepare(
 
     create, _changed = await prepare_create(
         body,
-        orjson.dumps(body),
         reader,
         seal,
         store_default=True,

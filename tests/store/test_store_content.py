@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from llmitm.responses_api.records import (
     ResponsesPurged,
     StoredResponse,
 )
-from llmitm.store import MIGRATIONS, SqliteStore, Store, content
+from llmitm.store import MIGRATIONS, SqliteStore, Store, content, sqlite_content
 from llmitm.store.folder import read_folder, write_folder
 from llmitm.store.memory_responses import MemoryResponses
 from llmitm.store.raw_values import database_values
@@ -361,3 +362,50 @@ async def test_a_base_another_process_pruned_is_not_sliced(backend: Backend) -> 
         assert [legs(i) for i in await proxy.load_recordings()] == [legs(second[0])]
         assert await proxy.response(second[1].id) == second[1]
         assert await proxy.content_problems() == []
+
+
+async def test_heavy_values_are_cut_off_the_event_loop_and_read_back_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A turn of a long conversation (~0.3 MB a body here, several MB for an agent) takes
+    # milliseconds to cut; every flow on the event loop would wait for it.
+    threads: list[tuple[int, int]] = []
+    encode = content.encode
+
+    def noting_encode(data: bytes, *args: Any) -> content.Encoded:
+        threads.append((threading.get_ident(), len(data)))
+        return encode(data, *args)
+
+    monkeypatch.setattr(content, "encode", noting_encode)
+    loop_thread = threading.get_ident()
+    conversation = Conversation(seed=7, new_bytes=60_000)
+    sent: list[tuple[Interaction, StoredResponse]] = []
+    async with SqliteStore(tmp_path / "c.db") as store:
+        for _ in range(5):
+            interaction, record = conversation.next()
+            sent.append((interaction, record))
+            store.submit(RecordingWrite(interaction))
+            store.submit(ResponseSaved(record))
+            await store.flush()
+        loaded = await store.load_recordings()
+        assert [legs(i) for i in loaded] == [legs(i) for i, _ in sent]
+        for _, record in sent:
+            assert await store.response(record.id) == record
+        assert await check(store) == []
+    # A value that heavy alone is cut off the loop (lighter ones may be, with the others of
+    # their write); a light write is cut at once.
+    heavy = [thread for thread, size in threads if size >= sqlite_content.OFF_LOOP_BYTES]
+    assert heavy and loop_thread not in heavy
+    assert any(thread == loop_thread for thread, size in threads if size < 1_000)
+
+
+def test_a_5_mb_history_keeps_its_last_value_in_each_of_its_four_lanes() -> None:
+    # Each turn of a big history is sliced from the last one in each lane; with room for
+    # fewer, each lane's value pushed another's out and every turn was cut whole.
+    bases = content.Bases()
+    lanes = ["client_req:global", "upstream_req:global", "canonical:global", "input_items"]
+    for turn in range(3):
+        for lane in lanes:
+            value = bytes([turn]) * 5_000_000
+            bases.remember(lane, content.name_of(lane.encode() + value), value, 0)
+        assert [len(bases.candidates(lane)) >= 1 for lane in lanes] == [True] * 4

@@ -23,11 +23,14 @@ from typing import Any
 import orjson
 from mitmproxy import http
 
+from llmitm.addons.parsed import peek_parsed
 from llmitm.addons.responses_state import ResponsesState, answer
 from llmitm.addons.state import flow_mint
 from llmitm.responses_api import answers
 from llmitm.responses_api.compaction import (
     COMPACTION,
+    ITEM_TYPES,
+    TRIGGER,
     CompactionCall,
     CompactionError,
     compacted_response,
@@ -77,7 +80,7 @@ class LlmCompaction:
             return None  # the embedded default: OpenAI and Azure traffic passes unchanged
         compact_to = create_path(flow.request.path)
         content = flow.request.get_content(strict=False) or b""
-        if compact_to is None and (b'"compaction' not in content or not _is_responses_create(flow)):
+        if compact_to is None and not _may_compact(flow, content):
             return None
         try:
             body = orjson.loads(content)
@@ -145,11 +148,9 @@ class LlmCompaction:
     async def _inline(self, flow: http.HTTPFlow, body: dict[str, Any]) -> None:
         """A compact call is a create call to ``llmitm_responses_api`` too: references,
         ``previous_response_id`` and llmitm's sealed items become plain conversation."""
-        content = flow.request.get_content(strict=False) or b""
         mint = flow_mint(flow)
         await prepare_create(
             body,
-            content,
             await self.state.reader(),
             self.state.seal,
             store_default=False,
@@ -223,6 +224,25 @@ class LlmCompactionAnswer:
         else:
             response.headers["content-type"] = "application/json"
             response.content = orjson.dumps(result)
+
+
+_COMPACTION_TYPES = frozenset({*ITEM_TYPES, TRIGGER})
+
+
+def _may_compact(flow: http.HTTPFlow, content: bytes) -> bool:
+    """Whether a request that is not a compact call may hold compaction items or a trigger:
+    a Responses create call whose input has an item of such a type — read off the body
+    LlmResponsesApi parsed when there is one (a search of the bytes for the name costs
+    ~1 ms a MB of history, on every turn), else looked for in the bytes."""
+    if not _is_responses_create(flow):
+        return False
+    parsed = peek_parsed(flow, content)
+    if parsed is None:
+        return b'"compaction' in content
+    items = parsed.get("input")
+    return isinstance(items, list) and any(
+        isinstance(item, dict) and item.get("type") in _COMPACTION_TYPES for item in items
+    )
 
 
 def _is_responses_create(flow: http.HTTPFlow) -> bool:

@@ -29,6 +29,12 @@ def keep_parsed(
     _PARSED[flow] = (content, body, validated)
 
 
+def peek_parsed(flow: http.HTTPFlow, content: bytes) -> dict[str, Any] | None:
+    """The body kept for exactly ``content``, left for the taker (not to be changed)."""
+    kept = _PARSED.get(flow)
+    return kept[1] if kept is not None and kept[0] is content else None
+
+
 def take_parsed(flow: http.HTTPFlow, content: bytes) -> tuple[dict[str, Any], str | None] | None:
     """The body kept for exactly ``content`` and the API it was validated as; handed over
     once (the taker may change it)."""

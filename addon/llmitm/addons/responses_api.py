@@ -177,7 +177,6 @@ class LlmResponsesApi:
         created_by = await self.state.creator(flow)
         create, changed = await prepare_create(
             body,
-            content,
             await self.state.reader(),
             self.state.seal,
             store_default=self.state.store_default,

@@ -17,6 +17,7 @@ from typing import Any, Protocol, overload
 
 from llmitm.replay.fingerprint import credential, fingerprint
 from llmitm.replay.keys import KeyOptions, MatchKey, match_key
+from llmitm.replay.memo import RequestMemo
 from llmitm.replay.model import Chunk, Interaction, Message, Pieces, new_id
 from llmitm.replay.pool import Miss
 from llmitm.wire.redact import (
@@ -88,12 +89,17 @@ class SeenRequest:
 
 
 def see_request(
-    request: ClientRequest, options: KeyOptions, fingerprint_key: bytes | None
+    request: ClientRequest,
+    options: KeyOptions,
+    fingerprint_key: bytes | None,
+    memo: RequestMemo | None = None,
 ) -> SeenRequest:
     """Redact ``request``, compute its match key (from the redacted body, as replay does) and
-    the fingerprint of the credential it sent (``fingerprint_key``: none without a store)."""
+    the fingerprint of the credential it sent (``fingerprint_key``: none without a store;
+    ``memo``: the parts of earlier bodies, whose work a resent history reuses)."""
     raw = request.content
-    content = redact_body(raw) or b""
+    seen = memo.see(raw, options) if memo is not None else None
+    content = (redact_body(raw) or b"") if seen is None else seen.content
     key = match_key(
         request.method,
         request.path,
@@ -101,7 +107,9 @@ def see_request(
         content,
         options,
         request.host,
+        parsed=None if seen is None else seen.body,
         redacted=True,
+        canonical=None if seen is None else seen.canonical,
     )
     message = Message(
         headers=redact_headers(request.headers),
@@ -181,10 +189,17 @@ def relayed_request(
 
 
 def build_interaction(
-    capture: Captured, end: FlowEnd, *, session: str, mode: str, interaction_id: str | None = None
+    capture: Captured,
+    end: FlowEnd,
+    *,
+    session: str,
+    mode: str,
+    interaction_id: str | None = None,
+    memo: RequestMemo | None = None,
 ) -> Interaction:
     """The finished flow as a redacted :class:`Interaction` (runs once, at the flow's end;
-    ``interaction_id``: the id it was promised, else a new one)."""
+    ``interaction_id``: the id it was promised, else a new one; ``memo``: as for
+    :func:`see_request`, for the upstream request — a translated history is resent too)."""
     key = capture.key
     interaction = Interaction(
         id=interaction_id or new_id(capture.started_us),
@@ -214,7 +229,8 @@ def build_interaction(
     )
     upstream_req = end.relayed or capture.upstream_req
     if capture.forwarded and upstream_req is not None:
-        upstream_req.content = redact_body(upstream_req.content)
+        redacted = memo.redact(upstream_req.content) if memo is not None else None
+        upstream_req.content = redact_body(upstream_req.content) if redacted is None else redacted
         interaction.legs["upstream_req"] = upstream_req
         if capture.upstream_status:
             upstream = Message(

@@ -129,19 +129,27 @@ class MatchKey:
 
 
 @dataclass(slots=True)
-class _Numbering:
+class Numbering:
     """Numbers volatile values by first appearance, per kind."""
 
     seen: dict[tuple[str, str], int] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    log: list[tuple[str, str, int]] | None = None
+    """Every value numbered, in order, with its number (``None``: not kept) — what
+    :mod:`llmitm.replay.memo` replays for a part of a body it has keyed before."""
 
-    def placeholder(self, kind: str, value: str) -> str:
+    def number(self, kind: str, value: str) -> int:
         number = self.seen.get((kind, value))
         if number is None:
             number = self.counts.get(kind, 0) + 1
             self.counts[kind] = number
             self.seen[kind, value] = number
-        return f"<{kind}:{number}>"
+        if self.log is not None:
+            self.log.append((kind, value, number))
+        return number
+
+    def placeholder(self, kind: str, value: str) -> str:
+        return f"<{kind}:{self.number(kind, value)}>"
 
 
 def route_of(method: str, path: str) -> tuple[str, str | None]:
@@ -215,7 +223,14 @@ def _next_match(pattern: re.Pattern[str], text: str, start: int) -> re.Match[str
     return None
 
 
-def _placeholders(value: Any, pattern: re.Pattern[str], numbering: _Numbering) -> Any:
+def volatile_pattern(options: KeyOptions) -> re.Pattern[str]:
+    """The volatile values ``options`` replaces by placeholders."""
+    return _VOLATILE_STRICT if options.profile == "strict" else _VOLATILE
+
+
+def with_placeholders(value: Any, pattern: re.Pattern[str], numbering: Numbering) -> Any:
+    """``value`` with each volatile value replaced by its numbered placeholder (numbered in
+    walk order: objects' keys as they are, arrays in order)."""
     if isinstance(value, str):
         found = _next_match(pattern, value, 0)
         if found is None:
@@ -230,13 +245,13 @@ def _placeholders(value: Any, pattern: re.Pattern[str], numbering: _Numbering) -
         parts.append(value[last:])
         return "".join(parts)
     if isinstance(value, dict):
-        return {k: _placeholders(v, pattern, numbering) for k, v in value.items()}
+        return {k: with_placeholders(v, pattern, numbering) for k, v in value.items()}
     if isinstance(value, list):
-        return [_placeholders(item, pattern, numbering) for item in value]
+        return [with_placeholders(item, pattern, numbering) for item in value]
     return value
 
 
-def _reduced(body: Any, options: KeyOptions, redacted: bool = False) -> Any:
+def reduced(body: Any, options: KeyOptions, redacted: bool = False) -> Any:
     """The redacted body without the profile's dropped fields and the ignore paths
     (``redacted``: the body is redaction's output already, redacting it again changes
     nothing)."""
@@ -255,17 +270,17 @@ def _reduced(body: Any, options: KeyOptions, redacted: bool = False) -> Any:
 def canonical_body(body: Any, options: KeyOptions, redacted: bool = False) -> Any:
     """The redacted body reduced to what identifies the request under ``options``."""
     if not options.volatile:
-        return _reduced(body, options, redacted)
-    pattern = _VOLATILE_STRICT if options.profile == "strict" else _VOLATILE
-    return _placeholders(_reduced(body, options, redacted), pattern, _Numbering())
+        return reduced(body, options, redacted)
+    return with_placeholders(
+        reduced(body, options, redacted), volatile_pattern(options), Numbering()
+    )
 
 
 def volatile_values(body: Any, options: KeyOptions) -> list[tuple[str, str]]:
     """``(value, placeholder)`` for each volatile value :func:`canonical_body` replaces, in
     numbering order (``llmitm rec why`` shows them)."""
-    pattern = _VOLATILE_STRICT if options.profile == "strict" else _VOLATILE
-    numbering = _Numbering()
-    _placeholders(_reduced(body, options), pattern, numbering)
+    numbering = Numbering()
+    with_placeholders(reduced(body, options), volatile_pattern(options), numbering)
     return [(value, f"<{kind}:{number}>") for (kind, value), number in numbering.seen.items()]
 
 
@@ -279,11 +294,14 @@ def match_key(
     *,
     parsed: dict[str, Any] | None = None,
     redacted: bool = False,
+    canonical: Any = None,
 ) -> MatchKey:
     """The key of one client request (``url_path`` with its query; headers as sent;
     ``parsed``: ``content`` already parsed as a JSON object, not parsed again;
     ``redacted``: ``content`` is :func:`~llmitm.wire.redact.redact_body`'s output, so its
-    walk is not done twice — the key is the same either way)."""
+    walk is not done twice — the key is the same either way; ``canonical``: with ``parsed``,
+    :func:`canonical_body` of it under ``options``, made already — by
+    :class:`~llmitm.replay.memo.RequestMemo`, which also checked its depth)."""
     method = method.upper()
     route, deployment = route_of(method, url_path)
     query = url_path.partition("?")[2]
@@ -305,23 +323,27 @@ def match_key(
         if isinstance(body.get("model"), str) and not deployment:
             model = body["model"]
         stream = body.get("stream") is True
-    if body is not None and depth.exceeds(body):
+    if body is not None and canonical is None and depth.exceeds(body):
         # Nested deeper than llmitm takes (the 400 it gets is recorded too): too deep to
         # reduce and write, so its bytes are its identity.
         body, text = None, _bytes_identity(content or b"")
-    canonical: dict[str, Any] = {
+    if body is None:
+        canonical = text
+    elif canonical is None:
+        canonical = canonical_body(body, options, redacted)
+    fields: dict[str, Any] = {
         "method": method,
         "route": route,
         "model": model,
         "query": [list(pair) for pair in pairs],
         "headers": [list(pair) for pair in kept],
-        "body": canonical_body(body, options, redacted) if body is not None else text,
+        "body": canonical,
     }
     if options.match_host:
-        canonical["host"] = host.lower()
-    text_form = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode()
-    digest = hashlib.sha256(text_form.encode()).hexdigest()[:16]
-    return MatchKey(digest, method, route, model, stream, text_form)
+        fields["host"] = host.lower()
+    form = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    digest = hashlib.sha256(form).hexdigest()[:16]  # the bytes of the text: hashed once
+    return MatchKey(digest, method, route, model, stream, form.decode())
 
 
 def _bytes_identity(content: bytes) -> str:

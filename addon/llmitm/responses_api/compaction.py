@@ -43,7 +43,7 @@ Form = Literal["compact", "trigger"]
 COMPACTION = "compaction"
 """The item type, and the seal's kind for the summaries it carries."""
 TRIGGER = "compaction_trigger"
-_ITEM_TYPES = frozenset({COMPACTION, "compaction_summary"})  # the second: an older spelling
+ITEM_TYPES = frozenset({COMPACTION, "compaction_summary"})  # the second: an older spelling
 _BOOKKEEPING = frozenset(
     {TRIGGER, "reasoning", "additional_tools", "configuration_update", "item_reference"}
 )
@@ -169,7 +169,7 @@ def _block(item: dict[str, Any]) -> str:
         output = item.get("output")
         text = output if isinstance(output, str) else content_text(output)
         return f"[tool output for call {item.get('call_id', '?')}]\n{_clip(text)}"
-    if kind in _ITEM_TYPES:
+    if kind in ITEM_TYPES:
         # Not opened by restore_compactions: another provider's, unreadable here.
         return "[an earlier part of the conversation was compacted elsewhere; not available]"
     if kind in _BOOKKEEPING:
@@ -355,7 +355,7 @@ def restore_compactions(items: Any, seal: ReasoningSeal) -> int:
         return 0
     restored = 0
     for index, item in enumerate(items):
-        if not isinstance(item, dict) or item.get("type") not in _ITEM_TYPES:
+        if not isinstance(item, dict) or item.get("type") not in ITEM_TYPES:
             continue
         text = seal.open_text(item.get("encrypted_content"), COMPACTION)
         if text is not None:
@@ -371,7 +371,7 @@ def drop_unopened(items: Any) -> int:
     if not isinstance(items, list):
         return 0
     kept = [
-        item for item in items if not (isinstance(item, dict) and item.get("type") in _ITEM_TYPES)
+        item for item in items if not (isinstance(item, dict) and item.get("type") in ITEM_TYPES)
     ]
     dropped = len(items) - len(kept)
     items[:] = kept

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmitm.responses_api.chain import history_items
+from llmitm.responses_api.compaction import ITEM_TYPES as COMPACTION_ITEM_TYPES
 from llmitm.responses_api.compaction import restore_compactions
 from llmitm.responses_api.items import input_items
 from llmitm.responses_api.records import ResponseOwner, ResponseReader, readable
@@ -63,7 +64,6 @@ class CreateCall:
 
 async def prepare_create(
     body: dict[str, Any],
-    content: bytes,
     reader: ResponseReader,
     seal: Callable[[], Awaitable[ReasoningSeal]],
     *,
@@ -72,9 +72,8 @@ async def prepare_create(
     known_owner: Callable[[str], ResponseOwner | None] = lambda _id: None,
     credential: str | None = None,
 ) -> tuple[CreateCall, bool]:
-    """The create call's facts, and whether ``body`` was changed (in place). ``content`` is
-    the raw body, for cheap checks before looking at items. Stored state is read as
-    ``credential``'s (``None``: anyone's, :mod:`.scope`)."""
+    """The create call's facts, and whether ``body`` was changed (in place). Stored state is
+    read as ``credential``'s (``None``: anyone's, :mod:`.scope`)."""
     include = body.get("include")
     store = body.get("store")
     create = CreateCall(
@@ -83,8 +82,12 @@ async def prepare_create(
         include_encrypted=isinstance(include, list) and ENCRYPTED_INCLUDE in include,
     )
     changed = False
-    if b'"item_reference"' in content and isinstance(body.get("input"), list):
-        changed = await resolve_references(body["input"], reader, credential)
+    items = body.get("input")
+    # Item types, not the bytes, say whether there is anything to resolve or open: a search
+    # of the body for a quoted name is a scan of every byte of the history (~1 ms a MB, more
+    # for a name that starts with a quote), a look at each item's type a few µs per hundred.
+    if isinstance(items, list) and _holds(items, _REFERENCE):
+        changed = await resolve_references(items, reader, credential)
     if create.store:
         # Each stored item is a new dict (``input_items``), so what rewrites the request's
         # items in place — reasoning restored, compactions opened, a chain inlined — leaves
@@ -105,11 +108,25 @@ async def prepare_create(
                 create.previous_owner = owner.endpoint
             elif owner is not None or await reader.response(previous) is not None:
                 create.previous_foreign = True
-    if b'"encrypted_content"' in content and isinstance(body.get("input"), list):
+    items = body.get("input")
+    if isinstance(items, list) and _holds(items, _SEALED, "encrypted_content"):
         opened = await seal()
         changed = restore_reasoning(body["input"], opened) > 0 or changed
         changed = restore_compactions(body["input"], opened) > 0 or changed
     return create, changed
+
+
+_REFERENCE = frozenset({"item_reference"})
+_SEALED = frozenset({"reasoning", *COMPACTION_ITEM_TYPES})
+"""The item types whose ``encrypted_content`` llmitm may have sealed."""
+
+
+def _holds(items: list[Any], types: frozenset[str], key: str | None = None) -> bool:
+    """Whether an item of ``items`` is of one of ``types`` (and has ``key``)."""
+    return any(
+        isinstance(item, dict) and item.get("type") in types and (key is None or key in item)
+        for item in items
+    )
 
 
 async def resolve_references(

@@ -168,10 +168,13 @@ class Bases:
     the candidates a new value of that lane is sliced from. Bounded by bytes held: the
     oldest are forgotten first. Forget all when chunks may have been deleted."""
 
-    def __init__(self, per_lane: int = 8, max_bytes: int = 16 << 20) -> None:
+    def __init__(self, per_lane: int = 8, max_bytes: int = 32 << 20) -> None:
         # Eight per lane: the previous turn of up to eight conversations interleaved (the
         # newest that covers a value ends the search, so a single one costs one comparison).
-        # 16 MiB: what a proxy holds for it at most, whatever the bodies weigh.
+        # 32 MiB: what a proxy holds for it at most, whatever the bodies weigh — enough for
+        # the last turn of a 5 MB history in each of its four lanes (the client's body, the
+        # translated one, the canonical text, the stored input). With less, each lane's
+        # value pushed another lane's out, and every turn was cut whole (~50 ms a 5 MB lane).
         self.per_lane = per_lane
         self.max_bytes = max_bytes
         self._lanes: dict[str, OrderedDict[bytes, _Recent]] = {}

@@ -27,8 +27,10 @@ from llmitm.store.recordings import (
     RekeyRecording,
     ReplayMissRecord,
 )
+from llmitm.store.sqlite_content import cut
 from llmitm.store.sqlite_recordings import _interaction as interaction_of
 from llmitm.store.sqlite_recordings import _recording_rows as recording_rows
+from llmitm.store.sqlite_recordings import _weight as weight_of
 from llmitm.store.sqlite_recordings import unpack_chunks
 
 _INTERACTION_COLUMNS = (
@@ -73,7 +75,7 @@ async def apply_recordings(db: asyncpg.Connection, writes: Sequence[RecordingWri
     await postgres_content.lock_owners(db, "recording:", ids)
     while True:
         puts = store.session()
-        interactions, messages, blobs = recording_rows(writes, puts)
+        interactions, messages, blobs = await cut(weight_of(writes), recording_rows, writes, puts)
         puts.replacing(_CHUNKS_OF_IDS, (ids,))
         if await puts.commit(db):
             break

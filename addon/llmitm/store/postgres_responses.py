@@ -28,8 +28,10 @@ from llmitm.responses_api.records import (
     StoredResponse,
 )
 from llmitm.store import postgres_content
+from llmitm.store.sqlite_content import cut
 from llmitm.store.sqlite_responses import SEAL_KEY_NAME, id_key, join_ids
 from llmitm.store.sqlite_responses import _saved_rows as saved_rows
+from llmitm.store.sqlite_responses import _serialised as serialised
 
 _COLUMNS = (
     "id, response, input_items, previous_response_id, created_at, expires_at, credential, "
@@ -47,9 +49,11 @@ async def apply_saved(db: asyncpg.Connection, writes: Sequence[ResponseSaved]) -
     store = postgres_content.content_of(db)
     ids = [w.record.id for w in writes]
     await postgres_content.lock_owners(db, "response:", ids)
+    values = [serialised(w.record, True) for w in writes]
+    weight = sum(len(items) + len(response) for _, items, response in values)
     while True:
         puts = store.session()
-        rows, item_rows, input_keys = saved_rows(writes, puts)
+        rows, item_rows, input_keys = await cut(weight, saved_rows, writes, values, puts)
         # The chunks the last save of these responses held, their rows locked.
         puts.replacing(
             "SELECT c FROM (SELECT input_chunk, response_chunk FROM responses "

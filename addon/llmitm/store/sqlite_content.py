@@ -23,9 +23,10 @@ running beside it could delete one in between.
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import aiosqlite
@@ -37,6 +38,9 @@ TABLE = "store_chunks"
 
 ChunkRow = tuple[bytes, str, int, int, str, bytes]
 """One upsert row of the chunk table: name, kind, references to add, size, codec, data."""
+
+OFF_LOOP_BYTES = 256 << 10
+"""Values weighing this much and more are cut on a worker thread (:func:`cut`)."""
 
 OWNER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("rec_messages", "body_chunk"),
@@ -185,6 +189,18 @@ class Puts:
                     else:
                         found.add(bytes(name))
         return found
+
+
+async def cut[T](weight: int, make: Callable[..., T], *args: Any) -> T:
+    """``make(*args)`` — an applier's rows, its values cut into chunks by :meth:`Puts.put` —
+    on a worker thread when the values weigh ``weight`` bytes or more. Cutting scans and
+    hashes what a value adds (~3 ms a MB of new text), which on the event loop every flow
+    would wait for; the writer task awaits it here instead, the only task that touches the
+    recent values, so nothing else runs beside it. Lighter values are cut at once: the hop
+    to a thread and back would cost more than they do."""
+    if weight < OFF_LOOP_BYTES:
+        return make(*args)
+    return await asyncio.to_thread(make, *args)
 
 
 _WRITERS: weakref.WeakKeyDictionary[aiosqlite.Connection, ContentStore] = (

@@ -119,7 +119,9 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
     ids = orjson.dumps([w.interaction.id for w in writes]).decode()
     while True:
         puts = store.session() if chunked else None
-        interactions, messages, blobs = _recording_rows(writes, puts)
+        interactions, messages, blobs = await sqlite_content.cut(
+            _weight(writes), _recording_rows, writes, puts
+        )
         if puts is None:
             break
         # A recording stored again under its id (INSERT OR REPLACE) gives up its old chunks.
@@ -154,6 +156,15 @@ _CHUNKS_OF_IDS = (
     "UNION ALL SELECT body_chunk FROM rec_messages "
     "WHERE interaction_id IN (SELECT value FROM json_each(?))"
 )
+
+
+def _weight(writes: Sequence[RecordingWrite]) -> int:
+    """The bytes of the whole bodies and canonical texts of ``writes`` (what is cut)."""
+    return sum(
+        len(w.interaction.canonical)
+        + sum(len(m.content or b"") for m in w.interaction.legs.values() if m.chunks is None)
+        for w in writes
+    )
 
 
 def _recording_rows(

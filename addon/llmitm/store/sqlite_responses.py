@@ -106,9 +106,13 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
     store = sqlite_content.content_of(db)
     chunked = await store.ready(db)
     ids = orjson.dumps([w.record.id for w in writes]).decode()
+    values = [_serialised(w.record, chunked) for w in writes]
+    weight = sum(len(items) + len(response) for _, items, response in values)
     while True:
         puts = store.session() if chunked else None
-        rows, item_rows, input_keys = _saved_rows(writes, puts)
+        rows, item_rows, input_keys = await sqlite_content.cut(
+            weight, _saved_rows, writes, values, puts
+        )
         if puts is None:
             break
         # A response is saved again at each status change: it gives up its last save's
@@ -154,22 +158,35 @@ _SAVED_BEFORE = (
 )
 
 
+Serialised = tuple[list[str | None] | None, bytes, bytes]
+
+
+def _serialised(record: StoredResponse, chunked: bool) -> Serialised:
+    """A saved response's input items and Response object as JSON (``orjson``, at C speed:
+    done at once, so that :func:`_saved_rows` is weighed before it cuts them); with
+    ``chunked``, the items without their ids, and the ids."""
+    if not chunked:
+        return None, orjson.dumps(record.input_items), orjson.dumps(record.response)
+    ids, bare = split_ids(record.input_items)
+    return ids, orjson.dumps(bare), orjson.dumps(record.response)
+
+
 def _saved_rows(
-    writes: Sequence[ResponseSaved], puts: sqlite_content.Puts | None
+    writes: Sequence[ResponseSaved], serialised: list[Serialised], puts: sqlite_content.Puts | None
 ) -> tuple[list[tuple[Any, ...]], list[tuple[str, str, bytes]], list[tuple[int, int]]]:
-    """The ``responses``, ``response_items`` and ``response_input_ids`` rows of ``writes``;
-    with ``puts``, the Response object and the input items as chunks, output items only
-    indexed (an empty ``item``: read from the response), input items by key."""
+    """The ``responses``, ``response_items`` and ``response_input_ids`` rows of ``writes``
+    (``serialised``: :func:`_serialised` of each); with ``puts``, the Response object and the
+    input items as chunks, output items only indexed (an empty ``item``: read from the
+    response), input items by key."""
     rows: list[tuple[Any, ...]] = []
     item_rows: list[tuple[str, str, bytes]] = []
     input_keys: list[tuple[int, int]] = []
-    for w in writes:
+    for w, (ids, items, response) in zip(writes, serialised, strict=True):
         record = w.record
         values: tuple[Any, ...]
         if puts is not None:
-            ids, bare = split_ids(record.input_items)
-            input_chunk = puts.put("input_items", orjson.dumps(bare))
-            response_chunk = puts.put("response", orjson.dumps(record.response))
+            input_chunk = puts.put("input_items", items)
+            response_chunk = puts.put("response", response)
             key = id_key(record.id)
             values = (b"", orjson.dumps(ids), input_chunk, response_chunk, key)
             input_keys += [
@@ -180,7 +197,7 @@ def _saved_rows(
             output = record.response.get("output")
             indexed = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
         else:
-            values = (orjson.dumps(record.response), orjson.dumps(record.input_items))
+            values = (response, items)
             indexed = record.items()
         item_rows += [
             (item["id"], record.id, b"" if puts is not None else orjson.dumps(item))

@@ -186,7 +186,13 @@ def redact_json(value: Any) -> Any:
     return value
 
 
-def _redact_fields(value: Any) -> Any:
+def secret_field(key: str, value: Any) -> bool:
+    """Whether ``value``, the field ``key`` of an object, is replaced whole (a non-empty
+    string in a secret-named field)."""
+    return isinstance(value, str) and bool(value) and _secret_name(key)
+
+
+def redact_fields(value: Any) -> Any:
     """``value`` with only its secret-named fields replaced, the same object when none is
     (for a body none of whose strings can hold a credential's shape)."""
     if isinstance(value, dict):
@@ -197,7 +203,7 @@ def _redact_fields(value: Any) -> Any:
                     continue
                 new: Any = PLACEHOLDER
             elif isinstance(item, (dict, list)):
-                new = _redact_fields(item)
+                new = redact_fields(item)
                 if new is item:
                     continue
             else:
@@ -210,7 +216,7 @@ def _redact_fields(value: Any) -> Any:
         copied: list[Any] | None = None
         for index, item in enumerate(value):
             if isinstance(item, (dict, list)):
-                new = _redact_fields(item)
+                new = redact_fields(item)
                 if new is not item:
                     if copied is None:
                         copied = list(value)
@@ -248,7 +254,7 @@ def redact_body(content: bytes | None) -> bytes | None:
             # No string can hold a credential's shape (none of its literals is in the bytes,
             # and no \u escape can spell one): only secret-named fields are left to replace,
             # without walking every string or comparing copies (a few MB of agent history).
-            redacted = _redact_fields(parsed)
+            redacted = redact_fields(parsed)
             return content if redacted is parsed else orjson.dumps(redacted)
     return _COMBINED_BYTES.sub(_replace_bytes, content) if may_hold_secret(content) else content
 

@@ -14,6 +14,7 @@ from mitmproxy import http
 
 from llmitm.replay.capture import ClientRequest, Headers, RawHeaders, see_request
 from llmitm.replay.keys import KeyOptions, MatchKey
+from llmitm.replay.memo import RequestMemo
 from llmitm.replay.model import Message
 from llmitm.replay.pool import Hit
 from llmitm.replay.tap import StreamTap
@@ -59,6 +60,8 @@ class Capture:
     """The client's request as it came, until :meth:`see` redacts and keys it."""
     key_options: KeyOptions | None = None
     fingerprint_key: bytes | None = None
+    memo: RequestMemo | None = None
+    """The recorder's parts of earlier bodies (a resent history is not walked again)."""
 
     def see(self) -> None:
         """Redact and key the client's request (a no-op once done): CPU-heavy for a big body,
@@ -66,7 +69,8 @@ class Capture:
         request, self.unseen = self.unseen, None
         if request is None:
             return
-        seen = see_request(request, self.key_options or KeyOptions(), self.fingerprint_key)
+        options = self.key_options or KeyOptions()
+        seen = see_request(request, options, self.fingerprint_key, self.memo)
         self.key, self.client_req = seen.key, seen.message
         self.request_clean, self.credential = seen.clean, seen.credential
 

@@ -36,6 +36,7 @@ from llmitm.addons.store import LlmStore
 from llmitm.replay.capture import ClientRequest, ReplayReport
 from llmitm.replay.ci_guard import record_refusal
 from llmitm.replay.keys import KeyOptions
+from llmitm.replay.memo import RequestMemo
 from llmitm.replay.model import Interaction, new_id
 from llmitm.replay.pool import SCOPE_HEADERS, split_scope_path
 from llmitm.store.recordings import DeleteScope, RecordingWrite
@@ -67,6 +68,9 @@ class LlmFlowRecorder:
         self._started = False
         self.builder = RecordBuilder(self.finished, self._store_behind)
         """Builds finished flows' records off the event loop, delivers them to finished()."""
+        self.memo = RequestMemo()
+        """What the records' redaction and keys made of recent bodies' parts: an agent's
+        resent history costs its new items only."""
         self.before_record: Callable[[Interaction], Interaction | None] | None = None
         """Sees each finished, redacted interaction before it is kept; returns it (edited or
         not) or ``None`` to keep nothing (the pytest plugin's ``pytest_llmitm_before_record``)."""
@@ -266,6 +270,7 @@ class LlmFlowRecorder:
         )
         capture.key_options = settings.key_options
         capture.fingerprint_key = self.fingerprint_key
+        capture.memo = self.memo
         if settings.replaying:
             capture.see()
         return capture

@@ -107,7 +107,12 @@ class LlmRecordTap:
             capture.see()
             streamed = end if legs is None else with_pieces(end, *legs)
             return build_interaction(
-                capture, streamed, session=session, mode=mode, interaction_id=interaction_id
+                capture,
+                streamed,
+                session=session,
+                mode=mode,
+                interaction_id=interaction_id,
+                memo=capture.memo,
             )
 
         recorder.builder.submit(build)

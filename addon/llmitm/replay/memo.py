@@ -1,0 +1,272 @@
+"""Redaction and match keys of a growing conversation, in proportion to what a turn adds.
+
+An agent resends its whole history on every turn. Redacting a request and keying it walks
+every string of it in Python — milliseconds a turn at a few hundred KB, growing with the
+turn. Such a body is an object whose bulk is one array of items (a Responses call's
+``input``, a chat call's ``messages``) beside a few other fields, and a turn repeats the
+last turn's items. :class:`RequestMemo` keeps, for each part of a body it has seen — each
+item of that array and each other field, named by its exact JSON bytes — what redaction
+made of it and, per :class:`~llmitm.replay.keys.KeyOptions`, its canonical form with the
+volatile values it numbered. A part seen before costs a serialisation and a lookup; only a
+turn's new parts are walked.
+
+The results are :func:`~llmitm.wire.redact.redact_body`'s and
+:func:`~llmitm.replay.keys.canonical_body`'s on the whole body, byte for byte (property
+tests compare both paths on random growing conversations): each rule of redaction and of
+the key's reduction applies to one field or one item at a time, except ignore paths that
+name one item by its index (or drop the whole array), for which the memo declines and the
+whole body is walked. Parts are named by their JSON bytes, not compared as Python values,
+since ``True == 1``.
+
+Numbering: a volatile value's placeholder counts by its first appearance in the whole
+body, so a part's canonical form depends on the parts before it. A part keeps the values
+it numbered, in order, with the numbers they got. Replayed into this body's numbering (the
+calls a walk would make, in its order) they get numbers again; when those are the numbers
+it had, the form kept is the form a walk would make, and otherwise the part is walked again.
+
+Bounded: the least recently used parts are forgotten past :data:`BUDGET` bytes of JSON. A
+part redaction changes is never kept (its bytes may hold a credential).
+Thread-safe (one lock): the record builder's worker uses it, and so does a hook when a build
+runs inline.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from llmitm.replay.keys import (
+    DROPPED_FIELDS,
+    DROPPED_PATHS,
+    KeyOptions,
+    Numbering,
+    reduced,
+    volatile_pattern,
+    with_placeholders,
+)
+from llmitm.wire import depth
+from llmitm.wire.redact import (
+    PLACEHOLDER,
+    may_hold_secret,
+    redact_fields,
+    redact_json,
+    secret_field,
+)
+
+SEQUENCES = ("input", "messages")
+"""The fields whose array is the conversation (the first one a body has is taken)."""
+BUDGET = 24 * 2**20
+"""Bytes the parts kept may hold, roughly: each its JSON bytes, and one with volatile values
+or dropped fields also its canonical form (a part's text is the parsed body's otherwise)."""
+
+_ENTRY = 256
+"""Bytes a kept part costs besides its forms, roughly."""
+_AS_IS = object()
+"""A part's redaction or canonical form that is the part itself."""
+_DROPPED = object()
+"""A field's canonical form when the key's reduction drops it."""
+
+Numbered = tuple[tuple[str, str, int], ...]
+
+
+@dataclass(slots=True)
+class _Part:
+    """What one field or item came to."""
+
+    data: bytes
+    """Its JSON bytes (``orjson``'s spelling), for a kept part."""
+    redacted: Any
+    """:data:`_AS_IS` for a part redaction leaves as it is (the only ones kept)."""
+    changed: bool
+    """Redaction made a different value of it (``redact_json``'s verdict)."""
+    named: bool
+    """It holds a secret-named field with a string (``redact_fields``'s verdict)."""
+    too_deep: bool
+    keyed: dict[KeyOptions, tuple[Any, Numbered]] = field(default_factory=dict)
+    """Per key options: its canonical form (:data:`_AS_IS`: itself) and what it numbered."""
+
+    def cost(self) -> int:
+        """Bytes it holds, roughly: its entry and bytes, and a form of about their size per
+        options whose form is not the part itself."""
+        forms = sum(form is not _AS_IS and form is not _DROPPED for form, _ in self.keyed.values())
+        return _ENTRY + len(self.data) * (1 + forms)
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A body redacted and reduced, as the whole-body functions would have made them."""
+
+    content: bytes
+    """:func:`~llmitm.wire.redact.redact_body` of the body."""
+    body: dict[str, Any]
+    """The redacted body, parsed (``content`` parsed again is equal to it)."""
+    canonical: Any
+    """:func:`~llmitm.replay.keys.canonical_body` of ``body`` (``None``: no options given)."""
+
+
+class RequestMemo:
+    """The parts of recent bodies, by their JSON bytes, with what they came to."""
+
+    def __init__(self, budget: int = BUDGET) -> None:
+        self.budget = budget
+        self._parts: OrderedDict[tuple[str, bool, int, int], _Part] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def redact(self, content: bytes | None) -> bytes | None:
+        """:func:`~llmitm.wire.redact.redact_body` of ``content``, or ``None`` when the memo
+        does not take such a body (then the caller redacts it whole)."""
+        seen = self.see(content, None)
+        return None if seen is None else seen.content
+
+    def see(self, content: bytes | None, options: KeyOptions | None) -> Seen | None:
+        """``content`` redacted and, given ``options``, its canonical body; ``None`` when the
+        memo does not take it: not a JSON object with one of :data:`SEQUENCES` as an array,
+        nested too deep, or ``options`` with ignore paths it cannot apply per item."""
+        if not content or content.lstrip()[:1] != b"{":
+            return None
+        try:
+            body = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            return None
+        sequence = next((name for name in SEQUENCES if isinstance(body.get(name), list)), None)
+        if sequence is None or (options is not None and not _per_item(options, sequence)):
+            return None
+        with self._lock:
+            layout: list[tuple[str, Any]] = [
+                (name, [(item, self._part(name, True, item)) for item in value])
+                if name == sequence
+                else (name, (value, self._part(name, False, value)))
+                for name, value in body.items()
+            ]
+            parts = [p for _, v in layout for _, p in (v if isinstance(v, list) else [v])]
+            if any(part.too_deep for part in parts):
+                return None
+            redacted = {
+                name: [_redacted(*pair) for pair in value]
+                if isinstance(value, list)
+                else _redacted(*value)
+                for name, value in layout
+            }
+            canonical = None if options is None else self._canonical(layout, sequence, options)
+            self._trim()
+        changed = any(part.changed for part in parts)
+        named = any(part.named for part in parts)
+        if changed != named and not (b"\\u" in content or may_hold_secret(content)):
+            # redact_body tells a change by its copy's value when a string may hold a
+            # credential and by a secret-named field's presence when none can; the two
+            # disagree only where such a field holds the placeholder already.
+            changed = named
+        return Seen(orjson.dumps(redacted) if changed else content, redacted, canonical)
+
+    def _part(self, name: str, item: bool, value: Any) -> _Part:
+        data = orjson.dumps(value)
+        # Looked up by its length and hash, confirmed by its bytes (Python's hash of bytes is
+        # a fraction of a digest's cost; the ends of a part are not enough: an agent's
+        # tool outputs often share their length, their first bytes and their last).
+        key = (name, item, len(data), hash(data))
+        part = self._parts.get(key)
+        if part is not None and part.data == data:
+            self._parts.move_to_end(key)
+            return part
+        if item:
+            redacted = redact_json(value)
+            named = redact_fields(value) is not value
+        else:
+            named = secret_field(name, value)
+            redacted = PLACEHOLDER if named else redact_json(value)
+            named = named or redact_fields(value) is not value
+        # The body is level 1 and the array level 2: an item starts at level 3.
+        too_deep = depth.exceeds(value, depth.MAX_DEPTH - (2 if item else 1))
+        changed = redacted != value
+        if changed or named or too_deep:
+            # Held a credential, maybe: nothing of it is kept past this body.
+            return _Part(b"", redacted, changed, named, too_deep)
+        if key in self._parts:  # another part of that length and hash: this one now
+            self._held -= self._parts.pop(key).cost()
+        part = self._parts[key] = _Part(data, _AS_IS, False, False, False)
+        self._held += part.cost()
+        return part
+
+    def _canonical(
+        self, layout: list[tuple[str, Any]], sequence: str, options: KeyOptions
+    ) -> dict[str, Any]:
+        numbering = Numbering()
+        out: dict[str, Any] = {}
+        for name, value in layout:
+            if isinstance(value, list):
+                out[name] = [
+                    self._form(*pair, sequence, True, options, numbering) for pair in value
+                ]
+            else:
+                form = self._form(*value, name, False, options, numbering)
+                if form is not _DROPPED:
+                    out[name] = form
+        return out
+
+    def _form(
+        self,
+        value: Any,
+        part: _Part,
+        name: str,
+        item: bool,
+        options: KeyOptions,
+        numbering: Numbering,
+    ) -> Any:
+        kept = part.keyed.get(options)
+        if kept is not None:
+            form, numbered = kept
+            same = True
+            for kind, volatile, number in numbered:  # every one: the numbering a walk leaves
+                same = numbering.number(kind, volatile) == number and same
+            if same:
+                return value if form is _AS_IS else form
+        redacted = _redacted(value, part)
+        whole = reduced({name: [redacted] if item else redacted}, options, True)
+        if name not in whole:
+            part.keyed[options] = (_DROPPED, ())
+            return _DROPPED
+        form = whole[name][0] if item else whole[name]
+        numbered: Numbered = ()
+        if options.volatile:
+            numbering.log = log = []
+            form = with_placeholders(form, volatile_pattern(options), numbering)
+            numbering.log = None
+            numbered = tuple(log)
+        held = part.cost()
+        if not numbered and part.redacted is _AS_IS and form == value:
+            # The part itself (no volatile value, nothing dropped): next time, that body's
+            # own copy serves, and nothing is held for it.
+            part.keyed[options] = (_AS_IS, ())
+        else:
+            part.keyed[options] = (form, numbered)
+        if part.redacted is _AS_IS:  # a kept part
+            self._held += part.cost() - held
+        return form
+
+    def _trim(self) -> None:
+        while self._held > self.budget and self._parts:
+            _, part = self._parts.popitem(last=False)
+            self._held -= part.cost()
+
+
+def _redacted(value: Any, part: _Part) -> Any:
+    """What redaction made of ``value``, whose part is ``part``."""
+    return value if part.redacted is _AS_IS else part.redacted
+
+
+def _per_item(options: KeyOptions, sequence: str) -> bool:
+    """Whether the key's reduction under ``options`` treats each item of ``sequence`` on its
+    own (``input.*.x`` does, ``input.0`` or ``input`` does not)."""
+    if sequence in DROPPED_FIELDS[options.profile]:
+        return False
+    paths = [*DROPPED_PATHS[options.profile]]
+    paths += [[part for part in path.split(".") if part] for path in options.ignore]
+    return all(
+        not parts or parts[0] not in (sequence, "*") or (len(parts) > 2 and parts[1] == "*")
+        for parts in paths
+    )
