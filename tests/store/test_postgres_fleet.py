@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from llmitm.store.fleet import Cooldown, FleetUnavailable, Pin, Slot, is_shared, open_fleet
+from llmitm.store.fleet import Cooldown, FleetUnavailable, Pin, Slot, is_shared
+from llmitm.store.fleet_open import open_fleet
 from llmitm.store.postgres_fleet import PostgresFleet
 
 

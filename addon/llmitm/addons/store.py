@@ -22,6 +22,7 @@ from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.store import SqliteStore, Store, Write, default_store_path
+from llmitm.store.fleet import is_shared
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ class LlmStore:
         chosen = option if option is not None else self.settings.config.settings.store
         if chosen is None:
             return default_store_path()
+        if is_shared(chosen):
+            return None  # a database server: the fleet's routing state only, for now
         return Path(chosen).expanduser() if chosen else None
 
     def running(self) -> asyncio.Task[None] | None:

@@ -2,7 +2,7 @@
 
 This module owns the contract, not an implementation: concurrency slots held across proxies,
 the proxies' membership (heartbeats), cooldowns and affinity pins that one proxy learns and
-the others use. ``store.postgres_fleet`` implements it on PostgreSQL; :func:`open_fleet` picks
+the others use. ``store.postgres_fleet`` implements it on PostgreSQL; ``store.fleet_open`` picks
 the implementation from the store's location, so nothing above ``store/`` learns which
 database it talks to. A store that is a local file (SQLite) or none has no fleet: each proxy
 decides alone, from its own memory, as it always did.
@@ -139,14 +139,3 @@ class FleetState(abc.ABC):
 def is_shared(location: str | None) -> bool:
     """Whether a store location names a shared database server (a fleet's store)."""
     return bool(location) and location.lower().startswith(SHARED_SCHEMES)  # type: ignore[union-attr]
-
-
-def open_fleet(location: str | None, *, lease: float, timeout: float) -> FleetState | None:
-    """The shared routing state behind the store at ``location``; ``None`` when the store is
-    a local file or none (each proxy then decides alone). Not opened yet."""
-    if not is_shared(location):
-        return None
-    assert location is not None
-    from llmitm.store.postgres_fleet import PostgresFleet
-
-    return PostgresFleet(location, lease=lease, timeout=timeout)

@@ -38,6 +38,10 @@ logger = logging.getLogger(__name__)
 POOL_SIZE = 8
 """Connections per proxy for slot, cooldown and pin calls (each is one short statement)."""
 
+OPEN_TIMEOUT = 5.0
+"""Seconds joining may take at least (creating the tables the first time is slower than a
+routing call)."""
+
 _FAILURES = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
@@ -55,10 +59,11 @@ class PostgresFleet(FleetState):
 
     async def open(self, on_notice: Notice) -> None:
         self._on_notice = on_notice
-        async with self._call():
-            self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=1, max_size=POOL_SIZE, timeout=self.timeout
-            )
+        async with self._call(max(self.timeout, OPEN_TIMEOUT)):
+            if self._pool is None:
+                self._pool = await asyncpg.create_pool(
+                    self.dsn, min_size=1, max_size=POOL_SIZE, timeout=self.timeout
+                )
             async with self._pool.acquire() as conn:
                 await _migrate(conn)
                 await self._join(conn, ())
@@ -266,10 +271,10 @@ class PostgresFleet(FleetState):
             yield conn
 
     @asynccontextmanager
-    async def _call(self) -> AsyncIterator[None]:
+    async def _call(self, timeout: float | None = None) -> AsyncIterator[None]:
         """Bound a call by the timeout, and make every way it can fail one exception."""
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(timeout or self.timeout):
                 yield
         except FleetUnavailable:
             raise
