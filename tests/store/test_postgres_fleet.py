@@ -150,14 +150,17 @@ async def test_pins_are_shared_and_expire(two) -> None:
     await a.pin(
         [
             Pin("response", "resp_1", "x", 60),
-            Pin("conversation", "c1", "y", 0.2),
-            Pin("conversation", "c1", "z", 0.2),  # the latest of a batch wins
+            Pin("conversation", "route\x00model\x00c1", "y", 0.2),
+            Pin("conversation", "route\x00model\x00c1", "z", 0.2),  # the latest wins
         ]
     )
-    assert await b.pinned("resp_1", "c1") == {"response": "x", "conversation": "z"}
+    assert await b.pinned("resp_1", "route\x00model\x00c1") == {
+        "response": "x",
+        "conversation": "z",
+    }
     assert await b.pinned(None, "c2") == {}
     await asyncio.sleep(0.3)
-    assert await b.pinned("resp_1", "c1") == {"response": "x"}
+    assert await b.pinned("resp_1", "route\x00model\x00c1") == {"response": "x"}
 
 
 async def test_the_schema_is_made_once(pg_dsn: str, postgres) -> None:

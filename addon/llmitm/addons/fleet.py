@@ -8,9 +8,10 @@ and leaves in ``done`` (freeing this proxy's slots at once). While it is a membe
   take their slots through :meth:`LlmFleet.taker`);
 - a cooldown this proxy starts is written for all, and one another proxy starts reaches this
   proxy's routing by NOTIFY (and by a re-read at each heartbeat, in case a notice was lost);
-- affinity pins (response id → endpoint, conversation → endpoint) are written in small
-  batches, and a request whose affinity this proxy does not know asks the shared table first
-  (:meth:`LlmFleet.lookup`).
+- affinity pins (response id → endpoint, conversation → endpoint): a new one is written before
+  the client hears the end of the answer that made it (so its next turn finds it on any
+  proxy), a refresh in the next small batch; a request whose affinity this proxy does not
+  know asks the shared table first (:meth:`LlmFleet.lookup`).
 
 With a local store (SQLite) or none, or ``--set llmitm_fleet=false``, nothing here runs and
 each proxy decides alone. When the database is unreachable the same holds until it answers
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from functools import partial
 from typing import Any
 
@@ -189,7 +190,7 @@ class LlmFleet:
         if fingerprint and "conversation" in pins:
             routing.adopt_pin(pins["conversation"], now, fingerprint=fingerprint)
 
-    # --- Observer: what this proxy learned --------------------------------------------------
+    # --- what this proxy learned -------------------------------------------------------------
 
     def cooled(self, endpoint: str, model: str | None, seconds: float, reason: str) -> None:
         link = self.link
@@ -198,21 +199,34 @@ class LlmFleet:
         cooldown = Cooldown(endpoint, model, seconds, reason)
         link.spawn(link.call(partial(link.state.cool, cooldown)), "llmitm fleet cool")
 
-    def served(self, endpoint: str, response_id: str | None, fingerprint: str | None) -> None:
-        link, routing = self.link, self._routing
-        if link is None or routing is None or not link.up:
-            return
-        if len(self._pins) >= PINS_MAX:
-            self.pins_dropped += 1
-            return
+    def share_turn(
+        self,
+        routing: Routing,
+        endpoint: str,
+        response_id: str | None,
+        fingerprint: str | None,
+        new: bool,
+    ) -> Awaitable[None] | None:
+        """Tell the fleet who served a turn: at once when it is ``new`` (the caller awaits
+        it, bounded by the timeout, before the client's answer ends), else in the next batch."""
+        link = self.link
+        if link is None or not link.up:
+            return None
+        affinity = routing.affinity
+        pins = []
+        if response_id:
+            pins.append(Pin("response", response_id, endpoint, affinity.responses.ttl))
+        if fingerprint:
+            pins.append(Pin("conversation", fingerprint, endpoint, affinity.conversations.ttl))
+        if new:
+            return link.call(partial(link.state.pin, pins))
+        if len(self._pins) + len(pins) > PINS_MAX:
+            self.pins_dropped += len(pins)
+            return None
         if not self._pins:
             link.spawn(self._flush_pins(link), "llmitm fleet pins")
-        affinity = routing.affinity
-        if response_id:
-            self._pins.append(Pin("response", response_id, endpoint, affinity.responses.ttl))
-        if fingerprint:
-            ttl = affinity.conversations.ttl
-            self._pins.append(Pin("conversation", fingerprint, endpoint, ttl))
+        self._pins += pins
+        return None
 
     async def _flush_pins(self, link: FleetLink) -> None:
         await asyncio.sleep(PIN_BATCH_S)

@@ -231,17 +231,17 @@ class LlmRouter:
 
     # --- outcomes -------------------------------------------------------------------------
 
-    def response(self, flow: http.HTTPFlow) -> None:
+    def response(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         state = flow_state(flow)
         if not isinstance(state, FlowState) or state.routed is None:
-            return
+            return None
         routed = state.routed
         routed.release()
         routed.forget()  # LlmStreamTranslator adopted the winner's plan in responseheaders
         endpoint = routed.endpoint
         response = flow.response
         if endpoint is None or response is None:
-            return
+            return None
         routing = self.routing
         now = time.monotonic()
         if not routed.relayed:
@@ -251,14 +251,16 @@ class LlmRouter:
             )
             routing.record(endpoint, outcome, now, routed.model)
         if response.status_code >= 400 or state.upstream_cut is not None:
-            return
-        if remembers_turn(routed.route.affinity, routed.fingerprint, state.plan.upstream_api):
-            routing.served(
-                endpoint,
-                now,
-                response_id=answered_response_id(flow, state),
-                fingerprint=routed.fingerprint,
-            )
+            return None
+        if not remembers_turn(routed.route.affinity, routed.fingerprint, state.plan.upstream_api):
+            return None
+        response_id = answered_response_id(flow, state)
+        new = routing.served(endpoint, now, response_id=response_id, fingerprint=routed.fingerprint)
+        if self.fleet is not None and self.fleet.active:
+            # A new pin is shared before the client hears the end of this answer, so its next
+            # turn finds it on any proxy; a refresh goes with the next batch.
+            return self.fleet.share_turn(routing, endpoint, response_id, routed.fingerprint, new)
+        return None
 
     def error(self, flow: http.HTTPFlow) -> None:
         state = flow_state(flow)

@@ -13,9 +13,10 @@ client's model) — the name ``max_concurrency_per_model`` uses too — not by a
 deployment name, which differs per endpoint.
 
 A fleet of proxies shares what one of them learns: an :class:`Observer` hears each cooldown
-this proxy starts and each turn it serves (to tell the others), and :meth:`Routing.adopt_cooldown`
-and :meth:`Routing.adopt_pin` take in what the others learned. The sharing itself is I/O, done
-by the proxy's shell.
+this proxy starts (to tell the others), :meth:`Routing.served` says whether a turn taught
+affinity something new (a pin the others must know before the client's next turn), and
+:meth:`Routing.adopt_cooldown` and :meth:`Routing.adopt_pin` take in what the others learned.
+The sharing itself is I/O, done by the proxy's shell.
 
 Sans-IO: ``now`` is a monotonic time passed in; randomness is an injected ``random.Random``.
 """
@@ -51,10 +52,6 @@ class Observer(Protocol):
 
     def cooled(self, endpoint: str, model: str | None, seconds: float, reason: str) -> None:
         """A cooldown of ``seconds`` started (or grew) for an endpoint or endpoint-model."""
-
-    def served(self, endpoint: str, response_id: str | None, fingerprint: str | None) -> None:
-        """``endpoint`` served a turn: it minted ``response_id`` and/or holds the
-        conversation ``fingerprint``."""
 
 
 class Routing:
@@ -219,11 +216,15 @@ class Routing:
         *,
         response_id: str | None = None,
         fingerprint: str | None = None,
-    ) -> None:
-        """Remember who served a conversation's turn (affinity)."""
-        self.affinity.served(endpoint, now, response_id=response_id, fingerprint=fingerprint)
-        if self.observer is not None and (response_id or fingerprint):
-            self.observer.served(endpoint, response_id, fingerprint)
+    ) -> bool:
+        """Remember who served a conversation's turn (affinity); ``True`` when that is new
+        (a response id, or a conversation that lived elsewhere or nowhere), not a refresh."""
+        affinity = self.affinity
+        new = bool(response_id and affinity.owner_of(response_id, now) != endpoint) or bool(
+            fingerprint and affinity.conversations.get(fingerprint, now) != endpoint
+        )
+        affinity.served(endpoint, now, response_id=response_id, fingerprint=fingerprint)
+        return new
 
     def adopt_cooldown(
         self, endpoint: str, model: str | None, remaining: float, now: float

@@ -12,6 +12,7 @@ The password never appears in the location: asyncpg reads it from ``PGPASSWORD``
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import socket
@@ -245,7 +246,7 @@ class PostgresFleet(FleetState):
                 " ON CONFLICT (kind, key) DO UPDATE"
                 " SET endpoint = excluded.endpoint, expires_at = excluded.expires_at",
                 [p.kind for p in latest.values()],
-                [p.key for p in latest.values()],
+                [_key(p.key) for p in latest.values()],
                 [p.endpoint for p in latest.values()],
                 [p.ttl for p in latest.values()],
             )
@@ -256,8 +257,8 @@ class PostgresFleet(FleetState):
                 "SELECT kind, endpoint FROM llmitm_fleet_pins"
                 " WHERE ((kind = 'response' AND key = $1) OR (kind = 'conversation' AND key = $2))"
                 " AND expires_at > now()",
-                response_id,
-                conversation,
+                None if response_id is None else _key(response_id),
+                None if conversation is None else _key(conversation),
             )
         return {row["kind"]: row["endpoint"] for row in rows}
 
@@ -283,6 +284,12 @@ class PostgresFleet(FleetState):
 
 
 _FREE_ANY = '{"kind": "free", "endpoint": null}'
+
+
+def _key(key: str) -> str:
+    """A pin's key as stored: a digest (a conversation key holds NUL separators, which a
+    PostgreSQL text value cannot, and the table needs no readable keys)."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 async def _migrate(conn: asyncpg.Connection) -> None:
