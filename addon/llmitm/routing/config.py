@@ -483,8 +483,10 @@ def _settings(reader: _Reader, raw: Mapping[str, Any], folder: Path) -> Settings
     store = raw.get("store")
     if store is not None:
         if not isinstance(store, str):
-            reader.fail("llmitm.store", 'a file path, or "" to keep no store', store)
-        if store:
+            reader.fail(
+                "llmitm.store", 'a file path, a postgresql:// URL, or "" to keep no store', store
+            )
+        if store and not store.lower().startswith(("postgresql://", "postgres://")):
             store = str(folder / Path(store).expanduser())  # an absolute path stays itself
     reasoning = reader.choice(
         raw.get("reasoning", "think-tags"), "llmitm.reasoning", REASONING_MODES
