@@ -70,14 +70,26 @@ async def test_a_cap_holds_across_proxies(two) -> None:
     assert not await a.take(slot(3)) and not await b.take(slot(4))
     assert await a.take(slot(5, endpoint="other"))  # another endpoint has its own cap
     assert await a.slots_held() == 3
-    await a.release("s1")
+    await a.release([slot(1)])  # from a full cap: the fleet is told
     assert (await heard_b.next("free"))["endpoint"] == "e"
     assert await b.take(slot(6))
-    await a.release("s1")  # twice: nothing more is freed
+    await a.release([slot(1)])  # twice: nothing more is freed
     assert await b.slots_held() == 3
     for n in (2, 5, 6):
-        await a.release(f"s{n}")
+        await a.release([slot(n)])
     assert await a.slots_held() == 0
+
+
+async def test_only_a_release_from_a_full_cap_is_announced(two) -> None:
+    a, heard_a, b, heard_b = two
+    assert await a.take(slot(1, cap=3)) and await a.take(slot(2, cap=3))
+    await a.release([slot(1, cap=3)])  # 2 of 3 held: nobody can be waiting
+    assert await b.take(slot(3, cap=3)) and await b.take(slot(4, cap=3))
+    await b.release([slot(3, cap=3)])  # 3 of 3 held: someone may be waiting
+    await b.cool(Cooldown("fence", None, 1.0))  # notices arrive in commit order: a fence
+    await heard_a.next("cool")
+    assert [kind for kind, _ in heard_a.notices] == ["free"]  # the second release's only
+    assert heard_a.notices[0][1]["endpoint"] == "e"
 
 
 async def test_a_model_cap_is_checked_with_the_endpoint_cap(two) -> None:

@@ -113,15 +113,20 @@ class LlmFleet:
         link, slots = self.link, self.slots
         while True:
             await asyncio.sleep(state.lease / 3)
-            if not self._joined:
-                await self._join(state)
-                continue
-            held = list(slots.held.values())
-            if await link.call(partial(state.heartbeat, held), retry=True) is None:
-                continue
-            for slot_id in list(slots.unreleased):
-                await slots.release_shared(slot_id)
-            await link.call(partial(self._catch_up, state))
+            try:
+                await self._beat(state, link, slots)
+            except Exception:  # a bug must not end the heartbeat: the fleet would drop us
+                logger.exception("llmitm: the fleet's upkeep failed; trying again")
+
+    async def _beat(self, state: FleetState, link: FleetLink, slots: SharedSlots) -> None:
+        if not self._joined:
+            await self._join(state)
+            return
+        held = list(slots.held.values())
+        if await link.call(partial(state.heartbeat, held), retry=True) is None:
+            return
+        await slots.release_shared(list(slots.unreleased.values()))
+        await link.call(partial(self._catch_up, state))
 
     async def _catch_up(self, state: FleetState) -> None:
         """Take in every running cooldown (a notice may have been missed)."""

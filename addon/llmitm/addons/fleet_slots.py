@@ -48,8 +48,10 @@ class SharedSlots:
         self.link = link
         self.held: dict[str, Slot] = {}
         """Shared slots this proxy holds, by id (re-announced if the fleet forgot us)."""
-        self.unreleased: set[str] = set()
-        """Slots whose shared release failed: the upkeep retries them."""
+        self.releasing: dict[str, Slot] = {}
+        """Slots to free in the next batch."""
+        self.unreleased: dict[str, Slot] = {}
+        """Slots whose shared release failed (or is on its way): the upkeep retries them."""
         self._waiters: list[_Waiter] = []
         self._ids = itertools.count(1)
         self._prefix = os.urandom(6).hex()
@@ -95,38 +97,53 @@ class SharedSlots:
                 return lease
             slot = Slot(f"{self._prefix}-{next(self._ids)}", endpoint, model, cap, model_cap)
             self.held[slot.id] = slot  # before the call: a timed-out take may still land
-            taken = await self.link.call(lambda slot=slot: self.link.state.take(slot))
+            try:
+                taken = await self.link.call(lambda slot=slot: self.link.state.take(slot))
+            except BaseException:  # cancelled (the client left): give back what it may hold
+                lease.release()
+                self._release(slot)
+                raise
             if taken is False:
                 del self.held[slot.id]
                 lease.release()
                 continue
             if taken is None:
                 # Decided alone; the row may exist if the call timed out after landing.
-                self._release(slot.id)
+                self._release(slot)
             lease.then(lambda slot=slot: self._free(slot))
             return lease
         return None
 
     def _free(self, slot: Slot) -> None:
         if slot.id in self.held:
-            self._release(slot.id)
+            self._release(slot)
         self.freed(slot.endpoint)
 
-    def _release(self, slot_id: str) -> None:
-        self.held.pop(slot_id, None)
-        self.unreleased.add(slot_id)
-        self.link.spawn(self.release_shared(slot_id), "llmitm fleet release")
+    def _release(self, slot: Slot) -> None:
+        self.held.pop(slot.id, None)
+        if not self.releasing:
+            self.link.spawn(self._release_batch(), "llmitm fleet release")
+        self.releasing[slot.id] = slot
 
-    async def release_shared(self, slot_id: str) -> None:
-        """Free one shared row; kept for the upkeep to retry when the link is down."""
-        if not self.link.up:
+    async def _release_batch(self) -> None:
+        # Releases that happen in the same turn of the event loop (a burst of streams ending)
+        # go in one statement.
+        await asyncio.sleep(0)
+        slots, self.releasing = self.releasing, {}
+        self.unreleased.update(slots)
+        await self.release_shared(list(slots.values()))
+
+    async def release_shared(self, slots: list[Slot]) -> None:
+        """Free shared rows; kept for the upkeep to retry when the link is down."""
+        if not self.link.up or not slots:
             return
-        done = await self.link.call(lambda: self._released(slot_id))
+        done = await self.link.call(lambda: self._released(slots))
         if done:
-            self.unreleased.discard(slot_id)
+            for slot in slots:
+                self.unreleased.pop(slot.id, None)
 
-    async def _released(self, slot_id: str) -> bool:
-        await self.link.state.release(slot_id)
+    async def _released(self, slots: list[Slot]) -> bool:
+        await self.link.state.release(slots)
         return True
 
     def freed(self, endpoint: str | None) -> None:

@@ -108,8 +108,8 @@ class FleetState(abc.ABC):
         the whole fleet (atomically: two proxies never both take the last one)."""
 
     @abc.abstractmethod
-    async def release(self, slot_id: str) -> None:
-        """Free a slot (idempotent) and tell the fleet it is free."""
+    async def release(self, slots: Sequence[Slot]) -> None:
+        """Free slots (idempotent); for each whose cap was full, tell the fleet it is free."""
 
     @abc.abstractmethod
     async def cool(self, cooldown: Cooldown) -> None:

@@ -63,7 +63,11 @@ class PostgresFleet(FleetState):
         async with self._call(max(self.timeout, OPEN_TIMEOUT)):
             if self._pool is None:
                 self._pool = await asyncpg.create_pool(
-                    self.dsn, min_size=1, max_size=POOL_SIZE, timeout=self.timeout
+                    self.dsn,
+                    min_size=1,
+                    max_size=POOL_SIZE,
+                    timeout=self.timeout,
+                    reset=_keep_session,
                 )
             async with self._pool.acquire() as conn:
                 await _migrate(conn)
@@ -191,14 +195,16 @@ class PostgresFleet(FleetState):
         )
         return taken
 
-    async def release(self, slot_id: str) -> None:
+    async def release(self, slots: Sequence[Slot]) -> None:
+        if not slots:
+            return
         async with self._call(), self._conn() as conn:
             await conn.execute(
-                "WITH gone AS (DELETE FROM llmitm_fleet_slots WHERE id = $1 RETURNING endpoint)"
-                " SELECT pg_notify($2, json_build_object('kind', 'free', 'endpoint', endpoint)"
-                "::text) FROM gone",
-                slot_id,
-                CHANNEL,
+                "SELECT llmitm_fleet_release(id, cap, model_cap)"
+                " FROM unnest($1::text[], $2::integer[], $3::integer[]) AS r (id, cap, model_cap)",
+                [s.id for s in slots],
+                [s.cap for s in slots],
+                [s.model_cap for s in slots],
             )
 
     # --- cooldowns and pins -----------------------------------------------------------------
@@ -284,6 +290,12 @@ class PostgresFleet(FleetState):
 
 
 _FREE_ANY = '{"kind": "free", "endpoint": null}'
+
+
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """A connection goes back to the pool as it is: every call is one statement that leaves
+    no session state behind (its advisory lock ends with it), and asyncpg's default reset
+    would cost each call a second round trip."""
 
 
 def _key(key: str) -> str:

@@ -89,6 +89,31 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             RETURN 1;
         END $$;
 
+        -- Frees one slot. Only a release from a full cap can have a waiter somewhere, so only
+        -- such a release tells the fleet (of two releases at once, one always sees the cap
+        -- full: neither sees the other's delete before its own count).
+        CREATE FUNCTION llmitm_fleet_release(p_id text, p_cap integer, p_model_cap integer)
+        RETURNS void LANGUAGE plpgsql AS $$
+        DECLARE
+            gone llmitm_fleet_slots%ROWTYPE;
+        BEGIN
+            DELETE FROM llmitm_fleet_slots WHERE id = p_id RETURNING * INTO gone;
+            IF NOT FOUND THEN
+                RETURN;
+            END IF;
+            IF (p_cap IS NOT NULL AND (
+                    SELECT count(*) FROM llmitm_fleet_slots WHERE endpoint = gone.endpoint
+                ) + 1 >= p_cap)
+               OR (p_model_cap IS NOT NULL AND (
+                    SELECT count(*) FROM llmitm_fleet_slots
+                    WHERE endpoint = gone.endpoint AND model = gone.model
+                ) + 1 >= p_model_cap) THEN
+                PERFORM pg_notify(
+                    '{CHANNEL}', json_build_object('kind', 'free', 'endpoint', gone.endpoint)::text
+                );
+            END IF;
+        END $$;
+
         -- Frees the slots of proxies whose lease ran out, and forgets what expired.
         CREATE FUNCTION llmitm_fleet_sweep() RETURNS integer LANGUAGE plpgsql AS $$
         DECLARE
