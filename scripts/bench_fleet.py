@@ -17,7 +17,8 @@ proxy, the proxies in turn (reversed every other round). Per proxy and route: th
 process's CPU per request (median of the rounds), the ratio shared / alone, and the database
 server's CPU per request while the shared proxy ran (all its processes).
 
-    python scripts/bench_fleet.py [--rounds 7] [--concurrency 64] [--events 20] [--profile DIR]
+    python scripts/bench_fleet.py [--rounds 7] [--concurrency 64] [--events 20]
+                                  [--routes direct,failover] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -211,9 +212,11 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--events", type=int, default=20)
     parser.add_argument("--profile", type=Path, help="write each proxy's cProfile here")
+    parser.add_argument("--routes", default="direct,failover", help="the routes to load")
     args = parser.parse_args()
-    global PROFILE
+    global PROFILE, ROUTES
     PROFILE = args.profile
+    ROUTES = tuple(args.routes.split(","))
     procs = Processes(Path(tempfile.mkdtemp(prefix="llmitm-bench-fleet-")))
     try:
         with postgres_server(durable=True) as server:

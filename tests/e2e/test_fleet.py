@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -303,3 +304,34 @@ async def _first_byte(client: httpx.AsyncClient) -> float:
         chunks = response.aiter_bytes()
         await anext(chunks)
         return time.monotonic()
+
+
+def test_an_unreachable_database_leaves_each_proxy_deciding_alone(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A store whose server does not answer: the proxy starts, answers every request with its
+    own caps, says so once in its log and counts each decision it took alone."""
+    with socket.socket() as sock:  # a port nothing listens on: connection refused
+        sock.bind(("127.0.0.1", 0))
+        dead = f"postgresql://llmitm@127.0.0.1:{sock.getsockname()[1]}/llmitm"
+    fleet.reset()
+    proxy_cm = llmitm_proxy(
+        tmp_path,
+        config=fleet.config(),
+        extra=["--set", f"llmitm_store={dead}"],
+        env=fleet.postgres.env(),
+    )
+    with proxy_cm as proxy:
+        client = openai.OpenAI(base_url=proxy.base_url(), api_key="sk-x", max_retries=0)
+        for i in range(5):
+            raw = client.chat.completions.with_raw_response.create(
+                model=f"cap-alone-{i}", messages=MESSAGES
+            )
+            assert raw.headers["x-llmitm-endpoint"] == "capped"
+        seen = status(proxy)
+        assert seen["fleet"]["shared"] is False and seen["fleet"]["proxies"] is None
+        assert seen["fleet"]["fallbacks"] >= 5
+        assert seen["endpoints"]["capped"]["in_flight"] == 0
+        log = proxy.log_text()
+    assert log.count("cannot join the fleet yet") == 1
+    assert "Traceback" not in log

@@ -3,8 +3,9 @@
 A request takes this process's slot first (the limiter: cheap, and what ``least-busy`` and the
 status route read), then — only for an endpoint or endpoint-model that has a cap — a slot row
 in the shared state, atomically under the cap summed over every live proxy. The lease it
-gets frees both on release: the local count at once, the shared row in the background (a
-request never waits for a release to reach the database).
+gets frees both on release: the local count at once, the shared row in the background, with
+the other releases of the next few milliseconds in one statement (a request never waits for
+a release to reach the database).
 
 When every candidate is full across the fleet, the request waits, bounded as the routing
 settings say (``queue_size`` waiters in this proxy, ``queue_timeout`` seconds): it is woken
@@ -33,6 +34,9 @@ from llmitm.store.fleet import Slot
 
 POLL_S = 1.0
 """A waiter re-tries at least this often, notice or not."""
+RELEASE_BATCH_S = 0.01
+"""Shared releases within this long go in one statement. This proxy's own count is freed at
+once (its waiters are woken at once); other proxies see the slot free this much later."""
 
 
 @dataclass(eq=False, slots=True)
@@ -126,9 +130,7 @@ class SharedSlots:
         self.releasing[slot.id] = slot
 
     async def _release_batch(self) -> None:
-        # Releases that happen in the same turn of the event loop (a burst of streams ending)
-        # go in one statement.
-        await asyncio.sleep(0)
+        await asyncio.sleep(RELEASE_BATCH_S)
         slots, self.releasing = self.releasing, {}
         self.unreleased.update(slots)
         await self.release_shared(list(slots.values()))
