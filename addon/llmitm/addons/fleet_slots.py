@@ -101,6 +101,7 @@ class SharedSlots:
                 return lease
             slot = Slot(f"{self._prefix}-{next(self._ids)}", endpoint, model, cap, model_cap)
             self.held[slot.id] = slot  # before the call: a timed-out take may still land
+            asked = self.link.up
             try:
                 taken = await self.link.call(lambda slot=slot: self.link.state.take(slot))
             except BaseException:  # cancelled (the client left): give back what it may hold
@@ -111,9 +112,11 @@ class SharedSlots:
                 del self.held[slot.id]
                 lease.release()
                 continue
-            if taken is None:
-                # Decided alone; the row may exist if the call timed out after landing.
-                self._release(slot)
+            if taken is None:  # decided alone
+                if asked:  # the call may have landed before it timed out: free that row
+                    self._release(slot)
+                else:
+                    del self.held[slot.id]
             lease.then(lambda slot=slot: self._free(slot))
             return lease
         return None
