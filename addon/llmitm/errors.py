@@ -31,7 +31,8 @@ The tree (a test keeps it equal to the classes)::
     │   └── ReplayCut
     ├── StoreError
     │   ├── UnreadableDatabase
-    │   └── SchemaTooNew
+    │   ├── SchemaTooNew
+    │   └── FleetUnavailable
     └── HostError
         ├── InProcessError
         ├── NamespaceError
@@ -61,7 +62,8 @@ class TransportError(LlmitmError):
 
 
 class StoreError(LlmitmError):
-    """A database file that llmitm cannot read, or must not write."""
+    """A database file that llmitm cannot read, or must not write; a shared database that
+    does not answer."""
 
 
 class HostError(LlmitmError):

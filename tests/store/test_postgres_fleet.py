@@ -81,7 +81,7 @@ async def test_a_cap_holds_across_proxies(two) -> None:
 
 
 async def test_only_a_release_from_a_full_cap_is_announced(two) -> None:
-    a, heard_a, b, heard_b = two
+    a, heard_a, b, _ = two
     assert await a.take(slot(1, cap=3)) and await a.take(slot(2, cap=3))
     await a.release([slot(1, cap=3)])  # 2 of 3 held: nobody can be waiting
     assert await b.take(slot(3, cap=3)) and await b.take(slot(4, cap=3))

@@ -18,11 +18,13 @@ import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from llmitm.errors import StoreError
+
 SHARED_SCHEMES = ("postgresql://", "postgres://")
 """Store locations that name a shared database server rather than a local file."""
 
 
-class FleetUnavailable(Exception):
+class FleetUnavailable(StoreError):
     """The shared state could not be reached or did not answer in time."""
 
 
