@@ -157,3 +157,16 @@ async def test_losing_the_database_is_logged_once(
         lease.release()
     state._pool = None
     await state.close()
+
+
+async def test_a_burst_of_takes_gets_exactly_the_cap(two) -> None:
+    one, other = two
+    one.limiter = Limiter({"e": 4})
+    other.limiter = Limiter({"e": 4})
+    tries = [proxy.slots._try(proxy.limiter, [("e", "m")]) for proxy in [one, other] * 6]
+    leases = [lease for lease in await asyncio.gather(*tries) if lease is not None]
+    assert len(leases) == 4
+    assert await one.link.state.slots_held() == 4
+    assert one.limiter.in_flight("e") + other.limiter.in_flight("e") == 4
+    for lease in leases:
+        lease.release()

@@ -53,6 +53,10 @@ async def two(pg_dsn: str) -> AsyncIterator[tuple[PostgresFleet, Heard, Postgres
     await b.close()
 
 
+async def took(fleet: PostgresFleet, one: Slot) -> bool:
+    return (await fleet.take([one]))[one.id]
+
+
 def slot(n: int, endpoint: str = "e", model: str | None = "m", cap: int | None = 2, model_cap=None):
     return Slot(f"s{n}", endpoint, model, cap, model_cap)
 
@@ -65,14 +69,14 @@ def test_only_database_urls_name_a_fleet() -> None:
 
 async def test_a_cap_holds_across_proxies(two) -> None:
     a, _, b, heard_b = two
-    assert await a.take(slot(1))
-    assert await b.take(slot(2))
-    assert not await a.take(slot(3)) and not await b.take(slot(4))
-    assert await a.take(slot(5, endpoint="other"))  # another endpoint has its own cap
+    assert await took(a, slot(1))
+    assert await took(b, slot(2))
+    assert not await took(a, slot(3)) and not await took(b, slot(4))
+    assert await took(a, slot(5, endpoint="other"))  # another endpoint has its own cap
     assert await a.slots_held() == 3
     await a.release([slot(1)])  # from a full cap: the fleet is told
     assert (await heard_b.next("free"))["endpoint"] == "e"
-    assert await b.take(slot(6))
+    assert await took(b, slot(6))
     await a.release([slot(1)])  # twice: nothing more is freed
     assert await b.slots_held() == 3
     for n in (2, 5, 6):
@@ -82,9 +86,9 @@ async def test_a_cap_holds_across_proxies(two) -> None:
 
 async def test_only_a_release_from_a_full_cap_is_announced(two) -> None:
     a, heard_a, b, _ = two
-    assert await a.take(slot(1, cap=3)) and await a.take(slot(2, cap=3))
+    assert await took(a, slot(1, cap=3)) and await took(a, slot(2, cap=3))
     await a.release([slot(1, cap=3)])  # 2 of 3 held: nobody can be waiting
-    assert await b.take(slot(3, cap=3)) and await b.take(slot(4, cap=3))
+    assert await took(b, slot(3, cap=3)) and await took(b, slot(4, cap=3))
     await b.release([slot(3, cap=3)])  # 3 of 3 held: someone may be waiting
     await b.cool(Cooldown("fence", None, 1.0))  # notices arrive in commit order: a fence
     await heard_a.next("cool")
@@ -92,16 +96,23 @@ async def test_only_a_release_from_a_full_cap_is_announced(two) -> None:
     assert heard_a.notices[0][1]["endpoint"] == "e"
 
 
+async def test_a_batch_takes_in_order_up_to_the_cap(two) -> None:
+    a, _, b, _ = two
+    assert await took(b, slot(0, cap=3))
+    batch = [slot(n, cap=3) for n in range(1, 4)] + [slot(9, endpoint="d", cap=1)]
+    assert await a.take(batch) == {"s1": True, "s2": True, "s3": False, "s9": True}
+
+
 async def test_a_model_cap_is_checked_with_the_endpoint_cap(two) -> None:
     a, _, b, _ = two
-    assert await a.take(slot(1, cap=10, model_cap=1))
-    assert not await b.take(slot(2, cap=10, model_cap=1))
-    assert await b.take(slot(3, model="other", cap=10, model_cap=1))
+    assert await took(a, slot(1, cap=10, model_cap=1))
+    assert not await took(b, slot(2, cap=10, model_cap=1))
+    assert await took(b, slot(3, model="other", cap=10, model_cap=1))
 
 
 async def test_concurrent_takes_never_pass_the_cap(two) -> None:
     a, _, b, _ = two
-    results = await asyncio.gather(*(f.take(slot(n, cap=3)) for n, f in enumerate([a, b] * 10)))
+    results = await asyncio.gather(*(took(f, slot(n, cap=3)) for n, f in enumerate([a, b] * 10)))
     assert sum(results) == 3
     assert await a.slots_held() == 3
 
@@ -110,13 +121,13 @@ async def test_a_dead_proxy_frees_its_slots_after_its_lease(pg_dsn: str) -> None
     dead, _ = await member(pg_dsn, lease=1.0)
     alive, heard = await member(pg_dsn, lease=1.0)
     try:
-        assert await dead.take(slot(1)) and await dead.take(slot(2))
-        assert not await alive.take(slot(3))
+        assert await took(dead, slot(1)) and await took(dead, slot(2))
+        assert not await took(alive, slot(3))
         members = {m.id: m for m in await alive.members()}
         assert members[dead.proxy].slots == {"e": 2} and members[dead.proxy].alive
         # ``dead`` beats no more; ``alive`` keeps beating.
         deadline = time.monotonic() + 5
-        while not await alive.take(slot(3)):
+        while not await took(alive, slot(3)):
             assert time.monotonic() < deadline, "the dead proxy's slots were never freed"
             await alive.heartbeat([])
             await asyncio.sleep(0.1)
@@ -136,10 +147,10 @@ async def test_leaving_frees_slots_at_once(pg_dsn: str) -> None:
     a, _ = await member(pg_dsn)
     b, heard_b = await member(pg_dsn)
     try:
-        assert await a.take(slot(1)) and await a.take(slot(2))
+        assert await took(a, slot(1)) and await took(a, slot(2))
         await a.close()
         await heard_b.next("free")
-        assert await b.take(slot(3))
+        assert await took(b, slot(3))
     finally:
         await b.close()
 
@@ -194,5 +205,5 @@ async def test_an_unreachable_database_fails_within_the_timeout() -> None:
         await fleet.open(lambda kind, notice: None)
     assert time.monotonic() - started < 5
     with pytest.raises(FleetUnavailable):
-        await fleet.take(slot(1))
+        await took(fleet, slot(1))
     await fleet.close()

@@ -52,6 +52,8 @@ class SharedSlots:
         self.link = link
         self.held: dict[str, Slot] = {}
         """Shared slots this proxy holds, by id (re-announced if the fleet forgot us)."""
+        self.taking: list[tuple[Slot, asyncio.Future[bool | None]]] = []
+        """Slots to take in the next batch, with who waits for each."""
         self.releasing: dict[str, Slot] = {}
         """Slots to free in the next batch."""
         self.unreleased: dict[str, Slot] = {}
@@ -103,7 +105,7 @@ class SharedSlots:
             self.held[slot.id] = slot  # before the call: a timed-out take may still land
             asked = self.link.up
             try:
-                taken = await self.link.call(lambda slot=slot: self.link.state.take(slot))
+                taken = await self._take(slot)
             except BaseException:  # cancelled (the client left): give back what it may hold
                 lease.release()
                 self._release(slot)
@@ -120,6 +122,27 @@ class SharedSlots:
             lease.then(lambda slot=slot: self._free(slot))
             return lease
         return None
+
+    async def _take(self, slot: Slot) -> bool | None:
+        """Whether the fleet gave ``slot``; ``None`` when it did not answer. Takes asked in
+        one turn of the event loop (a burst of requests) go in one statement."""
+        future: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        if not self.taking:
+            self.link.spawn(self._take_batch(), "llmitm fleet take")
+        self.taking.append((slot, future))
+        return await future
+
+    async def _take_batch(self) -> None:
+        await asyncio.sleep(0)
+        batch, self.taking = self.taking, []
+        slots = [slot for slot, _ in batch]
+        taken: dict[str, bool] | None = None
+        try:
+            taken = await self.link.call(lambda: self.link.state.take(slots))
+        finally:
+            for slot, future in batch:
+                if not future.done():  # its caller gives the slot back if it was cancelled
+                    future.set_result(None if taken is None else taken.get(slot.id, False))
 
     def _free(self, slot: Slot) -> None:
         if slot.id in self.held:

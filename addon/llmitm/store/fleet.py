@@ -105,9 +105,10 @@ class FleetState(abc.ABC):
         whole lease), it joins again with them, since those requests are still running."""
 
     @abc.abstractmethod
-    async def take(self, slot: Slot) -> bool:
-        """Take ``slot`` if the endpoint and the endpoint-model are under their caps across
-        the whole fleet (atomically: two proxies never both take the last one)."""
+    async def take(self, slots: Sequence[Slot]) -> dict[str, bool]:
+        """Take each of ``slots`` (by id: whether it was taken) if its endpoint and
+        endpoint-model are under their caps across the whole fleet — atomically (two proxies
+        never both take the last one), first come first served among slots of one endpoint."""
 
     @abc.abstractmethod
     async def release(self, slots: Sequence[Slot]) -> None:

@@ -175,25 +175,30 @@ class PostgresFleet(FleetState):
 
     # --- slots ------------------------------------------------------------------------------
 
-    async def take(self, slot: Slot) -> bool:
+    async def take(self, slots: Sequence[Slot]) -> dict[str, bool]:
+        # In the order of their endpoints: every batch takes the per-endpoint locks in the
+        # same order, so two batches never wait for each other in a circle.
+        ordered = sorted(slots, key=lambda s: s.endpoint)
         async with self._call(), self._conn() as conn:
-            taken = await self._take(conn, slot)
-            if taken < 0:  # swept while its link was down: join again, then try once more
-                await self._join(conn, ())
-                taken = await self._take(conn, slot)
-        return taken > 0
+            taken = await self._take(conn, ordered)
+            if any(t < 0 for t in taken.values()):  # swept while its link was down: join
+                await self._join(conn, ())  # again, then try once more
+                taken = await self._take(conn, ordered)
+        return {slot_id: t > 0 for slot_id, t in taken.items()}
 
-    async def _take(self, conn: asyncpg.Connection, slot: Slot) -> int:
-        taken: int = await conn.fetchval(
-            "SELECT llmitm_fleet_take($1, $2, $3, $4, $5, $6)",
-            slot.id,
+    async def _take(self, conn: asyncpg.Connection, slots: Sequence[Slot]) -> dict[str, int]:
+        rows = await conn.fetch(
+            "SELECT id, llmitm_fleet_take(id, $1, endpoint, model, cap, model_cap) AS taken"
+            " FROM unnest($2::text[], $3::text[], $4::text[], $5::integer[], $6::integer[])"
+            " WITH ORDINALITY AS t (id, endpoint, model, cap, model_cap, n) ORDER BY n",
             self.proxy,
-            slot.endpoint,
-            slot.model,
-            slot.cap,
-            slot.model_cap,
+            [s.id for s in slots],
+            [s.endpoint for s in slots],
+            [s.model for s in slots],
+            [s.cap for s in slots],
+            [s.model_cap for s in slots],
         )
-        return taken
+        return {row["id"]: row["taken"] for row in rows}
 
     async def release(self, slots: Sequence[Slot]) -> None:
         if not slots:
