@@ -12,13 +12,18 @@ never reaches (so every request takes and frees a shared slot, and none waits):
              affinity look-up that misses, and a new pin written before the answer ends
              (the most the shared state costs a request)
 
-Each round sends ``--concurrency`` concurrent streams of ``--events`` events per route to each
-proxy, the proxies in turn (reversed every other round). Per proxy and route: the proxy
+Each round sends ``--concurrency`` streams of ``--events`` events per route to each proxy, the
+proxies in turn (reversed every other round). Per proxy and route: the proxy
 process's CPU per request (median of the rounds), the ratio shared / alone, and the database
 server's CPU per request while the shared proxy ran (all its processes).
 
     python scripts/bench_fleet.py [--rounds 7] [--concurrency 64] [--events 20]
+                                  [--event-delay-ms 0] [--spread-s 0]
                                   [--routes direct,failover] [--profile DIR]
+
+All at once (the default), the takes of a burst go to the database in one statement; with
+``--event-delay-ms 50 --spread-s 1`` the 64 streams overlap as steady traffic does (each
+lasts about as long as the spread) and every request takes its slot on its own.
 """
 
 from __future__ import annotations
@@ -134,25 +139,31 @@ def server_cpu(postmaster: int) -> float:
     return total
 
 
-async def one(client: httpx.AsyncClient, route: str, events: int) -> None:
+async def one(
+    client: httpx.AsyncClient, route: str, args: argparse.Namespace, delay: float
+) -> None:
+    await asyncio.sleep(delay)
     body = {
         "model": f"{route}-x",
         "messages": [{"role": "user", "content": f"Conversation {next(_conversations)}."}],
         "stream": True,
     }
-    headers = {"x-fake-scenario": f"text;events={events}"}
+    headers = {"x-fake-scenario": f"text;events={args.events};event_delay_ms={args.event_delay_ms}"}
     async with client.stream("POST", "/chat/completions", json=body, headers=headers) as r:
         await r.aread()
         if r.status_code != 200:
             raise RuntimeError(f"{route}: HTTP {r.status_code}")
 
 
-async def wave(port: int, route: str, concurrency: int, events: int) -> None:
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+async def wave(port: int, route: str, args: argparse.Namespace) -> None:
+    """``--concurrency`` streams, all at once or their starts spread evenly over
+    ``--spread-s`` seconds."""
+    n = args.concurrency
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{port}/v1", timeout=120, limits=limits
     ) as client:
-        await asyncio.gather(*(one(client, route, events) for _ in range(concurrency)))
+        await asyncio.gather(*(one(client, route, args, i * args.spread_s / n) for i in range(n)))
 
 
 async def measure(
@@ -163,7 +174,7 @@ async def measure(
     }
     for _, port in proxies.values():  # warm-up: connections, imports, first pins
         for route in ROUTES:
-            await wave(port, route, args.concurrency, args.events)
+            await wave(port, route, args)
     order = list(proxies)
     for rnd in range(args.rounds):
         for name in order if rnd % 2 == 0 else order[::-1]:
@@ -171,7 +182,7 @@ async def measure(
             for route in ROUTES:
                 await asyncio.sleep(0.3)  # releases and pins of the last wave settle
                 cpu, db = cpu_seconds(pid), server_cpu(postmaster)
-                await wave(port, route, args.concurrency, args.events)
+                await wave(port, route, args)
                 await asyncio.sleep(0.3)
                 results[(name, route)]["cpu"].append((cpu_seconds(pid) - cpu) / args.concurrency)
                 results[(name, route)]["db"].append(
@@ -183,7 +194,8 @@ async def measure(
 
 def report(results: dict[tuple[str, str], dict[str, list[float]]], args: argparse.Namespace):
     lines = [
-        f"{args.concurrency} concurrent streams of {args.events} events, {args.rounds} rounds"
+        f"{args.concurrency} streams of {args.events} events (event delay"
+        f" {args.event_delay_ms} ms, starts spread over {args.spread_s} s), {args.rounds} rounds"
         " (medians; CPU per request in ms)",
         f"{'route':<10} {'alone':>8} {'shared':>8} {'ratio':>7} {'db alone':>9} {'db shared':>10}",
     ]
@@ -211,6 +223,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--events", type=int, default=20)
+    parser.add_argument("--event-delay-ms", type=int, default=0, help="pace the fake's events")
+    parser.add_argument(
+        "--spread-s", type=float, default=0.0, help="spread the streams' starts over this long"
+    )
     parser.add_argument("--profile", type=Path, help="write each proxy's cProfile here")
     parser.add_argument("--routes", default="direct,failover", help="the routes to load")
     args = parser.parse_args()

@@ -2,7 +2,8 @@
 
 A request takes this process's slot first (the limiter: cheap, and what ``least-busy`` and the
 status route read), then — only for an endpoint or endpoint-model that has a cap — a slot row
-in the shared state, atomically under the cap summed over every live proxy. The lease it
+in the shared state, atomically under the cap summed over every live proxy (the takes asked in
+one turn of the event loop, a burst of requests, in one statement). The lease it
 gets frees both on release: the local count at once, the shared row in the background, with
 the other releases of the next few milliseconds in one statement (a request never waits for
 a release to reach the database).
