@@ -64,7 +64,7 @@ def slot(n: int, endpoint: str = "e", model: str | None = "m", cap: int | None =
 def test_only_database_urls_name_a_fleet() -> None:
     assert is_shared("postgresql://u@h/db") and is_shared("postgres://h/db")
     assert not is_shared("/var/lib/llmitm.db") and not is_shared("") and not is_shared(None)
-    assert open_fleet("/tmp/x.db", lease=10, timeout=1) is None
+    assert open_fleet("llmitm.db", lease=10, timeout=1) is None
 
 
 async def test_a_cap_holds_across_proxies(two) -> None:
