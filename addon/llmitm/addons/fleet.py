@@ -160,8 +160,8 @@ class LlmFleet:
     def attach(self, routing: Routing) -> None:
         """Share what ``routing`` learns (the router's routing state, new or rebuilt)."""
         self._routing = routing
+        routing.observer = self  # it tells the fleet nothing until this proxy is in one
         if self.link is not None:
-            routing.observer = self
             self.link.spawn(self._adopt_running(), "llmitm fleet cooldowns")
 
     async def _adopt_running(self) -> None:
@@ -170,7 +170,7 @@ class LlmFleet:
 
     def taker(self, routing: Routing) -> SlotTaker | None:
         """How ``routing``'s requests take slots in the fleet; ``None`` without a fleet."""
-        if self.slots is None:
+        if self.link is None or self.slots is None:
             return None
         slots = self.slots
 

@@ -241,7 +241,7 @@ class Routing:
         response_id: str | None = None,
         fingerprint: str | None = None,
     ) -> None:
-        """An affinity another proxy learned (not told to the observer again)."""
+        """An affinity another proxy learned (its pin, read from the shared table)."""
         if endpoint in self.config.endpoints:
             self.affinity.served(endpoint, now, response_id=response_id, fingerprint=fingerprint)
 
