@@ -170,3 +170,22 @@ async def test_a_burst_of_takes_gets_exactly_the_cap(two) -> None:
     assert one.limiter.in_flight("e") + other.limiter.in_flight("e") == 4
     for lease in leases:
         lease.release()
+
+
+async def test_a_take_cancelled_mid_call_gives_both_slots_back(two) -> None:
+    one, _ = two
+    for wait in (0.0, 0.002, 0.01, 0.05):  # before, during and after the database answers
+        task = asyncio.create_task(one.take("e"))
+        await asyncio.sleep(wait)
+        task.cancel()
+        try:
+            lease = await task
+        except asyncio.CancelledError:
+            lease = None
+        if lease is not None:  # it won the race: an ordinary lease, released as usual
+            lease.release()
+        await asyncio.sleep(0.1)  # the batch answers, the release batch follows
+        await one.link.drain(5)
+        assert one.limiter.in_flight("e") == 0, wait
+        assert await one.link.state.slots_held() == 0, wait
+        assert not one.slots.held, wait

@@ -107,9 +107,8 @@ class SharedSlots:
             asked = self.link.up
             try:
                 taken = await self._take(slot)
-            except BaseException:  # cancelled (the client left): give back what it may hold
-                lease.release()
-                self._release(slot)
+            except BaseException:  # cancelled (the client left): the shared slot is given
+                lease.release()  # back once its batch has answered (``_take``)
                 raise
             if taken is False:
                 del self.held[slot.id]
@@ -131,7 +130,12 @@ class SharedSlots:
         if not self.taking:
             self.link.spawn(self._take_batch(), "llmitm fleet take")
         self.taking.append((slot, future))
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # answered as it was cancelled
+                self._give_back(slot, future.result())
+            raise  # else the batch gives it back when it answers
 
     async def _take_batch(self) -> None:
         await asyncio.sleep(0)
@@ -142,8 +146,19 @@ class SharedSlots:
             taken = await self.link.call(lambda: self.link.state.take(slots))
         finally:
             for slot, future in batch:
-                if not future.done():  # its caller gives the slot back if it was cancelled
-                    future.set_result(None if taken is None else taken.get(slot.id, False))
+                result = None if taken is None else taken.get(slot.id, False)
+                if future.cancelled():  # nobody wants it any more
+                    self._give_back(slot, result)
+                elif not future.done():
+                    future.set_result(result)
+
+    def _give_back(self, slot: Slot, taken: bool | None) -> None:
+        """A shared slot whose request went away: free it if it was (or may have been) taken.
+        Only after its take answered, so the release cannot overtake the insert."""
+        if taken is False:
+            self.held.pop(slot.id, None)
+        else:
+            self._release(slot)
 
     def _free(self, slot: Slot) -> None:
         if slot.id in self.held:
