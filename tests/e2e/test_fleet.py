@@ -242,6 +242,7 @@ def test_conversations_and_response_ids_follow_their_endpoint_across_proxies(
     assert followed == homes
 
 
+@pytest.mark.timing  # heartbeats keep their pace
 def test_the_status_route_shows_the_fleet(f: Fleet, pair) -> None:
     seen = status(pair[0])["fleet"]
     assert seen["shared"] is True and seen["lease_s"] == LEASE_S
