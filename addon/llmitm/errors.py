@@ -33,7 +33,8 @@ The tree (a test keeps it equal to the classes)::
     ├── StoreError
     │   ├── UnreadableDatabase
     │   ├── SchemaTooNew
-    │   └── StoreUnreachable
+    │   ├── StoreUnreachable
+    │   └── FleetUnavailable
     └── HostError
         ├── InProcessError
         ├── NamespaceError
@@ -63,7 +64,8 @@ class TransportError(LlmitmError):
 
 
 class StoreError(LlmitmError):
-    """A database file that llmitm cannot read, or must not write."""
+    """A database file that llmitm cannot read, or must not write; a shared database that
+    does not answer."""
 
 
 class HostError(LlmitmError):

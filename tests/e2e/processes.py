@@ -149,10 +149,11 @@ class Upstream:
 
 @contextmanager
 def fake_upstream(
-    tmp: Path, apis: str = "chat,responses", *, fault: str = "", name: str = ""
+    tmp: Path, apis: str = "chat,responses", *, fault: str = "", name: str = "", id_prefix: str = ""
 ) -> Iterator[Upstream]:
     """The deterministic fake upstream as a process serving ``apis`` (``fault``: scenario
-    options forced on every request; ``name`` tells several fakes' files apart)."""
+    options forced on every request; ``name`` tells several fakes' files apart; ``id_prefix``
+    makes the response ids it mints its own)."""
     tmp.mkdir(parents=True, exist_ok=True)
     stem = name or f"fake-{apis.replace(',', '-')}"
     port_file = tmp / f"{stem}.port"
@@ -161,7 +162,8 @@ def fake_upstream(
     with log.open("wb") as log_file:
         process = subprocess.Popen(
             [*FAKE_UPSTREAM, "--port", "0", "--port-file", str(port_file),
-             "--apis", apis, *(["--fault", fault] if fault else [])],
+             "--apis", apis, *(["--fault", fault] if fault else []),
+             *(["--id-prefix", id_prefix] if id_prefix else [])],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

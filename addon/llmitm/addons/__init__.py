@@ -14,6 +14,7 @@ from llmitm.addons.drain import LlmDrain
 from llmitm.addons.egress import LlmEgress, LlmEgressGuard
 from llmitm.addons.first_byte import LlmFirstByteWatch
 from llmitm.addons.first_screen import LlmFirstScreen
+from llmitm.addons.fleet import LlmFleet
 from llmitm.addons.gc_freeze import LlmGcFreeze
 from llmitm.addons.health import LlmHealth
 from llmitm.addons.listenfile import ListenFile
@@ -53,7 +54,8 @@ def make_addons() -> list[object]:
     # LlmEgress answers what is not an LLM call before anything records or replays it;
     # LlmEgressGuard, after the router, what LLM call nothing in llmitm took.
     egress = LlmEgress(settings, relay)
-    router = LlmRouter(settings, relay)
+    fleet = LlmFleet(settings)  # joined in running, when the store is a shared database
+    router = LlmRouter(settings, relay, fleet)
     # The response cache answers its hits before anything records or routes them, and keeps
     # the answers of its misses once the translator has made them the client's.
     cache = LlmCacheLookup(settings)
@@ -91,7 +93,8 @@ def make_addons() -> list[object]:
         store,
         relay,
         LlmRecordingsLoad(recorder),  # replay pools, once the store is open
-        LlmStatus(router, relay),  # the status route, on llmitm's own address
+        fleet,
+        LlmStatus(router, relay, fleet),  # the status route, on llmitm's own address
         router,
         LlmUnmatched(settings),  # unmatched = "reject": what the router left alone
         LlmAccessStrip(settings),  # a client key never goes upstream

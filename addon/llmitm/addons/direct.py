@@ -21,7 +21,7 @@ from llmitm.exchange.request import PreparedRequest, prepare_for_endpoint, rewri
 from llmitm.routing.config import Endpoint, Route
 from llmitm.routing.limits import Limiter
 from llmitm.routing.plan import Plan
-from llmitm.routing.wait import over_cap_error, wait_for_slot
+from llmitm.routing.wait import SlotTaker, over_cap_error, take_slot
 from llmitm.translate.context import TranslateOptions
 from llmitm.wire.errors import ApiError, openai_error_body
 
@@ -76,11 +76,17 @@ def point_at_endpoint(
 
 
 async def wait_for_endpoint(
-    flow: http.HTTPFlow, state: FlowState, routed: Routed, limiter: Limiter, started: float
+    flow: http.HTTPFlow,
+    state: FlowState,
+    routed: Routed,
+    limiter: Limiter,
+    started: float,
+    take: SlotTaker | None = None,
 ) -> None:
-    """The endpoint is at its cap: wait in the bounded queue, or answer 429 with
-    ``Retry-After``."""
-    lease = await wait_for_slot(limiter, [(state.plan.endpoint.name, routed.model)])
+    """The endpoint's slot, taken with the fleet's (``take``) or waited for in the bounded
+    queue when it is at its cap; else a 429 with ``Retry-After``."""
+    candidates = [(state.plan.endpoint.name, routed.model)]
+    lease = await (take(candidates) if take is not None else take_slot(limiter, candidates))
     if lease is None:
         error, retry_after = over_cap_error(state.plan.endpoint.name, limiter.wait.retry_after)
         answer_error(

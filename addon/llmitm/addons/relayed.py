@@ -27,6 +27,7 @@ from llmitm.routing.affinity import owner_required
 from llmitm.routing.config import Config
 from llmitm.routing.engine import Routing
 from llmitm.routing.plan import Plan
+from llmitm.routing.wait import SlotTaker
 
 _RELAY_HEAD_SLACK = 8192
 """Room in the relay's head limit for the request line and the headers llmitm adds."""
@@ -51,8 +52,10 @@ def hand_over(
     routing: Routing,
     config: Config,
     relay: RelayServer,
+    take: SlotTaker | None = None,
 ) -> tuple[FailoverJob, FlowState]:
-    """The failover job for ``routed``'s candidates, and the flow's state until it answers."""
+    """The failover job for ``routed``'s candidates, and the flow's state until it answers
+    (``take``: how it takes slots, when a fleet shares them)."""
     candidates = prepare_candidates(routed.route.endpoints, prepare, headers)
     requests = {
         name: UpstreamRequest("POST", c.plan.url, c.headers, c.prepared.content)
@@ -77,6 +80,7 @@ def hand_over(
         fingerprint=routed.fingerprint,
         owner_required=owner_required(owner, api, upstream_apis),
         stream=prepared.stream,
+        take=take,
     )
     routed.job = job
     routed.relayed = True

@@ -35,6 +35,7 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from llmitm.addons.access import client_key_of
 from llmitm.addons.direct import answer_error, point_at_endpoint, prepare_direct, wait_for_endpoint
+from llmitm.addons.fleet import LlmFleet
 from llmitm.addons.parsed import take_parsed
 from llmitm.addons.relay import LlmRelay
 from llmitm.addons.relayed import hand_over, relayed_headers
@@ -82,9 +83,12 @@ _PREPARE_FAILED = ApiError(
 class LlmRouter:
     name = "llmitm_router"
 
-    def __init__(self, settings: LlmitmSettings, relay: LlmRelay | None = None) -> None:
+    def __init__(
+        self, settings: LlmitmSettings, relay: LlmRelay | None = None, fleet: LlmFleet | None = None
+    ) -> None:
         self.settings = settings
         self.relay = relay
+        self.fleet = fleet
         self._routing: Routing | None = None
         self._routing_config: Config | None = None
         self._on_disconnect: dict[str, list[Routed]] = {}
@@ -98,6 +102,8 @@ class LlmRouter:
         if self._routing is None or self._routing_config is not config:
             self._routing = Routing(config)
             self._routing_config = config
+            if self.fleet is not None:
+                self.fleet.attach(self._routing)
         return self._routing
 
     # --- request --------------------------------------------------------------------------
@@ -155,19 +161,51 @@ class LlmRouter:
             return prepare_direct(flow, endpoint, api, content, body, model, route, options)
 
         relay = self.relay.listening() if self.relay is not None else None
-        if self.routing.relayed(route) and relay is not None:
+        routing = self.routing
+        if routing.relayed(route) and relay is not None:
             if route.affinity:
                 routed.fingerprint = conversation_key(route.name, routed.model, body)
+                now = time.monotonic()
+                if (
+                    self.fleet is not None
+                    and self.fleet.active
+                    and not routing.knows(routed.previous_response_id, routed.fingerprint, now)
+                ):
+                    return self._relayed_after_lookup(flow, api, prepare, routed, relay, started)
             self._relayed(flow, api, prepare, routed, relay, started)
             return None
-        order = self.routing.choose(route, routed.model, time.monotonic(), single_attempt=True)
+        order = routing.choose(route, routed.model, time.monotonic(), single_attempt=True)
         state = point_at_endpoint(flow, *prepare(order.endpoints[0]), routed)
-        lease = self.routing.limiter.try_acquire(state.plan.endpoint.name, routed.model)
-        if lease is not None:
-            routed.lease = lease
+        endpoint, limiter = state.plan.endpoint.name, routing.limiter
+        take = self.fleet.taker(routing) if self.fleet is not None else None
+        lease = limiter.try_acquire(endpoint, routed.model)
+        if lease is not None and (take is None or not limiter.capped(endpoint, routed.model)):
+            routed.lease = lease  # no cap to share: this process's count is all there is
             routed.overhead = time.perf_counter() - started
             return None
-        return wait_for_endpoint(flow, state, routed, self.routing.limiter, started)
+        if lease is not None:
+            lease.release()  # the fleet's slot is taken with this process's, below
+        return wait_for_endpoint(flow, state, routed, limiter, started, take)
+
+    async def _relayed_after_lookup(
+        self,
+        flow: http.HTTPFlow,
+        api: str,
+        prepare: Callable[[str], tuple[Plan, PreparedRequest]],
+        routed: Routed,
+        relay: RelayServer,
+        started: float,
+    ) -> None:
+        """The relayed path once the fleet said where this conversation lives."""
+        assert self.fleet is not None
+        try:
+            await self.fleet.lookup(self.routing, routed.previous_response_id, routed.fingerprint)
+            self._relayed(flow, api, prepare, routed, relay, started)
+        except TranslationError as exc:
+            answer_error(flow, exc.to_api_error())
+        except Exception:  # an llmitm bug must cost this request, never the proxy
+            logger.exception("llmitm: failed to route %s", flow.request.pretty_url)
+            answer_error(flow, _PREPARE_FAILED)
 
     def _relayed(
         self,
@@ -183,7 +221,9 @@ class LlmRouter:
         client = flow.request.headers.items(multi=True)
         headers = relayed_headers(client, client_key_of(flow, self.settings))
         config = self.settings.config
-        job, state = hand_over(routed, api, prepare, headers, self.routing, config, relay)
+        routing = self.routing
+        take = self.fleet.taker(routing) if self.fleet is not None else None
+        job, state = hand_over(routed, api, prepare, headers, routing, config, relay, take)
         flow.metadata[METADATA_KEY] = state
         flow.request.headers["accept-encoding"] = "identity"
         self.relay.point(flow, relay.register(job))
@@ -191,17 +231,17 @@ class LlmRouter:
 
     # --- outcomes -------------------------------------------------------------------------
 
-    def response(self, flow: http.HTTPFlow) -> None:
+    def response(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         state = flow_state(flow)
         if not isinstance(state, FlowState) or state.routed is None:
-            return
+            return None
         routed = state.routed
         routed.release()
         routed.forget()  # LlmStreamTranslator adopted the winner's plan in responseheaders
         endpoint = routed.endpoint
         response = flow.response
         if endpoint is None or response is None:
-            return
+            return None
         routing = self.routing
         now = time.monotonic()
         if not routed.relayed:
@@ -211,14 +251,16 @@ class LlmRouter:
             )
             routing.record(endpoint, outcome, now, routed.model)
         if response.status_code >= 400 or state.upstream_cut is not None:
-            return
-        if remembers_turn(routed.route.affinity, routed.fingerprint, state.plan.upstream_api):
-            routing.served(
-                endpoint,
-                now,
-                response_id=answered_response_id(flow, state),
-                fingerprint=routed.fingerprint,
-            )
+            return None
+        if not remembers_turn(routed.route.affinity, routed.fingerprint, state.plan.upstream_api):
+            return None
+        response_id = answered_response_id(flow, state)
+        new = routing.served(endpoint, now, response_id=response_id, fingerprint=routed.fingerprint)
+        if self.fleet is not None and self.fleet.active:
+            # A new pin is shared before the client hears the end of this answer, so its next
+            # turn finds it on any proxy; a refresh goes with the next batch.
+            return self.fleet.share_turn(routing, endpoint, response_id, routed.fingerprint, new)
+        return None
 
     def error(self, flow: http.HTTPFlow) -> None:
         state = flow_state(flow)

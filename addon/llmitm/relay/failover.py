@@ -48,7 +48,7 @@ from llmitm.routing.config import Route
 from llmitm.routing.engine import Routing
 from llmitm.routing.limits import Lease
 from llmitm.routing.outcomes import Outcome, outcome_for_status
-from llmitm.routing.wait import wait_for_slot
+from llmitm.routing.wait import SlotTaker, take_slot
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,8 @@ class FailoverJob:
     one's first byte is its whole answer (a long reasoning call may take minutes), so it is
     bounded by what is left of the budget instead."""
     clock: Callable[[], float] = time.monotonic
+    take: SlotTaker | None = None
+    """How a slot is taken (a fleet's shared one); ``None``: from this process's limiter."""
     result: FailoverResult = field(default_factory=FailoverResult)
     _lease: Lease | None = None
     _skipped: set[str] = field(default_factory=set)
@@ -178,13 +180,10 @@ class FailoverJob:
         """A slot on ``endpoint``, else on the next endpoint of ``order`` with room, else the
         first one freed within the queue's timeout; ``None`` when the queue is full or the
         wait times out."""
-        limiter = self.routing.limiter
-        candidates = [endpoint, *(e for e in order if e != endpoint)]
-        for candidate in candidates:
-            lease = limiter.try_acquire(candidate, model)
-            if lease is not None:
-                return lease
-        return await wait_for_slot(limiter, [(e, model) for e in candidates])
+        candidates = [(e, model) for e in [endpoint, *(e for e in order if e != endpoint)]]
+        if self.take is not None:
+            return await self.take(candidates)
+        return await take_slot(self.routing.limiter, candidates)
 
     async def _attempt(
         self, request: UpstreamRequest, first_byte_timeout: float

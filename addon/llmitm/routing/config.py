@@ -246,6 +246,13 @@ class RoutingSettings:
     """The ``Retry-After`` of that 429."""
     affinity_ttl: float = 300.0
     """Seconds a conversation stays pinned to its endpoint after its last turn."""
+    fleet_lease: float = 10.0
+    """With a shared store (a fleet): seconds a proxy that stopped heartbeating (killed, cut
+    off) still counts as alive; then its concurrency slots are free for the others. It
+    heartbeats every third of it."""
+    fleet_timeout: float = 0.5
+    """With a shared store: seconds any one call to the shared routing state may take before
+    the proxy decides alone (per process) instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -769,6 +776,8 @@ _POSITIVE = {
     "stream_idle_timeout",
     "timeout",
     "affinity_ttl",
+    "fleet_lease",
+    "fleet_timeout",
 }
 _INTEGERS = {"failure_threshold": 1, "queue_size": 0}
 

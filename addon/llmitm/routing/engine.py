@@ -12,6 +12,12 @@ Health and caps are keyed by the model as the route sends it (the route's alias,
 client's model) — the name ``max_concurrency_per_model`` uses too — not by an Azure
 deployment name, which differs per endpoint.
 
+A fleet of proxies shares what one of them learns: an :class:`Observer` hears each cooldown
+this proxy starts (to tell the others), :meth:`Routing.served` says whether a turn taught
+affinity something new (a pin the others must know before the client's next turn), and
+:meth:`Routing.adopt_cooldown` and :meth:`Routing.adopt_pin` take in what the others learned.
+The sharing itself is I/O, done by the proxy's shell.
+
 Sans-IO: ``now`` is a monotonic time passed in; randomness is an injected ``random.Random``.
 """
 
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from llmitm.routing.affinity import Affinity, prefer
 from llmitm.routing.attempts import RetryPolicy
@@ -41,8 +47,17 @@ class Order:
     """Only ``endpoints[0]`` can serve the request (it owns the previous response)."""
 
 
+class Observer(Protocol):
+    """Hears what this proxy's routing learns (for a fleet's shared state)."""
+
+    def cooled(self, endpoint: str, model: str | None, seconds: float, reason: str) -> None:
+        """A cooldown of ``seconds`` started (or grew) for an endpoint or endpoint-model."""
+
+
 class Routing:
     """Health, caps, affinity and strategy state of one proxy."""
+
+    observer: Observer | None = None
 
     def __init__(self, config: Config, *, rng: random.Random | None = None) -> None:
         self.config = config
@@ -189,7 +204,10 @@ class Routing:
     # --- outcomes -------------------------------------------------------------------------
 
     def record(self, endpoint: str, outcome: Outcome, now: float, model: str | None) -> None:
-        self.health.record(endpoint, outcome, now, model)
+        cooled = self.health.record(endpoint, outcome, now, model)
+        if cooled is not None and self.observer is not None:
+            (name, scope), until = cooled
+            self.observer.cooled(name, scope, until - now, outcome.kind)
 
     def served(
         self,
@@ -198,9 +216,43 @@ class Routing:
         *,
         response_id: str | None = None,
         fingerprint: str | None = None,
+    ) -> bool:
+        """Remember who served a conversation's turn (affinity); ``True`` when that is new
+        (a response id, or a conversation that lived elsewhere or nowhere), not a refresh."""
+        affinity = self.affinity
+        new = bool(response_id and affinity.owner_of(response_id, now) != endpoint) or bool(
+            fingerprint and affinity.conversations.get(fingerprint, now) != endpoint
+        )
+        affinity.served(endpoint, now, response_id=response_id, fingerprint=fingerprint)
+        return new
+
+    def adopt_cooldown(
+        self, endpoint: str, model: str | None, remaining: float, now: float
     ) -> None:
-        """Remember who served a conversation's turn (affinity)."""
-        self.affinity.served(endpoint, now, response_id=response_id, fingerprint=fingerprint)
+        """A cooldown another proxy started, ``remaining`` seconds from ``now``."""
+        if endpoint in self.config.endpoints and remaining > 0:
+            self.health.cool(endpoint, model, now + remaining)
+
+    def adopt_pin(
+        self,
+        endpoint: str,
+        now: float,
+        *,
+        response_id: str | None = None,
+        fingerprint: str | None = None,
+    ) -> None:
+        """An affinity another proxy learned (its pin, read from the shared table)."""
+        if endpoint in self.config.endpoints:
+            self.affinity.served(endpoint, now, response_id=response_id, fingerprint=fingerprint)
+
+    def knows(self, previous_response_id: str | None, fingerprint: str | None, now: float) -> bool:
+        """Whether this proxy's memory already answers a request's affinity question (the
+        previous response's owner first, else the conversation's endpoint)."""
+        if previous_response_id:
+            return self.affinity.owner_of(previous_response_id, now) is not None
+        if fingerprint:
+            return self.affinity.conversations.get(fingerprint, now) is not None
+        return True
 
     # --- for people -----------------------------------------------------------------------
 

@@ -79,10 +79,13 @@ class Health:
         self.policy = policy or HealthPolicy()
         self._keys: dict[Key, KeyHealth] = {}
 
-    def record(self, endpoint: str, outcome: Outcome, now: float, model: str | None = None) -> None:
-        """Account one attempt's outcome; may start or extend a cooldown."""
+    def record(
+        self, endpoint: str, outcome: Outcome, now: float, model: str | None = None
+    ) -> tuple[Key, float] | None:
+        """Account one attempt's outcome; may start or extend a cooldown: then the key that
+        cools and until when."""
         if outcome.kind in {"client_error", "aborted"}:
-            return
+            return None
         scope: Key = (endpoint, None if outcome.kind in _ENDPOINT_WIDE else model)
         state = self._keys.setdefault(scope, KeyHealth())
         state.last, state.last_at = outcome.kind, now
@@ -95,11 +98,19 @@ class Health:
                     whole.failures = 0
             # A success that lands during a cooldown (an attempt started before it) leaves
             # the cooldown alone: a 429's pause is the upstream's to lift, not ours.
-            return
+            return None
         state.failures += 1
         duration = self._cooldown_for(outcome, state.failures)
-        if duration is not None:
-            state.cooling_until = max(state.cooling_until, now + duration)
+        if duration is None or now + duration <= state.cooling_until:
+            return None
+        state.cooling_until = now + duration
+        return scope, state.cooling_until
+
+    def cool(self, endpoint: str, model: str | None, until: float) -> None:
+        """A cooldown learned elsewhere (another proxy of the fleet): extends, never shortens,
+        and leaves the run of failures alone."""
+        state = self._keys.setdefault((endpoint, model), KeyHealth())
+        state.cooling_until = max(state.cooling_until, until)
 
     def _cooldown_for(self, outcome: Outcome, failures: int) -> float | None:
         policy = self.policy

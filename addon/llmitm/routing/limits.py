@@ -72,6 +72,7 @@ class Lease:
     model: str | None
     _limiter: Limiter = field(repr=False)
     released: bool = False
+    _then: Callable[[], None] | None = field(default=None, repr=False)
 
     def release(self) -> bool:
         """Free the slot; ``True`` if this call freed it, ``False`` if it was already free."""
@@ -79,7 +80,14 @@ class Lease:
             return False
         self.released = True
         self._limiter._release(self)
+        if self._then is not None:
+            self._then()
         return True
+
+    def then(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, when the slot is released (a fleet's shared slot is freed
+        with it)."""
+        self._then = callback
 
     def __enter__(self) -> Lease:
         return self
@@ -130,6 +138,12 @@ class Limiter:
 
     def cap(self, endpoint: str, model: str | None = None) -> int | None:
         return self._caps.get((endpoint, model))
+
+    def capped(self, endpoint: str, model: str | None = None) -> bool:
+        """Whether a cap applies to a request on ``endpoint`` for ``model``."""
+        if (endpoint, None) in self._caps:
+            return True
+        return model is not None and (endpoint, model) in self._caps
 
     def in_flight(self, endpoint: str, model: str | None = None) -> int:
         """Requests in flight on ``endpoint`` (all models), or on one endpoint-model."""

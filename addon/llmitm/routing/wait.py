@@ -8,10 +8,24 @@ waiter was cancelled (otherwise that slot would never be given back).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from llmitm.routing.limits import Key, Lease, Limiter
 from llmitm.wire.errors import ApiError
+
+SlotTaker = Callable[[Sequence[Key]], Awaitable[Lease | None]]
+"""How an attempt gets its slot: this process's :func:`take_slot`, or a fleet's, which also
+holds the slot in the state the proxies share."""
+
+
+async def take_slot(limiter: Limiter, candidates: Sequence[Key]) -> Lease | None:
+    """A slot on the first of ``candidates`` with room now, else the first one freed within
+    the queue's timeout; ``None`` when the queue is full or the wait times out."""
+    for endpoint, model in candidates:
+        lease = limiter.try_acquire(endpoint, model)
+        if lease is not None:
+            return lease
+    return await wait_for_slot(limiter, candidates)
 
 
 async def wait_for_slot(limiter: Limiter, candidates: Sequence[Key]) -> Lease | None:

@@ -2,8 +2,9 @@
 so the proxy and the commands above ``store/`` never name one.
 
 A ``postgresql://`` or ``postgres://`` URL is a PostgreSQL database (``store.postgres``);
-anything else is a SQLite file path (``store.sqlite``). The PostgreSQL driver is imported
-only when a URL asks for it.
+anything else is a SQLite file path (``store.sqlite``). Only a server database has shared
+routing state (``open_fleet``): proxies on one SQLite file each decide alone. The PostgreSQL
+driver is imported only when a URL asks for it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmitm.store.api import Store
+from llmitm.store.fleet import FleetState
 from llmitm.store.location_url import is_server_url
 
 
@@ -30,3 +32,13 @@ def store_for(
     from llmitm.store.sqlite import SqliteStore
 
     return SqliteStore(Path(text).expanduser(), read_only=read_only)
+
+
+def open_fleet(location: str | None, *, lease: float, timeout: float) -> FleetState | None:
+    """The shared routing state behind the store at ``location``; ``None`` when the store is
+    a local file or none (each proxy then decides alone). Not opened yet."""
+    if location is None or not is_server_url(location):
+        return None
+    from llmitm.store.postgres_fleet import PostgresFleet
+
+    return PostgresFleet(location, lease=lease, timeout=timeout)

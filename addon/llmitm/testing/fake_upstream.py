@@ -50,6 +50,7 @@ Run it as a process (writes the bound port to ``--port-file``, stops on SIGTERM/
 
     python -m llmitm.testing.fake_upstream [--host 127.0.0.1] [--port 0] [--port-file FILE]
                                          [--apis chat,responses] [--log FILE] [--fault OPTIONS]
+                                         [--id-prefix TEXT]
 
 or in-process: ``async with FakeUpstream(apis={"chat"}) as fake: fake.base_url``; or from
 synchronous code: ``with serve_in_thread() as fake: ...``.
@@ -442,6 +443,7 @@ class Reply:
     body: JSON
     scenario: Scenario
     usage: Usage
+    id_prefix: str = ""
 
 
 # --- Chat Completions rendering ---------------------------------------------------------------
@@ -569,7 +571,7 @@ class ResponsesEvents:
         reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
         text = body.get("text") if isinstance(body.get("text"), dict) else {}
         return {
-            "id": f"resp_fake_{self.reply.number}",
+            "id": f"resp_fake_{self.reply.id_prefix}{self.reply.number}",
             "object": "response",
             "created_at": self.reply.created,
             "status": status,
@@ -896,9 +898,12 @@ class FakeUpstream:
         log_path: str | os.PathLike[str] | None = None,
         clock: Callable[[], float] = time.time,
         fault: str = "",
+        id_prefix: str = "",
     ) -> None:
         self.host = host
         self.fault = fault
+        self.id_prefix = id_prefix
+        """Put in the response ids it mints, so several fakes never mint the same id."""
         """Scenario options forced on every API request (``status=429;retry_after=1``)."""
         self.apis = frozenset(apis)
         unknown = self.apis - API_NAMES
@@ -1097,7 +1102,15 @@ class FakeUpstream:
             return await self._send_json(writer, 400, context_error_body(body), keep)
         plan = build_plan(scenario, body, lambda: f"call_fake_{next(self._calls)}")
         usage = Usage(input_chars(body) // 4 + 1, plan.output_tokens(), plan.reasoning_tokens())
-        reply = Reply(next(self._answers), int(self.clock()), str(model), body, scenario, usage)
+        reply = Reply(
+            next(self._answers),
+            int(self.clock()),
+            str(model),
+            body,
+            scenario,
+            usage,
+            self.id_prefix,
+        )
         if body.get("stream") is True:
             frames = chat_chunks(plan, reply) if api == "chat" else responses_frames(plan, reply)
             return await self._send_stream(writer, frames, scenario) and keep
@@ -1259,12 +1272,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--fault", default="", help="scenario options forced on every request, e.g. status=500"
     )
+    parser.add_argument(
+        "--id-prefix", default="", help="put in every response id (several fakes: distinct ids)"
+    )
     return parser.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> int:
     fake = FakeUpstream(
-        host=args.host, port=args.port, apis=args.apis, log_path=args.log, fault=args.fault
+        host=args.host,
+        port=args.port,
+        apis=args.apis,
+        log_path=args.log,
+        fault=args.fault,
+        id_prefix=args.id_prefix,
     )
     await fake.start()
     if args.port_file:
