@@ -15,8 +15,9 @@ other's too.
   ends it ``failed``, and a client following its stream there gets ``response.failed``.
 
 The store is a parameter (:data:`STORES`, :func:`store_location`: the value given to
-``llmitm_store``): a SQLite file, which processes on one host share; a database server's URL
-is one more kind there, and every test here runs on it.
+``llmitm_store`` and the environment the proxies need for it): a SQLite file, which processes
+on one host share, and a database on a real PostgreSQL server (its password in
+``PGPASSWORD``), which a fleet on several hosts shares. Every test runs on both.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,50 +77,72 @@ def lookup_code(topic: str) -> str:
     return f"{TOOL_PREFIX}:{topic}"
 
 
-STORES = ["sqlite"]
+STORES = ["sqlite", "postgresql"]
 """The stores the fleet tests run on: each a kind :func:`store_location` knows."""
 
 
-def store_location(kind: str, folder: Path) -> str:
-    """A fresh store of ``kind`` for a fleet, as the ``llmitm_store`` value its proxies get."""
+@dataclass(frozen=True)
+class FleetStore:
+    """A store for a fleet: the ``llmitm_store`` value, and the environment its proxies need."""
+
+    location: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@contextmanager
+def store_location(request: pytest.FixtureRequest, kind: str, folder: Path) -> Iterator[FleetStore]:
+    """A fresh store of ``kind`` for a fleet, made for a test and dropped after it."""
     if kind == "sqlite":
-        return str(folder / "fleet.db")  # processes on one host share one file
+        yield FleetStore(str(folder / "fleet.db"))  # processes on one host share one file
+        return
+    if kind == "postgresql":
+        server = request.getfixturevalue("postgres")  # the worker's real server
+        dsn = server.create_database()
+        try:
+            yield FleetStore(dsn, server.env())  # the password in PGPASSWORD, not the URL
+        finally:
+            server.drop_database(dsn)
+        return
     raise LookupError(f"no {kind} store for the fleet tests")
 
 
 @pytest.fixture(scope="module", params=STORES)
-def shared_store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+def shared_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FleetStore]:
     """Where both proxies of the module's fleet keep their state."""
-    return store_location(request.param, tmp_path_factory.mktemp("store"))
+    with store_location(request, request.param, tmp_path_factory.mktemp("store")) as store:
+        yield store
 
 
 @pytest.fixture(params=STORES)
-def fresh_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def fresh_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FleetStore]:
     """A store of its own, for a test that kills one of its proxies."""
-    return store_location(request.param, tmp_path)
+    with store_location(request, request.param, tmp_path) as store:
+        yield store
 
 
 @contextmanager
 def fleet(
-    tmp: Path, store: str, chat: Upstream, responses: Upstream | None = None
+    tmp: Path, store: FleetStore, chat: Upstream, responses: Upstream | None = None
 ) -> Iterator[tuple[Proxy, Proxy]]:
     """Two proxies with one configuration and one store."""
     config = CONFIG.format(chat=chat.url, responses=responses.url if responses else "http://x")
     options = [
-        "--set", f"llmitm_store={store}",
+        "--set", f"llmitm_store={store.location}",
         "--set", f"llmitm_run_lease_ms={int(LEASE_S * 1000)}",
         "--set", f"llmitm_responses_wait_ms={WAIT_MS}",
     ]  # fmt: skip
     with (
-        llmitm_proxy(tmp / "a", config=config, extra=options) as a,
-        llmitm_proxy(tmp / "b", config=config, extra=options) as b,
+        llmitm_proxy(tmp / "a", config=config, extra=options, env=store.env) as a,
+        llmitm_proxy(tmp / "b", config=config, extra=options, env=store.env) as b,
     ):
         yield a, b
 
 
 @pytest.fixture(scope="module")
 def stack(
-    tmp_path_factory: pytest.TempPathFactory, shared_store: str
+    tmp_path_factory: pytest.TempPathFactory, shared_store: FleetStore
 ) -> Iterator[tuple[Proxy, Proxy, Upstream]]:
     set_tracing_disabled(True)
     tmp = tmp_path_factory.mktemp("fleet")
@@ -411,7 +435,7 @@ def test_a_background_response_started_on_one_is_streamed_and_cancelled_from_the
 @pytest.mark.timing
 @pytest.mark.parametrize("ending", ["sigkill", "sigterm"])
 def test_a_proxy_that_dies_or_stops_ends_its_runs_failed_for_the_other(
-    tmp_path: Path, fresh_store: str, ending: str
+    tmp_path: Path, fresh_store: FleetStore, ending: str
 ) -> None:
     with fake_upstream(tmp_path, "chat") as chat, fleet(tmp_path, fresh_store, chat) as proxies:
         a, b = (client_of(p) for p in proxies)

@@ -1,7 +1,9 @@
 """The store's part in Responses state shared by several proxies: pending marks, background
 run leases (heartbeat, cancel and delete requests, a stale run ended by a reader), the same
-rules in memory and in SQLite — and in SQLite, two store objects on one file standing for two
-proxies: one seal key, one fingerprint key, a lookup that waits for the other's write.
+rules in memory, in SQLite and in PostgreSQL — and on both databases, several store objects
+on one database standing for several proxies: one seal key, one fingerprint key, a lookup
+that waits for the other's write, a stale run ended once however many readers race its
+owner's heartbeat.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,7 @@ from llmitm.responses_api.remote_runs import follow, sequence_number, settle
 from llmitm.responses_api.waiting import WaitingReader
 from llmitm.store import SqliteStore
 from llmitm.store.memory_responses import MemoryResponses
+from tests.store.backends import Backend
 
 
 class Memory:
@@ -47,14 +51,19 @@ class Memory:
         self.state.apply(write)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[object]:
     if request.param == "memory":
         memory = Memory()
         yield memory
         return
-    async with SqliteStore(tmp_path / "s.db") as sqlite:
-        yield sqlite
+    backend = (
+        Backend("sqlite", tmp_path)
+        if request.param == "sqlite"
+        else request.getfixturevalue("pg_backend")
+    )
+    async with backend.store() as opened:
+        yield opened
 
 
 def reader_of(store: object) -> ResponseReader:
@@ -172,12 +181,11 @@ async def test_purge_forgets_old_marks_and_leases(store: object) -> None:
     assert await reader.run_lease("new") is not None
 
 
-# -- two store objects on one SQLite file: two proxies -------------------------------------
+# -- several store objects on one database: several proxies ---------------------------------
 
 
-async def test_two_proxies_creating_one_store_at_once_agree_on_its_keys(tmp_path: Path) -> None:
-    path = tmp_path / "fleet.db"
-    stores = [SqliteStore(path) for _ in range(4)]
+async def test_two_proxies_creating_one_store_at_once_agree_on_its_keys(backend: Backend) -> None:
+    stores = [backend.store("fleet") for _ in range(4)]
     await asyncio.gather(*(s.open() for s in stores))
     try:
         seal_keys = {await s.seal_key() for s in stores}
@@ -188,9 +196,8 @@ async def test_two_proxies_creating_one_store_at_once_agree_on_its_keys(tmp_path
     assert len(fingerprint_keys) == 1 and None not in fingerprint_keys
 
 
-async def test_a_lookup_waits_for_a_response_the_other_proxy_is_storing(tmp_path: Path) -> None:
-    path = tmp_path / "fleet.db"
-    async with SqliteStore(path) as a, SqliteStore(path) as b:
+async def test_a_lookup_waits_for_a_response_the_other_proxy_is_storing(backend: Backend) -> None:
+    async with backend.store("fleet") as a, backend.store("fleet") as b:
         a.submit(ResponsePending(PendingResponse("r1", time.time(), "alice")))
         await a.flush()
 
@@ -213,6 +220,51 @@ async def test_a_lookup_waits_for_a_response_the_other_proxy_is_storing(tmp_path
         a.submit(ResponsePending(PendingResponse("r4", time.time(), None)))
         await a.flush()
         assert await WaitingReader(b, wait=60.0).response("r4") is None
+
+
+def failed_by(reader: int) -> StoredResponse:
+    response = {**running("r1").response, "status": "failed", "error": {"message": str(reader)}}
+    return StoredResponse("r1", response, [], None, 1.0, credential="alice")
+
+
+async def test_readers_racing_the_owners_heartbeat_end_a_stale_run_at_most_once(
+    backend: Backend,
+) -> None:
+    # Proxy A runs r1 and renews its lease while B, C and D each find it stale and end it.
+    # Whichever lands first decides: the run is ended by exactly one reader (its closing
+    # event alone), or renewed and not ended at all — never two closings, never a lease
+    # that outlives the end. Small batches make the proxies' transactions interleave.
+    for round_ in range(6):
+        rid = f"r{round_}"
+        owner, *readers = [backend.store("fleet", batch_size=1) for _ in range(4)]
+        await asyncio.gather(*(s.open() for s in (owner, *readers)))
+        try:
+            owner.submit(RunStarted(RunLease(rid, "proxy-a", 100.0)))
+            owner.submit(ResponseSaved(replace(running(rid), id=rid)))
+            owner.submit(ResponseEvents(rid, ((0, b"e0"),)))
+            await owner.flush()
+            if round_ % 2:  # the heartbeat submitted first, or last
+                owner.submit(RunsHeartbeat("proxy-a", (rid,), 200.0))
+            for k, reader in enumerate(readers, start=1):
+                ended = failed_by(k)
+                ended = replace(ended, id=rid, response={**ended.response, "id": rid})
+                reader.submit(StaleRunEnded(ended, ((k, b"closed by %d" % k),), 150.0))
+            if not round_ % 2:
+                owner.submit(RunsHeartbeat("proxy-a", (rid,), 200.0))
+            await asyncio.gather(*(s.flush() for s in (owner, *readers)))
+            lease = await owner.run_lease(rid)
+            stored = await owner.response(rid)
+            events = await owner.events(rid)
+        finally:
+            await asyncio.gather(*(s.close() for s in (owner, *readers)))
+        assert stored is not None
+        if lease is None:  # a reader was first: it alone closed the run
+            assert stored.status == "failed"
+            (closing,) = events[1:]
+            assert closing == b"closed by %s" % stored.response["error"]["message"].encode()
+        else:  # the heartbeat was first: nobody ended it
+            assert lease.heartbeat_at == 200.0
+            assert stored.status == "in_progress" and events == [b"e0"]
 
 
 @pytest.mark.timing

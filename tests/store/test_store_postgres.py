@@ -12,16 +12,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from llmitm.exchange.usage import UsageRecord
-from llmitm.responses_api.records import ResponseDeleted, ResponseSaved
+from llmitm.responses_api.records import (
+    PendingResponse,
+    ResponseDeleted,
+    ResponsePending,
+    ResponseSaved,
+    RunLease,
+    RunStarted,
+    StoredResponse,
+)
 from llmitm.store import store_for
 from llmitm.store.location_url import display_location
 from llmitm.store.postgres import PostgresStore, StoreUnreachable
+from llmitm.store.postgres_migrations import MIGRATIONS as POSTGRES_MIGRATIONS
 from llmitm.store.recordings import PruneRecordings, RecordingWrite
 from tests.store.backends import Backend
 from tests.store.test_store import T0, usage
@@ -234,3 +244,22 @@ async def test_read_only_over_a_database_no_llmitm_wrote(pg: Backend) -> None:
         with pytest.raises(RuntimeError, match="read-only"):
             store.submit(usage(1))
     assert pg.query("SELECT to_regclass('usage') IS NULL") == [("t",)]  # not migrated
+
+
+async def test_a_database_made_by_schema_step_1_upgrades_to_pending_marks_and_leases(
+    pg: Backend,
+) -> None:
+    record = StoredResponse("r1", {"id": "r1", "status": "completed"}, [], None, 1.0)
+    async with PostgresStore(pg.location(), migrations=POSTGRES_MIGRATIONS[:1]) as old:
+        old.submit(ResponseSaved(record))
+    async with PostgresStore(pg.location(), read_only=True) as reader:
+        assert await reader.pending("r1") is None  # no such table yet: nothing pending
+        assert await reader.owned_leases("proxy-a") == []
+    async with PostgresStore(pg.location()) as store:
+        assert store.schema_version == len(POSTGRES_MIGRATIONS) == 2
+        store.submit(ResponsePending(PendingResponse("r2", time.time(), None)))
+        store.submit(RunStarted(RunLease("r2", "proxy-a", 100.0)))
+        assert await store.response("r1") == record  # kept across the upgrade
+        assert await store.pending("r2") is not None
+        assert await store.run_lease("r2") == RunLease("r2", "proxy-a", 100.0)
+    assert pg.schema_version() == 2

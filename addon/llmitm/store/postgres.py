@@ -57,13 +57,21 @@ from llmitm.responses_api.conversation_records import (
     StoredConversation,
 )
 from llmitm.responses_api.records import (
+    PendingResponse,
     ResponseDeleted,
     ResponseEvents,
     ResponseOwned,
     ResponseOwner,
+    ResponsePending,
     ResponseReader,
     ResponseSaved,
     ResponsesPurged,
+    RunCancelRequested,
+    RunEnded,
+    RunLease,
+    RunsHeartbeat,
+    RunStarted,
+    StaleRunEnded,
     StoredResponse,
 )
 from llmitm.store import postgres_content
@@ -96,6 +104,12 @@ DEFAULT_APPLIERS: Mapping[type, PostgresApplier] = {
     ResponseEvents: responses.apply_events,
     ResponseOwned: responses.apply_owned,
     ResponsesPurged: responses.apply_purged,
+    ResponsePending: responses.apply_pending,
+    RunStarted: responses.apply_run_started,
+    RunsHeartbeat: responses.apply_heartbeat,
+    RunCancelRequested: responses.apply_cancel_requested,
+    RunEnded: responses.apply_run_ended,
+    StaleRunEnded: responses.apply_stale_ended,
     RecordingWrite: recordings.apply_recordings,
     DeleteScope: recordings.apply_delete_scope,
     DeleteRecordings: recordings.apply_delete_ids,
@@ -109,6 +123,8 @@ DEFAULT_APPLIERS: Mapping[type, PostgresApplier] = {
 }
 
 _SEAL_KEY, _FINGERPRINT_KEY = responses.SECRET_NAMES
+# The schema version with pending marks and run leases (a read-only store may be older).
+_ACROSS_PROXIES_SCHEMA = 2
 
 # Errors after which the connection is no good: reconnect and apply the batch again.
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -469,6 +485,24 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
     async def owner(self, response_id: str) -> ResponseOwner | None:
         async with self._reading(settled=True) as db:
             return await responses.read_owner(db, response_id) if self._has_schema() else None
+
+    async def pending(self, response_id: str) -> PendingResponse | None:
+        async with self._reading(settled=True) as db:
+            if self.schema_version < _ACROSS_PROXIES_SCHEMA:
+                return None
+            return await responses.read_pending(db, response_id)
+
+    async def run_lease(self, response_id: str) -> RunLease | None:
+        async with self._reading(settled=True) as db:
+            if self.schema_version < _ACROSS_PROXIES_SCHEMA:
+                return None
+            return await responses.read_run_lease(db, response_id)
+
+    async def owned_leases(self, owner: str) -> list[RunLease]:
+        async with self._reading(settled=True) as db:
+            if self.schema_version < _ACROSS_PROXIES_SCHEMA:
+                return []
+            return await responses.read_owned_leases(db, owner)
 
     async def seal_key(self) -> bytes | None:
         async with self._reading() as db:

@@ -10,7 +10,9 @@ under it (PostgreSQL's DDL is transactional, so a failed step leaves nothing beh
 Step 1 is the schema the SQLite steps end at (version 8 there): a PostgreSQL store never held
 the older shapes, so it has no columns kept only for them. Large values live in the chunk
 table from the start (``store.postgres_content``); the secrets table is created empty and its
-keys are made by the first proxy that opens the database (``store.postgres``).
+keys are made by the first proxy that opens the database (``store.postgres``). Step 2 is
+SQLite's step 9: what proxies sharing the database tell each other about responses still
+being answered and background runs.
 """
 
 from __future__ import annotations
@@ -205,6 +207,34 @@ MIGRATIONS: tuple[Migration, ...] = (
                 closest_canonical TEXT
             )
             """,
+        ),
+    ),
+    Migration(
+        2,
+        "responses and background runs across proxies",
+        (
+            # A response a proxy is answering and will store: another proxy asked for it
+            # waits. Times are seconds since the epoch by the writing proxy's clock.
+            """
+            CREATE TABLE response_pending (
+                id TEXT PRIMARY KEY,
+                created_at DOUBLE PRECISION NOT NULL,
+                credential TEXT
+            )
+            """,
+            "CREATE INDEX response_pending_created ON response_pending (created_at)",
+            # The lease of each running background response: its proxy's heartbeat, and a
+            # cancel (or delete) another proxy asked for.
+            """
+            CREATE TABLE response_runs (
+                response_id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                heartbeat_at DOUBLE PRECISION NOT NULL,
+                cancel_requested_at DOUBLE PRECISION,
+                delete_requested BOOLEAN NOT NULL DEFAULT FALSE
+            )
+            """,
+            "CREATE INDEX response_runs_owner ON response_runs (owner)",
         ),
     ),
 )

@@ -6,12 +6,27 @@ The rows are built by the SQLite module's functions (they know no database); the
 PostgreSQL's. A response saved again (each status change) takes its own row's lock first
 (``FOR UPDATE`` in the replaced-chunks query), so two proxies saving one response do not
 release its old chunks twice.
+
+Schema step 2 adds what proxies sharing the database tell each other (``response_pending``,
+``response_runs``; SQLite's step 9). Every time in them is the writing proxy's clock, as in
+SQLite, never the database's: a heartbeat is compared with the reading proxy's ``now``, so
+proxies on several hosts need synchronised clocks (NTP); a skew of ``s`` seconds makes a
+lease look ``s`` seconds older or younger to the other proxy. The conditional writes hold
+under concurrent proxies without a table lock: a cancel request is one ``UPDATE``; a stale
+run is ended by one ``DELETE … WHERE heartbeat_at < $2 RETURNING`` of its lease, which takes
+the row's lock and re-checks the condition on the newest row version, so an owner's
+heartbeat committed first keeps the run alive, one after it updates nothing, and of two
+readers (or a reader and the owner's ``RunEnded``) exactly one removes the lease and writes.
+Every write to a lease first takes its response's advisory lock (``_lock_runs``), the lock a
+save takes, so a batch that saves a response and touches its lease, in either order, queues
+behind another proxy's instead of deadlocking with it.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,12 +34,21 @@ import asyncpg
 import orjson
 
 from llmitm.responses_api.records import (
+    PENDING_MAX_AGE,
+    PendingResponse,
     ResponseDeleted,
     ResponseEvents,
     ResponseOwned,
     ResponseOwner,
+    ResponsePending,
     ResponseSaved,
     ResponsesPurged,
+    RunCancelRequested,
+    RunEnded,
+    RunLease,
+    RunsHeartbeat,
+    RunStarted,
+    StaleRunEnded,
     StoredResponse,
 )
 from llmitm.store import postgres_content
@@ -41,6 +65,21 @@ _R_COLUMNS = ", ".join(f"r.{c.strip()}" for c in _COLUMNS.split(","))
 # ``$n::text IS NULL OR credential = $n``: NULL asks for anyone's rows.
 _LIVE = "(expires_at IS NULL OR expires_at > $2)"
 _OWNED = "($3::text IS NULL OR credential = $3)"
+
+
+# Writer connections known to see schema step 2's tables (once there, they stay).
+_ACROSS_PROXIES: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
+
+
+async def _across_proxies(db: asyncpg.Connection) -> bool:
+    """Whether the database has step 2's tables: a store opened with fewer steps (an older
+    database kept at its version, in tests) saves and deletes without them."""
+    if db in _ACROSS_PROXIES:
+        return True
+    if await db.fetchval("SELECT to_regclass('response_runs') IS NOT NULL"):
+        _ACROSS_PROXIES.add(db)
+        return True
+    return False
 
 
 async def apply_saved(db: asyncpg.Connection, writes: Sequence[ResponseSaved]) -> None:
@@ -93,10 +132,13 @@ async def apply_saved(db: asyncpg.Connection, writes: Sequence[ResponseSaved]) -
     )
     if any(puts.replaced):
         await store.release(db, puts.replaced)
+    if await _across_proxies(db):
+        await db.execute("DELETE FROM response_pending WHERE id = ANY($1::text[])", ids)
 
 
 async def _delete(db: asyncpg.Connection, ids: list[str]) -> None:
-    """Delete the responses ``ids`` with everything they own, releasing their chunks. Only
+    """Delete the responses ``ids`` with everything they own (not their run leases, which
+    their owners still read), releasing their chunks. Only
     the rows locked here give up chunks and go: a save of the same id by another proxy
     waits for this (or this for it) on the id's lock, so none is deleted unreleased."""
     if not ids:
@@ -120,6 +162,8 @@ async def _delete(db: asyncpg.Connection, ids: list[str]) -> None:
         ("response_owners", "id"),
     ):
         await db.execute(f"DELETE FROM {table} WHERE {column} = ANY($1::text[])", ids)
+    if await _across_proxies(db):
+        await db.execute("DELETE FROM response_pending WHERE id = ANY($1::text[])", ids)
 
 
 async def apply_deleted(db: asyncpg.Connection, writes: Sequence[ResponseDeleted]) -> None:
@@ -152,6 +196,92 @@ async def apply_purged(db: asyncpg.Connection, writes: Sequence[ResponsesPurged]
     expired = await db.fetch("SELECT id FROM responses WHERE expires_at <= $1 ORDER BY id", now)
     await _delete(db, [row[0] for row in expired])
     await db.execute("DELETE FROM response_owners WHERE expires_at <= $1", now)
+    if not await _across_proxies(db):
+        return
+    old = now - PENDING_MAX_AGE
+    await db.execute("DELETE FROM response_pending WHERE created_at < $1", old)
+    await db.execute("DELETE FROM response_runs WHERE heartbeat_at < $1", old)
+
+
+# -- across proxies: pending marks and background run leases (schema step 2) ----------------
+
+
+async def apply_pending(db: asyncpg.Connection, writes: Sequence[ResponsePending]) -> None:
+    await db.executemany(
+        "INSERT INTO response_pending (id, created_at, credential) VALUES ($1, $2, $3) "
+        "ON CONFLICT (id) DO UPDATE SET "
+        "created_at = EXCLUDED.created_at, credential = EXCLUDED.credential",
+        [(w.pending.id, w.pending.created_at, w.pending.credential) for w in writes],
+    )
+
+
+async def _lock_runs(db: asyncpg.Connection, ids: Sequence[str]) -> None:
+    """The advisory locks of responses ``ids`` (those ``apply_saved`` takes), before their
+    leases' row locks: one order everywhere."""
+    await postgres_content.lock_owners(db, "response:", ids)
+
+
+async def apply_run_started(db: asyncpg.Connection, writes: Sequence[RunStarted]) -> None:
+    await _lock_runs(db, [w.lease.response_id for w in writes])
+    await db.executemany(
+        "INSERT INTO response_runs (response_id, owner, heartbeat_at, cancel_requested_at, "
+        "delete_requested) VALUES ($1, $2, $3, NULL, FALSE) ON CONFLICT (response_id) DO UPDATE "
+        "SET owner = EXCLUDED.owner, heartbeat_at = EXCLUDED.heartbeat_at, "
+        "cancel_requested_at = NULL, delete_requested = FALSE",
+        [(w.lease.response_id, w.lease.owner, w.lease.heartbeat_at) for w in writes],
+    )
+
+
+async def apply_heartbeat(db: asyncpg.Connection, writes: Sequence[RunsHeartbeat]) -> None:
+    # Only the owner's leases: one another proxy ended (and removed) stays ended.
+    await _lock_runs(db, [rid for w in writes for rid in w.response_ids])
+    await db.executemany(
+        "UPDATE response_runs SET heartbeat_at = $1 "
+        "WHERE response_id = ANY($2::text[]) AND owner = $3",
+        [(w.at, list(w.response_ids), w.owner) for w in writes],
+    )
+
+
+async def apply_cancel_requested(
+    db: asyncpg.Connection, writes: Sequence[RunCancelRequested]
+) -> None:
+    # One statement per request: two proxies asking at once keep the first time, and a
+    # delete asked by either sticks.
+    await _lock_runs(db, [w.response_id for w in writes])
+    await db.executemany(
+        "UPDATE response_runs SET cancel_requested_at = COALESCE(cancel_requested_at, $1), "
+        "delete_requested = delete_requested OR $2 WHERE response_id = $3",
+        [(w.at, w.delete, w.response_id) for w in writes],
+    )
+
+
+async def apply_run_ended(db: asyncpg.Connection, writes: Sequence[RunEnded]) -> None:
+    ids = list(dict.fromkeys(w.response_id for w in writes))
+    await _lock_runs(db, ids)
+    rows = await db.fetch(
+        "DELETE FROM response_runs WHERE response_id = ANY($1::text[]) "
+        "RETURNING response_id, delete_requested",
+        ids,
+    )
+    # Deleted while it ran: the owner's last save must not bring it back.
+    await _delete(db, sorted(row[0] for row in rows if row[1]))
+
+
+async def apply_stale_ended(db: asyncpg.Connection, writes: Sequence[StaleRunEnded]) -> None:
+    for w in writes:
+        await _lock_runs(db, [w.record.id])
+        ended = await db.fetchrow(
+            "DELETE FROM response_runs WHERE response_id = $1 AND heartbeat_at < $2 "
+            "RETURNING delete_requested",
+            w.record.id,
+            w.stale_before,
+        )
+        if ended is None:  # renewed in time, or ended by its owner or another reader
+            continue
+        await apply_saved(db, [ResponseSaved(w.record)])
+        await apply_events(db, [ResponseEvents(w.record.id, w.events)])
+        if ended[0]:
+            await _delete(db, [w.record.id])
 
 
 async def _records(db: asyncpg.Connection, rows: Sequence[Sequence[Any]]) -> list[StoredResponse]:
@@ -298,6 +428,35 @@ async def read_owner(db: asyncpg.Connection, response_id: str) -> ResponseOwner 
     if row is None:
         return None
     return ResponseOwner(str(row[0]), str(row[1]), float(row[2]), row[3], row[4])
+
+
+async def read_pending(db: asyncpg.Connection, response_id: str) -> PendingResponse | None:
+    row = await db.fetchrow(
+        "SELECT created_at, credential FROM response_pending WHERE id = $1 AND created_at >= $2",
+        response_id,
+        time.time() - PENDING_MAX_AGE,
+    )
+    return PendingResponse(response_id, float(row[0]), row[1]) if row else None
+
+
+_LEASE = "response_id, owner, heartbeat_at, cancel_requested_at, delete_requested"
+
+
+def _lease(row: Sequence[Any]) -> RunLease:
+    cancel = float(row[3]) if row[3] is not None else None
+    return RunLease(str(row[0]), str(row[1]), float(row[2]), cancel, bool(row[4]))
+
+
+async def read_run_lease(db: asyncpg.Connection, response_id: str) -> RunLease | None:
+    row = await db.fetchrow(
+        f"SELECT {_LEASE} FROM response_runs WHERE response_id = $1", response_id
+    )
+    return _lease(row) if row else None
+
+
+async def read_owned_leases(db: asyncpg.Connection, owner: str) -> list[RunLease]:
+    rows = await db.fetch(f"SELECT {_LEASE} FROM response_runs WHERE owner = $1", owner)
+    return [_lease(row) for row in rows]
 
 
 async def read_secret(db: asyncpg.Connection, name: str) -> bytes | None:
