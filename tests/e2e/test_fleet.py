@@ -104,6 +104,17 @@ class Fleet:
     def sql(self, query: str) -> str:
         return self.postgres.psql(query, self.database).strip()
 
+    def capped_flows(self, model: str = "cap-%") -> tuple[int, int]:
+        """Usage rows and recordings of the capped endpoint, whose models are ``model``."""
+        usage = self.sql(
+            f"SELECT count(*) FROM usage WHERE endpoint = 'capped' AND model LIKE '{model}'"
+        )
+        recorded = self.sql(
+            "SELECT count(*) FROM rec_interactions "
+            f"WHERE endpoint = 'capped' AND model LIKE '{model}'"
+        )
+        return int(usage), int(recorded)
+
     def fault(self, name: str, spec: str = "") -> None:
         httpx.post(f"{self.fakes[name].url}/_fault", content=spec).raise_for_status()
 
@@ -167,6 +178,7 @@ async def _stream(client: httpx.AsyncClient, model: str) -> tuple[int, str]:
 @pytest.mark.timing  # a load of its own
 def test_a_cap_of_4_holds_across_two_proxies_under_100_streams(f: Fleet, pair) -> None:
     f.fault("capped", "events=6;event_delay_ms=15")
+    usage_before, recorded_before = f.capped_flows()
 
     async def run() -> list[tuple[int, str]]:
         limits = httpx.Limits(max_connections=100)
@@ -192,6 +204,12 @@ def test_a_cap_of_4_holds_across_two_proxies_under_100_streams(f: Fleet, pair) -
         assert now["in_flight"] == 0 and now["waiting"] == 0, now
         assert now["fleet"]["slots_held"] == 0 and now["fleet"]["waiting"] == 0
         assert now["fleet"]["shared"] is True and now["fleet"]["fallbacks"] == 0
+    # Both proxies' usage and recordings are complete in the one store.
+    until(
+        lambda: f.capped_flows() == (usage_before + 100, recorded_before + 100),
+        15,
+        f"100 usage rows and recordings more than {(usage_before, recorded_before)}",
+    )
 
 
 def test_a_429_seen_by_one_proxy_cools_the_endpoint_for_the_other(f: Fleet, pair) -> None:
@@ -256,11 +274,15 @@ def test_the_status_route_shows_the_fleet(f: Fleet, pair) -> None:
 @pytest.mark.timing  # the slots must free within the lease
 def test_a_killed_proxy_frees_its_slots_within_the_lease(f: Fleet, pair, tmp_path: Path) -> None:
     survivor = pair[1]
-    f.fault("capped", "events=200;event_delay_ms=100")  # 20 s streams
 
     async def run() -> tuple[float, float]:
         with f.proxy(tmp_path / "doomed") as doomed:
             async with httpx.AsyncClient(base_url=doomed.base_url(), timeout=60) as client:
+                for i in range(3):  # finished flows: none may be lost with the proxy
+                    body = {"model": f"cap-done-{i}", "messages": MESSAGES}
+                    done = await client.post("/chat/completions", json=body)
+                    assert done.status_code == 200
+                f.fault("capped", "events=200;event_delay_ms=100")  # then 20 s streams
                 streams = []
                 for i in range(4):  # every slot of the cap, mid-stream
                     body = {"model": f"cap-k{i}", "messages": MESSAGES, "stream": True}
@@ -295,6 +317,8 @@ def test_a_killed_proxy_frees_its_slots_within_the_lease(f: Fleet, pair, tmp_pat
     # Freed once the lease ran out after the last heartbeat, then a waiter's next try (at
     # most a second later, sooner on the sweep's notice).
     assert served <= LEASE_S + 2.5, served
+    # The flows the killed proxy had finished before the kill were all kept.
+    assert f.capped_flows("cap-done-%") == (3, 3)
     until(lambda: f.sql("SELECT count(*) FROM llmitm_fleet_slots") == "0", 30, "rows freed")
 
 
