@@ -4,7 +4,7 @@ and the store packs it and joins it without making that list."""
 from __future__ import annotations
 
 from llmitm.replay.model import Message, Pieces
-from llmitm.store.sqlite_recordings import pack_index, unpack_chunks
+from llmitm.store.recording_rows import pack_index, unpack_chunks
 
 
 def as_pieces(chunks: list[tuple[int, bytes]]) -> Pieces:

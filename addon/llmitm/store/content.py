@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -331,3 +331,19 @@ def assemble(
                 parts.append(memo[ref][start : start + length])
         memo[current] = b"".join(parts)
     return memo[name]
+
+
+def reference_problems(found: Counter[bytes], stored: dict[bytes, int]) -> list[str]:
+    """What is wrong between the references ``found`` to each chunk (owner rows and
+    recipes) and the chunks ``stored`` with the counts they keep, one line each (empty:
+    nothing): references to missing chunks, counts that differ from the references found
+    (a chunk nothing refers to counts more than 0)."""
+    problems = [
+        f"chunk {n.hex()[:16]} is referred to but missing" for n in found if n not in stored
+    ]
+    for name, refs in stored.items():
+        if refs != found.get(name, 0):
+            problems.append(
+                f"chunk {name.hex()[:16]} counts {refs} references, has {found.get(name, 0)}"
+            )
+    return problems

@@ -246,7 +246,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "chunk indexes of layout 2",
         (
             # Recording now writes chunk indexes as arrival times (float64) and lengths
-            # (store.sqlite_recordings.pack_index, layout 2). Nothing in the tables changes:
+            # (store.recording_rows.pack_index, layout 2). Nothing in the tables changes:
             # the step exists so that an older llmitm, which would read those indexes as
             # layout 1 and cut streams at the wrong places, refuses the file instead.
             "SELECT 1",

@@ -181,12 +181,4 @@ async def check(db: asyncpg.Connection) -> list[str]:
             stored[bytes(name)] = refs
             if kind != LEAF:
                 found.update(content.children_of(blob_codec.decode(codec, data)))
-    problems = [
-        f"chunk {n.hex()[:16]} is referred to but missing" for n in found if n not in stored
-    ]
-    for name, refs in stored.items():
-        if refs != found.get(name, 0):
-            problems.append(
-                f"chunk {name.hex()[:16]} counts {refs} references, has {found.get(name, 0)}"
-            )
-    return problems
+    return content.reference_problems(found, stored)

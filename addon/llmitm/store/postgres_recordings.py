@@ -3,8 +3,8 @@
 ``rec_interactions`` row per interaction, one ``rec_messages`` row per leg, whole bodies and
 canonical texts as chunks, streams as named ``rec_blobs`` rows with a packed chunk index).
 
-The rows and the chunk index are built and unpacked by the SQLite module's functions (they
-know no database); the SQL here is PostgreSQL's. Deleting takes the interactions' row locks
+The rows and the chunk index are built and unpacked by ``store.recording_rows`` (they know no
+database); the SQL here is PostgreSQL's. Deleting takes the interactions' row locks
 first, so two proxies (or a proxy and ``rec prune``) deleting or re-recording the same
 interaction release its chunks once.
 """
@@ -15,10 +15,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
-import orjson
 
-from llmitm.replay.model import LEGS, Interaction, Message
+from llmitm.replay.model import Interaction
 from llmitm.store import blob_codec, postgres_content
+from llmitm.store.recording_rows import (
+    attach_legs,
+    chunk_names,
+    interaction_of,
+    order_legs,
+    recording_rows,
+    recording_weight,
+)
 from llmitm.store.recordings import (
     DeleteRecordings,
     DeleteScope,
@@ -28,10 +35,6 @@ from llmitm.store.recordings import (
     ReplayMissRecord,
 )
 from llmitm.store.sqlite_content import cut
-from llmitm.store.sqlite_recordings import _interaction as interaction_of
-from llmitm.store.sqlite_recordings import _recording_rows as recording_rows
-from llmitm.store.sqlite_recordings import _weight as weight_of
-from llmitm.store.sqlite_recordings import unpack_chunks
 
 _INTERACTION_COLUMNS = (
     "id", "session", "started_us", "scope", "match_key", "match_key_version", "method", "route",
@@ -75,7 +78,9 @@ async def apply_recordings(db: asyncpg.Connection, writes: Sequence[RecordingWri
     await postgres_content.lock_owners(db, "recording:", ids)
     while True:
         puts = store.session()
-        interactions, messages, blobs = await cut(weight_of(writes), recording_rows, writes, puts)
+        interactions, messages, blobs = await cut(
+            recording_weight(writes), recording_rows, writes, puts
+        )
         puts.replacing(_CHUNKS_OF_IDS, (ids,))
         if await puts.commit(db):
             break
@@ -179,7 +184,7 @@ async def _interactions(
     db: asyncpg.Connection, rows: Sequence[Sequence[Any]], memo: dict[bytes, bytes]
 ) -> list[Interaction]:
     """Rows as interactions, their canonical texts read from chunks where they are kept."""
-    names = [bytes(row[21]) for row in rows if row[21] is not None]
+    names = chunk_names(rows, 21)
     texts = iter(await postgres_content.read(db, names, memo)) if names else iter(())
     return [
         interaction_of(row, next(texts).decode() if row[21] is not None else row[10])
@@ -216,29 +221,10 @@ async def _attach_legs(
         "WHERE m.interaction_id = ANY($1::text[])",
         list(by_id),
     )
-    chunked = [bytes(row[10]) for row in rows if row[10] is not None]
+    chunked = chunk_names(rows, 10)
     bodies = iter(await postgres_content.read(db, chunked, memo)) if chunked else iter(())
-    for row in rows:
-        iid, leg, method, url, status, headers, index, index_codec, codec, data, chunk = row
-        if chunk is not None:
-            data = next(bodies)
-        elif data is None:
-            raise LookupError(f"recording {iid}: the body of {leg} is missing")
-        else:
-            data = blob_codec.decode(codec, data)
-        message = Message(
-            headers=[(k, v) for k, v in orjson.loads(headers)],
-            method=method,
-            url=url,
-            status=status,
-        )
-        if index is not None:
-            message.chunks = unpack_chunks(blob_codec.decode(index_codec, index), data)
-        else:
-            message.content = data
-        by_id[iid].legs[leg] = message
-    for interaction in interactions:
-        interaction.legs = {leg: interaction.legs[leg] for leg in LEGS if leg in interaction.legs}
+    attach_legs(rows, bodies, by_id)
+    order_legs(interactions)
 
 
 async def load_interactions(db: asyncpg.Connection, scope: str | None = None) -> list[Interaction]:

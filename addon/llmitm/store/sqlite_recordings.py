@@ -10,7 +10,7 @@ migration in ``store.migrations``). Layout:
   a passthrough stream's upstream and client legs;
 - a streamed leg keeps its pieces' split points and offsets in ``chunk_index``: packed
   little-endian int64 pairs ``(t_us, length)`` (layout 1), or, as recording writes them now,
-  the arrival times as float64 then the lengths (layout 2, see :func:`pack_index`). One blob
+  the arrival times as float64 then the lengths (layout 2, see ``store.recording_rows``). One blob
   and one small index per stream, not a row per piece: recording a 2000-event stream is a
   handful of inserts;
 - bodies and indexes from 1 KiB are zstd-compressed (``store.blob_codec``; the ``codec`` and
@@ -23,18 +23,22 @@ migration in ``store.migrations``). Layout:
 
 from __future__ import annotations
 
-import hashlib
-import struct
-import sys
-from array import array
 from collections.abc import Sequence
 from typing import Any
 
 import aiosqlite
 import orjson
 
-from llmitm.replay.model import LEGS, Chunk, Interaction, Message, Pieces
+from llmitm.replay.model import Interaction
 from llmitm.store import blob_codec, sqlite_content
+from llmitm.store.recording_rows import (
+    attach_legs,
+    chunk_names,
+    interaction_of,
+    order_legs,
+    recording_rows,
+    recording_weight,
+)
 from llmitm.store.recordings import (
     DeleteRecordings,
     DeleteScope,
@@ -43,55 +47,6 @@ from llmitm.store.recordings import (
     RekeyRecording,
     ReplayMissRecord,
 )
-
-# --- chunk index -----------------------------------------------------------------------------
-
-
-_TIMED = b"LLMIDX\x02\xff"
-"""Opens an index of layout 2; as layout 1's first offset it would be ~1400 years before."""
-
-
-def pack_index(chunks: Sequence[Chunk]) -> bytes:
-    """Layout 1, ``(t_us, length)`` of each piece as little-endian int64 pairs, interleaved in
-    C; or, for :meth:`Pieces.timed` pieces, layout 2: the magic, the request's end and each
-    arrival time as little-endian float64, then the lengths as int64 — copied as they are."""
-    if not chunks:
-        return b""
-    if isinstance(chunks, Pieces) and chunks.times is not None:
-        times, sizes = array("d", chunks.times), array("q", chunks.sizes)
-        if sys.byteorder == "big":
-            times.byteswap()
-            sizes.byteswap()
-        return b"".join((_TIMED, struct.pack("<d", chunks.t0), times.tobytes(), sizes.tobytes()))
-    if isinstance(chunks, Pieces):
-        offsets, sizes = chunks.offsets, chunks.sizes
-    else:
-        offsets, datas = zip(*chunks, strict=True)
-        sizes = list(map(len, datas))
-    flat = array("q", bytes(16 * len(chunks)))
-    flat[0::2] = array("q", offsets)
-    flat[1::2] = array("q", sizes)
-    if sys.byteorder == "big":
-        flat.byteswap()
-    return flat.tobytes()
-
-
-def unpack_chunks(index: bytes, body: bytes) -> list[Chunk]:
-    if index.startswith(_TIMED):
-        count = (len(index) - 16) // 16
-        (t0,) = struct.unpack_from("<d", index, 8)
-        times = struct.unpack_from(f"<{count}d", index, 16)
-        sizes = struct.unpack_from(f"<{count}q", index, 16 + 8 * count)
-        return list(Pieces.timed(times, t0, sizes, body))
-    flat = struct.unpack(f"<{len(index) // 8}q", index)
-    chunks: list[Chunk] = []
-    at = 0
-    for i in range(0, len(flat), 2):
-        size = flat[i + 1]
-        chunks.append((flat[i], body[at : at + size]))
-        at += size
-    return chunks
-
 
 # --- writes ----------------------------------------------------------------------------------
 
@@ -120,7 +75,7 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
     while True:
         puts = store.session() if chunked else None
         interactions, messages, blobs = await sqlite_content.cut(
-            _weight(writes), _recording_rows, writes, puts
+            recording_weight(writes), recording_rows, writes, puts
         )
         if puts is None:
             break
@@ -156,94 +111,6 @@ _CHUNKS_OF_IDS = (
     "UNION ALL SELECT body_chunk FROM rec_messages "
     "WHERE interaction_id IN (SELECT value FROM json_each(?))"
 )
-
-
-def _weight(writes: Sequence[RecordingWrite]) -> int:
-    """The bytes of the whole bodies and canonical texts of ``writes`` (what is cut)."""
-    return sum(
-        len(w.interaction.canonical)
-        + sum(len(m.content or b"") for m in w.interaction.legs.values() if m.chunks is None)
-        for w in writes
-    )
-
-
-def _recording_rows(
-    writes: Sequence[RecordingWrite], puts: sqlite_content.Puts | None
-) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], dict[str, bytes]]:
-    """The rows of ``writes``; with ``puts``, whole bodies and canonical texts as chunks."""
-    interactions: list[tuple[Any, ...]] = []
-    messages: list[tuple[Any, ...]] = []
-    blobs: dict[str, bytes] = {}
-    # Legs that share one chunk list (a passthrough stream's upstream and client legs) are
-    # joined and stored once.
-    digests: dict[int, str] = {}
-    for write in writes:
-        i = write.interaction
-        canonical: tuple[Any, ...] = (i.canonical,)
-        if puts is not None:
-            canonical = ("", puts.put(f"canonical:{i.scope}", i.canonical.encode()))
-        interactions.append(
-            (
-                i.id,
-                i.session,
-                i.started_us,
-                i.scope,
-                i.key,
-                i.key_version,
-                i.method,
-                i.route,
-                i.model,
-                int(i.stream),
-                canonical[0],
-                i.status,
-                i.endpoint,
-                i.plan,
-                i.ttfb_us,
-                i.duration_us,
-                i.truncated,
-                i.error,
-                i.mode,
-                orjson.dumps(i.minted).decode() if i.minted else None,
-                i.credential,
-                *canonical[1:],
-            )
-        )
-        for leg, message in i.legs.items():
-            chunk: tuple[Any, ...] = ()
-            if message.chunks is None and puts is not None:
-                # The previous turn's body of this leg is the base a resent history slices.
-                digest = ""
-                chunk = (puts.put(f"{leg}:{i.scope}", message.content or b""),)
-            elif message.chunks is None:
-                body = message.content or b""
-                digest = hashlib.sha256(body).hexdigest()
-                blobs.setdefault(digest, body)
-            else:
-                # A stream never repeats another (ids, timing), so it is named, not hashed:
-                # hashing half a megabyte per recorded stream would be CPU for nothing.
-                digest = digests.get(id(message.chunks), "")
-                if not digest:
-                    digest = digests[id(message.chunks)] = f"stream:{i.id}:{leg}"
-                    blobs[digest] = message.body()
-                chunk = (None,) if puts is not None else ()
-            index_codec, index = blob_codec.RAW, None
-            if message.chunks is not None:
-                index_codec, index = blob_codec.encode(pack_index(message.chunks))
-            messages.append(
-                (
-                    i.id,
-                    leg,
-                    message.method,
-                    message.url,
-                    message.status,
-                    orjson.dumps(message.headers).decode(),
-                    digest,
-                    index,
-                    index_codec,
-                    *chunk,
-                )
-            )
-    return interactions, messages, blobs
 
 
 async def _release_chunks(
@@ -379,41 +246,15 @@ async def _columns(db: aiosqlite.Connection) -> str:
     return {3: _COLUMNS_3, 4: _COLUMNS_7, 8: _COLUMNS}[await _schema(db)]
 
 
-def _interaction(row: Sequence[Any], canonical: str) -> Interaction:
-    return Interaction(
-        id=row[0],
-        session=row[1],
-        started_us=row[2],
-        scope=row[3],
-        key=row[4],
-        key_version=row[5],
-        method=row[6],
-        route=row[7],
-        model=row[8],
-        stream=bool(row[9]),
-        canonical=canonical,
-        status=row[11],
-        endpoint=row[12],
-        plan=row[13],
-        ttfb_us=row[14],
-        duration_us=row[15],
-        truncated=row[16],
-        error=row[17],
-        mode=row[18],
-        minted=orjson.loads(row[19]) if row[19] else {},
-        credential=row[20],
-        source="db",
-    )
-
-
 async def _interactions(
     db: aiosqlite.Connection, rows: Sequence[Sequence[Any]], memo: dict[bytes, bytes]
 ) -> list[Interaction]:
     """Rows as interactions, their canonical texts read from chunks where they are kept."""
-    names = [bytes(row[21]) for row in rows if row[21] is not None]
+    names = chunk_names(rows, 21)
     texts = iter(await sqlite_content.read(db, names, memo)) if names else iter(())
     return [
-        _interaction(row, next(texts).decode() if row[21] is not None else row[10]) for row in rows
+        interaction_of(row, next(texts).decode() if row[21] is not None else row[10])
+        for row in rows
     ]
 
 
@@ -452,29 +293,10 @@ async def _attach_legs(
         )
         async with db.execute(sql, part) as cursor:
             rows = list(await cursor.fetchall())
-        chunked = [bytes(row[10]) for row in rows if row[10] is not None]
+        chunked = chunk_names(rows, 10)
         bodies = iter(await sqlite_content.read(db, chunked, memo)) if chunked else iter(())
-        for row in rows:
-            iid, leg, method, url, status, headers, index, index_codec, codec, data, chunk = row
-            if chunk is not None:
-                data = next(bodies)
-            elif data is None:
-                raise LookupError(f"recording {iid}: the body of {leg} is missing")
-            else:
-                data = blob_codec.decode(codec, data)
-            message = Message(
-                headers=[(k, v) for k, v in orjson.loads(headers)],
-                method=method,
-                url=url,
-                status=status,
-            )
-            if index is not None:
-                message.chunks = unpack_chunks(blob_codec.decode(index_codec, index), data)
-            else:
-                message.content = data
-            by_id[iid].legs[leg] = message
-    for interaction in interactions:
-        interaction.legs = {leg: interaction.legs[leg] for leg in LEGS if leg in interaction.legs}
+        attach_legs(rows, bodies, by_id)
+    order_legs(interactions)
 
 
 async def load_interactions(

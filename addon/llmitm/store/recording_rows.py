@@ -1,0 +1,224 @@
+"""A recording as rows, and rows back as a recording: what every backend stores alike.
+
+The backends (``store.sqlite_recordings``, ``store.postgres_recordings``) own their SQL; this
+module owns what knows no database: the packed chunk index of a streamed leg
+(:func:`pack_index`, :func:`unpack_chunks`), the ``rec_interactions`` and ``rec_messages``
+rows a batch of writes becomes (:func:`recording_rows`, whole bodies and canonical texts cut
+into chunks when the store keeps them), and an interaction and its legs rebuilt from the rows
+a backend read (:func:`interaction_of`, :func:`attach_legs`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import sys
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import orjson
+
+from llmitm.replay.model import LEGS, Chunk, Interaction, Message, Pieces
+from llmitm.store import blob_codec
+from llmitm.store.recordings import RecordingWrite
+from llmitm.store.sqlite_content import Puts
+
+_TIMED = b"LLMIDX\x02\xff"
+"""Opens an index of layout 2; as layout 1's first offset it would be ~1400 years before."""
+
+
+def pack_index(chunks: Sequence[Chunk]) -> bytes:
+    """Layout 1, ``(t_us, length)`` of each piece as little-endian int64 pairs, interleaved in
+    C; or, for :meth:`Pieces.timed` pieces, layout 2: the magic, the request's end and each
+    arrival time as little-endian float64, then the lengths as int64 — copied as they are."""
+    if not chunks:
+        return b""
+    if isinstance(chunks, Pieces) and chunks.times is not None:
+        times, sizes = array("d", chunks.times), array("q", chunks.sizes)
+        if sys.byteorder == "big":
+            times.byteswap()
+            sizes.byteswap()
+        return b"".join((_TIMED, struct.pack("<d", chunks.t0), times.tobytes(), sizes.tobytes()))
+    if isinstance(chunks, Pieces):
+        offsets, sizes = chunks.offsets, chunks.sizes
+    else:
+        offsets, datas = zip(*chunks, strict=True)
+        sizes = list(map(len, datas))
+    flat = array("q", bytes(16 * len(chunks)))
+    flat[0::2] = array("q", offsets)
+    flat[1::2] = array("q", sizes)
+    if sys.byteorder == "big":
+        flat.byteswap()
+    return flat.tobytes()
+
+
+def unpack_chunks(index: bytes, body: bytes) -> list[Chunk]:
+    if index.startswith(_TIMED):
+        count = (len(index) - 16) // 16
+        (t0,) = struct.unpack_from("<d", index, 8)
+        times = struct.unpack_from(f"<{count}d", index, 16)
+        sizes = struct.unpack_from(f"<{count}q", index, 16 + 8 * count)
+        return list(Pieces.timed(times, t0, sizes, body))
+    flat = struct.unpack(f"<{len(index) // 8}q", index)
+    chunks: list[Chunk] = []
+    at = 0
+    for i in range(0, len(flat), 2):
+        size = flat[i + 1]
+        chunks.append((flat[i], body[at : at + size]))
+        at += size
+    return chunks
+
+
+def recording_weight(writes: Sequence[RecordingWrite]) -> int:
+    """The bytes of the whole bodies and canonical texts of ``writes`` (what is cut)."""
+    return sum(
+        len(w.interaction.canonical)
+        + sum(len(m.content or b"") for m in w.interaction.legs.values() if m.chunks is None)
+        for w in writes
+    )
+
+
+def recording_rows(
+    writes: Sequence[RecordingWrite], puts: Puts | None
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], dict[str, bytes]]:
+    """The rows of ``writes``; with ``puts``, whole bodies and canonical texts as chunks."""
+    interactions: list[tuple[Any, ...]] = []
+    messages: list[tuple[Any, ...]] = []
+    blobs: dict[str, bytes] = {}
+    # Legs that share one chunk list (a passthrough stream's upstream and client legs) are
+    # joined and stored once.
+    digests: dict[int, str] = {}
+    for write in writes:
+        i = write.interaction
+        canonical: tuple[Any, ...] = (i.canonical,)
+        if puts is not None:
+            canonical = ("", puts.put(f"canonical:{i.scope}", i.canonical.encode()))
+        interactions.append(
+            (
+                i.id,
+                i.session,
+                i.started_us,
+                i.scope,
+                i.key,
+                i.key_version,
+                i.method,
+                i.route,
+                i.model,
+                int(i.stream),
+                canonical[0],
+                i.status,
+                i.endpoint,
+                i.plan,
+                i.ttfb_us,
+                i.duration_us,
+                i.truncated,
+                i.error,
+                i.mode,
+                orjson.dumps(i.minted).decode() if i.minted else None,
+                i.credential,
+                *canonical[1:],
+            )
+        )
+        for leg, message in i.legs.items():
+            chunk: tuple[Any, ...] = ()
+            if message.chunks is None and puts is not None:
+                # The previous turn's body of this leg is the base a resent history slices.
+                digest = ""
+                chunk = (puts.put(f"{leg}:{i.scope}", message.content or b""),)
+            elif message.chunks is None:
+                body = message.content or b""
+                digest = hashlib.sha256(body).hexdigest()
+                blobs.setdefault(digest, body)
+            else:
+                # A stream never repeats another (ids, timing), so it is named, not hashed:
+                # hashing half a megabyte per recorded stream would be CPU for nothing.
+                digest = digests.get(id(message.chunks), "")
+                if not digest:
+                    digest = digests[id(message.chunks)] = f"stream:{i.id}:{leg}"
+                    blobs[digest] = message.body()
+                chunk = (None,) if puts is not None else ()
+            index_codec, index = blob_codec.RAW, None
+            if message.chunks is not None:
+                index_codec, index = blob_codec.encode(pack_index(message.chunks))
+            messages.append(
+                (
+                    i.id,
+                    leg,
+                    message.method,
+                    message.url,
+                    message.status,
+                    orjson.dumps(message.headers).decode(),
+                    digest,
+                    index,
+                    index_codec,
+                    *chunk,
+                )
+            )
+    return interactions, messages, blobs
+
+
+def interaction_of(row: Sequence[Any], canonical: str) -> Interaction:
+    return Interaction(
+        id=row[0],
+        session=row[1],
+        started_us=row[2],
+        scope=row[3],
+        key=row[4],
+        key_version=row[5],
+        method=row[6],
+        route=row[7],
+        model=row[8],
+        stream=bool(row[9]),
+        canonical=canonical,
+        status=row[11],
+        endpoint=row[12],
+        plan=row[13],
+        ttfb_us=row[14],
+        duration_us=row[15],
+        truncated=row[16],
+        error=row[17],
+        mode=row[18],
+        minted=orjson.loads(row[19]) if row[19] else {},
+        credential=row[20],
+        source="db",
+    )
+
+
+def chunk_names(rows: Sequence[Sequence[Any]], column: int) -> list[bytes]:
+    """The chunk names in ``column`` of ``rows``, in row order (rows without one skipped)."""
+    return [bytes(row[column]) for row in rows if row[column] is not None]
+
+
+def attach_legs(
+    rows: Sequence[Sequence[Any]], bodies: Iterator[bytes], by_id: dict[str, Interaction]
+) -> None:
+    """Add each ``rec_messages`` row (``interaction_id, leg, method, url, status,
+    headers_json, chunk_index, index_codec, codec, data, body_chunk``, the blob's columns
+    joined) to its interaction in ``by_id``; ``bodies`` are the chunked bodies
+    (:func:`chunk_names` of column 10), read in row order."""
+    for row in rows:
+        iid, leg, method, url, status, headers, index, index_codec, codec, data, chunk = row
+        if chunk is not None:
+            data = next(bodies)
+        elif data is None:
+            raise LookupError(f"recording {iid}: the body of {leg} is missing")
+        else:
+            data = blob_codec.decode(codec, data)
+        message = Message(
+            headers=[(k, v) for k, v in orjson.loads(headers)],
+            method=method,
+            url=url,
+            status=status,
+        )
+        if index is not None:
+            message.chunks = unpack_chunks(blob_codec.decode(index_codec, index), data)
+        else:
+            message.content = data
+        by_id[iid].legs[leg] = message
+
+
+def order_legs(interactions: Sequence[Interaction]) -> None:
+    """Each interaction's legs in the order of ``LEGS``, as they were recorded."""
+    for interaction in interactions:
+        interaction.legs = {leg: interaction.legs[leg] for leg in LEGS if leg in interaction.legs}
