@@ -123,13 +123,13 @@ class StreamPipeline:
         it into account (a conformant Responses delta that fits its item's template). A
         driver that calls it first sends such a chunk itself and hands the others to
         :meth:`feed_parts`; :meth:`feed` tries it first on its own."""
-        self._relaying = (
-            self._responses_norm if type(self._responses_norm) is ResponsesNormaliser else None
-        )
-        """The normaliser whose template's relay :attr:`relay` is armed with (a restoring
-        one's events must be numbered by its restorer too: it has none)."""
+        self._relaying: ResponsesNormaliser | ChatNormaliser | None = self._chat_norm
+        """The normaliser whose relay :attr:`relay` is armed with (a restoring one's events
+        must be numbered by its restorer too: it has none)."""
+        if type(self._responses_norm) is ResponsesNormaliser:
+            self._relaying = self._responses_norm
         self._armed_at = 0
-        """The normaliser's next sequence number when :attr:`relay` was armed: the events it
+        """The normaliser's :meth:`_relay_mark` when :attr:`relay` was armed: the events it
         relays since are counted by the difference."""
         self._big: dict[int, tuple[str, list[bytes]]] | None = None
         """Once a big event was held across reads (Responses clients): the JSON of each big
@@ -150,9 +150,16 @@ class StreamPipeline:
     @property
     def events_in(self) -> int:
         """Upstream events read so far."""
-        if self.relay is None or self._relaying is None:
+        if self.relay is None:
             return self._events
-        return self._events + self._relaying.next_sequence - self._armed_at
+        return self._events + self._relay_mark() - self._armed_at
+
+    def _relay_mark(self) -> int:
+        """What grows by one with each event the armed relay takes."""
+        normaliser = self._relaying
+        if type(normaliser) is ResponsesNormaliser:
+            return normaliser.next_sequence
+        return normaliser.relayed  # type: ignore[union-attr]
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -189,7 +196,7 @@ class StreamPipeline:
         disarm it (whether it was armed)."""
         if self.relay is None:
             return False
-        self._events += self._relaying.next_sequence - self._armed_at  # type: ignore[union-attr]
+        self._events += self._relay_mark() - self._armed_at
         self.relay = None
         return True
 
@@ -201,7 +208,7 @@ class StreamPipeline:
         self._disarm()
         if self._idle and self._big is None and not self._decoder.held_line:
             self.relay = normaliser.fast_relay()
-            self._armed_at = normaliser.next_sequence
+            self._armed_at = self._relay_mark()
 
     def _feed(self, chunk: bytes, relay_tried: bool = False) -> bytes:
         # The hot paths, once per upstream chunk, for a chunk that is one whole event: byte for
