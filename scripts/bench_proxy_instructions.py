@@ -15,6 +15,10 @@ hit. They show what the Python code of a path does, which is what these setups d
 
     python scripts/bench_proxy_instructions.py [--setups a,b] [--events N] [--rounds R]
                                                [--streams S] [--concurrency C]
+                                               [--before ../older-checkout]
+
+``--before`` runs a second process with the llmitm of another checkout (one that knows the
+same configuration), each setup streamed through both in turn: before and after in one run.
 
 Each round streams ``--streams`` streams of each setup one after another, then (with
 ``--concurrency``) that many at once. Needs valgrind; the proxy runs about 50 times slower.
@@ -62,20 +66,21 @@ def dump(pid: int, out_dir: Path) -> int:
 
 
 async def run(setups: list[bench.Setup], args: argparse.Namespace, out_dir: Path) -> dict:
-    pid = setups[0].pid
-    assert pid is not None
     counts: dict[str, list[float]] = {setup.key: [] for setup in setups}
     concurrent: dict[str, list[float]] = {setup.key: [] for setup in setups}
     bench.progress("warm-up: one stream per setup")
     for setup in setups:
         await bench.stream(setup, args.events, paced=False)
-    dump(pid, out_dir)
+    for pid in {setup.pid for setup in setups}:
+        dump(pid, out_dir)  # type: ignore[arg-type]
     for rnd in range(args.rounds):
         for setup in bench.in_turn(setups, rnd):
             bench.progress(f"round {rnd + 1}/{args.rounds}: {setup.label}")
             for _ in range(args.streams):
                 await bench.stream(setup, args.events, paced=False)
             await asyncio.sleep(bench.SETTLE_S * 20)
+            pid = setup.pid
+            assert pid is not None
             counts[setup.key].append(dump(pid, out_dir) / (args.streams * args.events))
             if args.concurrency:
                 await asyncio.gather(
@@ -99,7 +104,7 @@ def report(setups: list[bench.Setup], results: dict, args: argparse.Namespace) -
         medians = {key: statistics.median(values) for key, values in counts.items() if values}
         for setup in setups:
             values = counts[setup.key]
-            base = medians.get(BASELINE[setup.api])
+            base = medians.get(BASELINE[setup.api] + setup.key[len(setup.key.split("+")[0]) :])
             ratio = f"{medians[setup.key] / base:.3f}×" if base else "–"
             print(
                 f"  {setup.label:40} {medians[setup.key]:>10,.0f} "
@@ -116,6 +121,7 @@ def main() -> int:
     parser.add_argument(
         "--concurrency", type=int, default=0, help="also this many streams at once per round"
     )
+    parser.add_argument("--before", metavar="CHECKOUT", help="also measure this checkout's code")
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         parser.error("needs valgrind (callgrind and callgrind_control)")
@@ -140,6 +146,21 @@ def main() -> int:
         port, pid = bench.start_llmitm(procs, both, config, run_under=callgrind(tmp))
         for setup in setups:
             setup.port, setup.pid = port, pid
+        if args.before:
+            addon = str(Path(args.before).resolve() / "addon")
+            before_port, before_pid = bench.start_llmitm(
+                procs,
+                both,
+                config,
+                env={"PYTHONPATH": addon},
+                name="llmitm-before",
+                run_under=callgrind(tmp),
+            )
+            twins = [bench.twin_of(setup, "before") for setup in setups]
+            for twin in twins:
+                twin.key = twin.key.replace("+twin", "+before")
+                twin.port, twin.pid = before_port, before_pid
+            setups = [s for pair in zip(setups, twins, strict=True) for s in pair]
         results = asyncio.run(run(setups, args, tmp))
     except KeyboardInterrupt:
         return 130
