@@ -120,9 +120,10 @@ class StreamPipeline:
         self.relay: Callable[[bytes], bool] | None = None
         """The hottest path, armed between chunks when one applies: ``relay(chunk)`` says
         whether ``chunk`` is one whole event that goes out as it came, and then has taken
-        it into account (a conformant Responses delta that fits its item's template). A
-        driver that calls it first sends such a chunk itself and hands the others to
-        :meth:`feed_parts`; :meth:`feed` tries it first on its own."""
+        it into account (a conformant Responses delta that fits its item's template, a chat
+        text delta shaped like the stream's first plain one). A driver that calls it first
+        sends such a chunk itself (the proxy's stream callable: one Python call per event);
+        :meth:`feed` and :meth:`feed_parts` try it first on their own."""
         self._relaying: ResponsesNormaliser | ChatNormaliser | None = self._chat_norm
         """The normaliser whose relay :attr:`relay` is armed with (a restoring one's events
         must be numbered by its restorer too: it has none)."""
@@ -269,18 +270,17 @@ class StreamPipeline:
 
     def feed_parts(self, chunk: bytes) -> list[bytes]:
         """:meth:`feed`'s bytes as a list of non-empty parts (their join is what ``feed``
-        returns), for a driver that tried :attr:`relay` on ``chunk`` first when it was
-        armed (if not, what relay would pass on takes the general path: the same bytes, more
-        slowly). Only a big event held across reads takes another way: a chat event that
+        returns); like ``feed``, it tries :attr:`relay` first (a driver that tried it
+        already asks again only for the few chunks it does not take). Only a big event held
+        across reads takes another way: a chat event that
         goes out as it came is the pieces it came in, and from then on big strings in
         Responses events are parts of their own, encoded once."""
-        tried = self._disarm()
         if self._big is None and not self._decoder.held_line:
-            out = self._feed(chunk, tried)
-            parts = [out] if out else []
-        else:
-            parts = self._feed_big(chunk)
-            self._idle = self._decoder.idle  # what feed's fast paths read
+            out = self.feed(chunk)
+            return [out] if out else []
+        self._disarm()
+        parts = self._feed_big(chunk)
+        self._idle = self._decoder.idle  # what feed's fast paths read
         self._arm()
         return parts
 
