@@ -299,11 +299,40 @@ def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
         if text is None or (len(text) != end - begin and chunk.find(backslash, begin, end) >= 0):
             # An escaped quote in the first literal, other escapes, or an unusual obfuscation
             # value: spelled as orjson would, or not.
-            text = match(chunk, frame_start, len(chunk) - 2, seq)
-            if text is None:
-                return False
+            return fitting(chunk, seq)
         keep(text)
         counter.next_sequence = seq + 1
         return True
 
-    return scan, relay
+    def fitting(chunk: bytes, seq: int) -> bool:
+        """:meth:`match` for a frame whose literals the relay could not take as they are."""
+        text = match(chunk, frame_start, len(chunk) - 2, seq)
+        if text is None:
+            return False
+        keep(text)
+        counter.next_sequence = seq + 1
+        return True
+
+    if two or head_n:
+        return scan, relay
+    # The delta alone, its number after it (OpenRouter's layout, and the fake upstream's):
+    # the same checks with fewer steps (the fixed start is the same for every event).
+    begin_at = len(head)
+
+    def relay_one(chunk: bytes) -> bool:
+        seq = counter.next_sequence
+        after = final % seq
+        end = len(chunk) - len(after)
+        if chunk[:begin_at] != head or chunk[end:] != after:
+            return False
+        try:
+            text = loads(chunk[begin_at - 1 : end + 1])
+        except decode_error:
+            return fitting(chunk, seq)
+        if len(text) != end - begin_at and chunk.find(backslash, begin_at, end) >= 0:
+            return fitting(chunk, seq)
+        keep(text)
+        counter.next_sequence = seq + 1
+        return True
+
+    return scan, relay_one
