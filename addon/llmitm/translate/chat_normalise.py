@@ -19,11 +19,14 @@ unless the endpoint asks for a rendering (``reasoning_passthrough``): then
 :mod:`~llmitm.translate.think_render` rewrites them, and chunks that mention reasoning (and,
 for ``think-tags``, every chunk while a think block is open) take the parsed path.
 
-Cost: a conformant chunk goes out as the very bytes that came in, never re-serialised. The
-hottest path (:meth:`ChatNormaliser.fast_chunk`) does not even parse it: a chunk that is one
-plain ``data:`` line and holds none of the few markers of something to repair (tool calls, an
-error, usage, a finish reason) is relayed at once. Everything else is parsed and looked at;
-what needs no repair still goes out as its own bytes.
+Cost: a conformant chunk goes out as the very bytes that came in, never re-serialised. The hot
+path (:meth:`ChatNormaliser.fast_chunk`) does not even parse it: a chunk that is one plain
+``data:`` line and holds none of the few markers of something to repair (tool calls, an
+error, usage, a finish reason) is relayed at once. The hottest (:meth:`ChatNormaliser.
+fast_relay`) learns the shape of the first such chunk that holds one ``content`` string: a
+later chunk with the same bytes around another valid string is plain as well, which two
+comparisons and one string read tell. Everything else is parsed and looked at; what needs no
+repair still goes out as its own bytes.
 """
 
 from __future__ import annotations
@@ -48,8 +51,9 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _CONTENT = b'"content":"'
 _RELAY_MISSES = 16
-"""Chunks that got as far as a relay and did not fit it (another kind of delta, a value that
-changes from chunk to chunk): after this many, a stream stops asking it."""
+"""Plain chunks that did not fit the relay (another kind of delta, a value that changes from
+chunk to chunk) or could not teach one (no ``content`` string): after this many, a stream
+stops asking and learning it, and its chunks take the marker searches as before."""
 
 
 def _plain(data: bytes, start: int) -> bool:
@@ -184,8 +188,10 @@ class ChatNormaliser:
             return None
         if not _plain(chunk, 7):
             return None
-        if self._relay is None and self._render is None:
+        if self._relay is None and self._relay_misses > 0 and self._render is None:
             self._relay = _relay(self, chunk)
+            if self._relay is None:
+                self._relay_misses -= 1  # a reasoning delta, say: a few tries per stream
         return chunk
 
     def plain(self, data: bytes) -> bool:

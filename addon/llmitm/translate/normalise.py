@@ -20,8 +20,10 @@ Cost: on a conformant stream the deltas — nearly every event — go out as the
 came in, unparsed. The first delta of an item takes the general path; when what that path writes
 is its input byte for byte, its bytes become a :class:`~llmitm.translate.normalise_fast.
 DeltaTemplate`, and the item's next deltas that fit it are relayed as they are, their text kept
-for the item's ``*.done`` events (:meth:`ResponsesNormaliser.fast_chunk`, and
-:meth:`ResponsesNormaliser.fast_event` for events that arrived several to a read). What does
+for the item's ``*.done`` events: a chunk that is one delta goes through the template's relay
+(:meth:`ResponsesNormaliser.fast_relay`), which the proxy's stream callable asks first, one
+Python call per event; :meth:`ResponsesNormaliser.relay_events` and
+:meth:`ResponsesNormaliser.fast_event` take events that arrived several to a read. What does
 not fit — another item, a number out of step, an escape orjson would spell otherwise — takes
 the general path, which writes the same bytes the fast path would have.
 """
