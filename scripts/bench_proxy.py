@@ -452,11 +452,13 @@ def start_llmitm(
     code: str | None = None,
     env: dict[str, str] | None = None,
     name: str | None = None,
+    run_under: Sequence[str] = (),
 ) -> tuple[int, int]:
     """``llmitm run`` with ``llmitm_console=console`` (``off`` for the plain llmitm setups:
     the console and other options are measured by the ``+twin`` ones, against these), running
     the llmitm of the checkout ``code`` (default: this one), with ``env`` added to its
-    environment; ``name`` tells several such processes' files apart."""
+    environment; ``name`` tells several such processes' files apart. ``run_under``: a command
+    that runs the proxy's Python (a profiler, valgrind), given its argv."""
     name = name or ("llmitm-twin" if twin else "llmitm")
     config_path = procs.tmp / f"{name}.toml"
     if code:
@@ -472,10 +474,11 @@ def start_llmitm(
     process = procs.start(
         name,
         [
+            *run_under,
             *(
                 [str(BIN / "python"), "-m", "cProfile", "-o", str(PROFILE_DIR / f"{name}.prof")]
                 if PROFILE_DIR
-                else []
+                else [str(BIN / "python")] if run_under else []
             ),
             str(BIN / "llmitm"), "run",
             "--config", str(config_path),

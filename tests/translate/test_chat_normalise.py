@@ -255,6 +255,34 @@ def test_a_conformant_chunk_is_not_parsed_on_the_fast_path() -> None:
         assert normaliser.fast_chunk(marked) is None
 
 
+def test_a_text_delta_shaped_like_the_first_plain_one_is_relayed_by_its_ends() -> None:
+    """The relay takes a chunk with a plain one's bytes around another valid string; a chunk
+    whose string is no valid JSON (a raw quote or line break) or of another shape is not its,
+    and goes the way it always went."""
+    normaliser = ChatNormaliser(context())
+    first = chunk({"content": "hello"})
+    normaliser.feed(orjson.loads(first.removeprefix(b"data: ")))
+    assert normaliser.fast_relay() is None  # only a plain chunk teaches it
+    assert normaliser.fast_chunk(first) is first
+    relay = normaliser.fast_relay()
+    assert relay is not None
+    assert relay(chunk({"content": 'wörld "quoted"\n'}))
+    head, _, tail = first.partition(b"hello")
+    others = [
+        head + b'a"b' + tail,
+        head + b"a\nb" + tail,
+        chunk({"content": "x"}, "stop"),
+        chunk({"reasoning_content": "x"}),
+        frame({**HEAD, "choices": [], "usage": {"total_tokens": 1}}),
+    ]
+    assert not any(relay(other) for other in others)
+    assert normaliser.relayed == 1
+    stream = [first, first, head + b'a"b' + tail, first, chunk({}, "stop"), b"data: [DONE]\n\n"]
+    # Relayed or not, the same bytes: the refused chunk takes the marker searches as before
+    # (which find none in it, so it goes out as it came).
+    assert normalise(stream) == normalise([b"".join(stream)]) == b"".join(stream)
+
+
 # --- properties -------------------------------------------------------------------------
 
 WORDS = st.text(

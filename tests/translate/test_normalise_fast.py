@@ -85,7 +85,8 @@ def pipeline_output(chunks: list[bytes], tools: bool = False) -> bytes:
 
 
 def count_unparsed(pipeline: StreamPipeline) -> list[int]:
-    """A counter of the chunks ``pipeline`` relays without parsing them (one number)."""
+    """A counter of the chunks ``pipeline`` relays without parsing them (one number): those
+    its armed relay takes, and those its translator's fast chunk does."""
     count = [0]
     fast_chunk = pipeline._fast_chunk
     assert fast_chunk is not None
@@ -95,7 +96,22 @@ def count_unparsed(pipeline: StreamPipeline) -> list[int]:
         count[0] += out is not None
         return out
 
+    arm = pipeline._arm
+
+    def arming() -> None:
+        arm()
+        relay = pipeline.relay
+        if relay is not None:
+
+            def counted(chunk: bytes) -> bool:
+                taken = relay(chunk)
+                count[0] += taken
+                return taken
+
+            pipeline.relay = counted
+
     pipeline._fast_chunk = counting
+    pipeline._arm = arming  # type: ignore[method-assign]
     return count
 
 

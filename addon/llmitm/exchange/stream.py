@@ -134,6 +134,7 @@ class StreamRewriter:
         "_failed",
         "_feed_parts",
         "_notes",
+        "_relays",
         "_started",
         "_watchers",
         "last",
@@ -152,6 +153,8 @@ class StreamRewriter:
         )
         """The pipeline's ``feed`` as a list of parts, where it has one: an event held
         across reads then goes out without a copy of its size."""
+        self._relays = _relaying(self.pipeline, decode)
+        """The pipeline when it may have a ``relay`` armed (see :meth:`__call__`)."""
         self._decode = decode
         self._started = False
         self._failed = False
@@ -171,6 +174,7 @@ class StreamRewriter:
         self.pipeline = pipeline
         self.relays_as_is = False
         self._feed_parts = getattr(pipeline, "feed_parts", None)
+        self._relays = _relaying(pipeline, decode)
         self._decode = decode
 
     def watch(self, watcher: Watcher) -> int:
@@ -210,8 +214,17 @@ class StreamRewriter:
             return []
         if self._started and data and self._decode is None:
             # The hot path, once per upstream chunk.
+            relays = self._relays
             feed_parts = self._feed_parts
             try:
+                relay = relays.relay if relays is not None else None
+                if relay is not None and relay(data):
+                    # One event that goes out as it came (a conformant delta): the pipeline's
+                    # one Python call for it.
+                    note = self.note
+                    if note is not None:
+                        note((now(), data, data))
+                    return [data] if len(data) <= MAX_PART else _pieces(data)
                 if feed_parts is None:
                     out = self.pipeline.feed(data)
                 else:
@@ -256,7 +269,7 @@ class StreamRewriter:
         """After the stream's last call (mitmproxy's empty chunk): of the translation, keep
         only what it was. (Watchers and notes stay: what they keep is their owners'.)"""
         self.pipeline = Ended(self.pipeline)  # type: ignore[assignment]
-        self._decode = self._feed_parts = None
+        self._decode = self._feed_parts = self._relays = None
 
     def _translate(self, data: bytes) -> bytes:
         if not data:
@@ -278,6 +291,12 @@ class StreamRewriter:
         except Exception:
             logger.exception("llmitm: could not even end the stream cleanly")
             return b""
+
+
+def _relaying(pipeline: ClientStream, decode: Decoder | None) -> Any:
+    """``pipeline`` when it can relay chunks as they are before :meth:`feed_parts` (it has a
+    ``relay`` attribute) and they reach it undecoded; else ``None``."""
+    return pipeline if decode is None and hasattr(pipeline, "relay") else None
 
 
 def _one_or_all(calls: list[Callable[[Any], object]]) -> Any:

@@ -19,21 +19,26 @@ unless the endpoint asks for a rendering (``reasoning_passthrough``): then
 :mod:`~llmitm.translate.think_render` rewrites them, and chunks that mention reasoning (and,
 for ``think-tags``, every chunk while a think block is open) take the parsed path.
 
-Cost: a conformant chunk goes out as the very bytes that came in, never re-serialised. The
-hottest path (:meth:`ChatNormaliser.fast_chunk`) does not even parse it: a chunk that is one
-plain ``data:`` line and holds none of the few markers of something to repair (tool calls, an
-error, usage, a finish reason) is relayed at once. Everything else is parsed and looked at;
-what needs no repair still goes out as its own bytes.
+Cost: a conformant chunk goes out as the very bytes that came in, never re-serialised. The hot
+path (:meth:`ChatNormaliser.fast_chunk`) does not even parse it: a chunk that is one plain
+``data:`` line and holds none of the few markers of something to repair (tool calls, an
+error, usage, a finish reason) is relayed at once. The hottest (:meth:`ChatNormaliser.
+fast_relay`) learns the shape of the first such chunk that holds one ``content`` string: a
+later chunk with the same bytes around another valid string is plain as well, which two
+comparisons and one string read tell. Everything else is parsed and looked at; what needs no
+repair still goes out as its own bytes.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from llmitm.translate.context import TranslationContext
+from llmitm.translate.normalise_fast import string_end
 from llmitm.translate.think_render import DeltaReasoning, render_message_reasoning
 from llmitm.wire.errors import ApiError, chat_error_chunk, normalise_error
 from llmitm.wire.sse import DONE_FRAME
@@ -42,6 +47,13 @@ Frame = bytes
 """One encoded SSE frame for the client (``data: …\\n\\n``)."""
 
 _dumps = orjson.dumps
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_CONTENT = b'"content":"'
+_RELAY_MISSES = 16
+"""Plain chunks that did not fit the relay (another kind of delta, a value that changes from
+chunk to chunk) or could not teach one (no ``content`` string): after this many, a stream
+stops asking and learning it, and its chunks take the marker searches as before."""
 
 
 def _plain(data: bytes, start: int) -> bool:
@@ -133,9 +145,21 @@ class ChatNormaliser:
         """How many upstream chunks were changed or dropped (for tests and logs)."""
         self._render = self.context.options.reasoning_passthrough
         """The reasoning rendering asked for (``None``: the fields as sent)."""
+        self._relay: Callable[[bytes], bool] | None = None
+        self._relay_misses = _RELAY_MISSES
+        self.relayed = 0
+        """Chunks the relay took (the driver counts events with it)."""
 
     def _new_choice(self) -> _Choice:
         return _Choice(DeltaReasoning(self._render) if self._render is not None else None)
+
+    def fast_relay(self) -> Callable[[bytes], bool] | None:
+        """What tells, for the next chunk, whether it is a text delta that goes out as it came
+        (see :func:`_relay`; one Python call per chunk), once a plain one taught it. It holds
+        until a chunk takes another path: only that can end the stream."""
+        if self._relay_misses <= 0 or self._render is not None or self.finished:
+            return None
+        return self._relay
 
     def _skips_fast_path(self, data: bytes) -> bool:
         """With a rendering asked for: whether this chunk must be parsed anyway (it mentions
@@ -162,7 +186,13 @@ class ChatNormaliser:
             or (self._render is not None and self._skips_fast_path(chunk))
         ):
             return None
-        return chunk if _plain(chunk, 7) else None
+        if not _plain(chunk, 7):
+            return None
+        if self._relay is None and self._relay_misses > 0 and self._render is None:
+            self._relay = _relay(self, chunk)
+            if self._relay is None:
+                self._relay_misses -= 1  # a reasoning delta, say: a few tries per stream
+        return chunk
 
     def plain(self, data: bytes) -> bool:
         """Whether one event's ``data`` is a chunk with nothing to look at (the same test as
@@ -398,6 +428,40 @@ class ChatNormaliser:
             }
             frames.append(b"data: " + _dumps(chunk) + b"\n\n")
         return frames
+
+
+def _relay(normaliser: ChatNormaliser, plain: bytes) -> Callable[[bytes], bool] | None:
+    """The relay of the text deltas shaped like ``plain``, a chunk :meth:`ChatNormaliser.
+    fast_chunk` found plain that holds one ``content`` string: a later chunk that is its
+    bytes with another string there is plain too. (The string's JSON must be valid: a raw
+    line break or quote in it would be another chunk. Within a valid string no marker can be
+    spelled, its quotes being escaped.) Comparing both ends and reading the one string costs
+    a few C calls; the markers' searches cost a dozen. ``None`` when ``plain`` has no single
+    ``content`` string."""
+    start = plain.find(_CONTENT)
+    if start < 0 or plain.find(_CONTENT, start + 1) >= 0:
+        return None
+    begin = start + len(_CONTENT)
+    end = string_end(plain, begin - 1)
+    if end < 0:
+        return None
+    head, tail = plain[:begin], plain[end - 1 :]  # each with its quote
+    size = len(tail)
+    loads, decode_error = _loads, _JSONDecodeError
+
+    def relay(chunk: bytes) -> bool:
+        end = len(chunk) - size
+        if chunk[:begin] != head or chunk[end:] != tail:
+            normaliser._relay_misses -= 1
+            return False
+        try:
+            loads(chunk[begin - 1 : end + 1])
+        except decode_error:
+            return False
+        normaliser.relayed += 1
+        return True
+
+    return relay
 
 
 def _extras(delta: dict[str, Any]) -> dict[str, Any]:

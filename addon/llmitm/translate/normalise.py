@@ -20,14 +20,17 @@ Cost: on a conformant stream the deltas — nearly every event — go out as the
 came in, unparsed. The first delta of an item takes the general path; when what that path writes
 is its input byte for byte, its bytes become a :class:`~llmitm.translate.normalise_fast.
 DeltaTemplate`, and the item's next deltas that fit it are relayed as they are, their text kept
-for the item's ``*.done`` events (:meth:`ResponsesNormaliser.fast_chunk`, and
-:meth:`ResponsesNormaliser.fast_event` for events that arrived several to a read). What does
+for the item's ``*.done`` events: a chunk that is one delta goes through the template's relay
+(:meth:`ResponsesNormaliser.fast_relay`), which the proxy's stream callable asks first, one
+Python call per event; :meth:`ResponsesNormaliser.relay_events` and
+:meth:`ResponsesNormaliser.fast_event` take events that arrived several to a read. What does
 not fit — another item, a number out of step, an escape orjson would spell otherwise — takes
 the general path, which writes the same bytes the fast path would have.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -176,7 +179,8 @@ class ResponsesNormaliser:
 
     def __init__(self, context: TranslationContext | None = None) -> None:
         self.context = context or TranslationContext()
-        self._seq = 0
+        self.next_sequence = 0
+        """The ``sequence_number`` the next event gets (the template's relay counts it too)."""
         self._response: dict[str, Any] | None = None
         self._items: dict[str, _Item] = {}
         self._last_item_id: str | None = None
@@ -197,7 +201,7 @@ class ResponsesNormaliser:
     @property
     def sequence(self) -> int:
         """The ``sequence_number`` the next event gets."""
-        return self._seq
+        return self.next_sequence
 
     @property
     def response_id(self) -> str | None:
@@ -206,18 +210,30 @@ class ResponsesNormaliser:
 
     # -- the fast path -------------------------------------------------------------------
 
+    def fast_relay(self) -> Callable[[bytes], bool] | None:
+        """What tells, for the next chunk, whether it is one delta event that goes out as it
+        came (its text recorded, its number counted): the open item's
+        :attr:`~llmitm.translate.normalise_fast.DeltaTemplate.relay`, one Python call per
+        event. ``None`` when no template holds. It holds until an event takes another path:
+        only that can close the item or end the stream, so the driver asks again after
+        each such event."""
+        template = self.template
+        if template is None or template.item.closed or self.finished:
+            return None
+        return template.relay
+
     def fast_chunk(self, chunk: bytes) -> bytes | None:
         """``chunk`` itself when it is one delta event that fits the template (its text is
         recorded), else ``None`` to take the general path. No parse, no copy."""
         template = self.template
         if template is None or template.item.closed or self.finished:
             return None
-        seq = self._seq
+        seq = self.next_sequence
         scan = template.scan
         if scan is not None:
             end = scan(chunk, 0, seq)
             if end == len(chunk):
-                self._seq = seq + 1
+                self.next_sequence = seq + 1
                 return chunk
             if end >= 0:
                 # One fitting event and more after it: relay_events takes the read.
@@ -228,7 +244,7 @@ class ResponsesNormaliser:
         delta = template.match(chunk, len(template.line), len(chunk) - 2, seq)
         if delta is None:
             return None
-        self._seq = seq + 1
+        self.next_sequence = seq + 1
         template.sink.append(delta)
         return chunk
 
@@ -242,7 +258,7 @@ class ResponsesNormaliser:
             return 0
         line, match, sink, scan = template.line, template.match, template.sink, template.scan
         start = len(line)
-        seq = self._seq
+        seq = self.next_sequence
         position = 0
         size = len(chunk)
         while position < size:
@@ -263,7 +279,7 @@ class ResponsesNormaliser:
             seq += 1
             sink.append(delta)
             position = end + 2
-        self._seq = seq
+        self.next_sequence = seq
         return position
 
     def fast_event(self, name: str | None, data: bytes) -> bytes | None:
@@ -272,10 +288,10 @@ class ResponsesNormaliser:
         template = self.template
         if template is None or name != template.event_type or template.item.closed or self.finished:
             return None
-        delta = template.match(data, 0, len(data), self._seq)
+        delta = template.match(data, 0, len(data), self.next_sequence)
         if delta is None:
             return None
-        self._seq += 1
+        self.next_sequence += 1
         template.sink.append(delta)
         return template.line + data + b"\n\n"
 
@@ -293,11 +309,18 @@ class ResponsesNormaliser:
             if kind is not None and self._learn_misses and len(out) == 1 and out[0] is event:
                 self._learn(event, data, kind)
             return out
-        upstream = _loads(data)  # feed() changes the event in place
         out = self.feed(event)  # type: ignore[assignment]
-        if len(out) == 1 and _dumps(upstream) == data and _same(out[0], upstream):
-            return [b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"]  # type: ignore[union-attr]
-        return out
+        if len(out) != 1:
+            return out
+        # Written as it came (a conformant stream's events): one encoding says so. Else the
+        # upstream's event is read again (feed() changed it in place) to compare but for key
+        # order. (The terminal event holds the whole answer: this is most of what a long
+        # conformant stream costs beyond its deltas.)
+        if type(out[0]) is not dict or _dumps(out[0]) != data:
+            upstream = _loads(data)
+            if _dumps(upstream) != data or not _same(out[0], upstream):
+                return out
+        return [b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"]  # type: ignore[union-attr]
 
     def _learn(self, event: Event, data: bytes, kind: int) -> None:
         item = self._items.get(event.get("item_id"))  # type: ignore[arg-type]
@@ -312,7 +335,7 @@ class ResponsesNormaliser:
             sink = item.summary(event["summary_index"])
         else:
             sink = item.args
-        self.template = DeltaTemplate.learn(event, data, item, sink)
+        self.template = DeltaTemplate.learn(event, data, item, sink, self)
 
     # -- the general path -----------------------------------------------------------------
 
@@ -404,8 +427,8 @@ class ResponsesNormaliser:
     # -- lifecycle ------------------------------------------------------------------------
 
     def _next_seq(self) -> int:
-        seq = self._seq
-        self._seq = seq + 1
+        seq = self.next_sequence
+        self.next_sequence = seq + 1
         return seq
 
     def _start(self, upstream: Any, out: list[Event]) -> None:
@@ -436,7 +459,7 @@ class ResponsesNormaliser:
         for key, value in upstream.items():
             # The identity the client saw first stays: a server that omits created_at in
             # response.created (llama.cpp) must not change it in the terminal event.
-            if key in _IDENTITY and self._seq > 0:
+            if key in _IDENTITY and self.next_sequence > 0:
                 continue
             if key in _SDK_ONLY:
                 continue

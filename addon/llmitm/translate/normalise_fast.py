@@ -54,7 +54,7 @@ def string_end(buffer: bytes, start: int) -> int:
 class DeltaTemplate:
     """One item's delta events as constant bytes around their changing values."""
 
-    __slots__ = ("event_type", "item", "line", "parts", "scan", "sink", "tail")
+    __slots__ = ("event_type", "item", "line", "parts", "relay", "scan", "sink", "tail")
 
     def __init__(
         self,
@@ -63,6 +63,7 @@ class DeltaTemplate:
         tail: bytes,
         item: Any,
         sink: list[str],
+        counter: Any = None,
     ) -> None:
         self.event_type = event_type
         self.line = b"event: " + event_type.encode() + b"\ndata: "
@@ -78,17 +79,21 @@ class DeltaTemplate:
         """The normaliser's record of the item: the template holds while it is open."""
         self.sink = sink
         """Where the item's streamed text of this kind is kept (the delta is appended)."""
-        self.scan = _scanner(self.line, parts, tail, sink.append)
-        """The hot path for a whole frame (see :func:`_scanner`): ``scan(buffer, start, seq)``
-        is the end of the fitting frame at ``start`` (its text kept), else -1 (nothing kept:
-        :meth:`match` then decides)."""
+        self.scan, self.relay = _fast_paths(self, counter)
+        """The hot paths (see :func:`_fast_paths`). ``scan(buffer, start, seq)`` is the end
+        of the fitting frame at ``start`` (its text kept), else -1 (nothing kept: :meth:`match`
+        then decides). ``relay(chunk)`` says whether ``chunk`` is one whole fitting frame
+        numbered ``counter.next_sequence``; when it is, its text is kept and the number
+        counted. ``None`` for layouts they do not know (and ``relay`` without a counter)."""
 
     @classmethod
     def learn(
-        cls, event: dict[str, Any], data: bytes, item: Any, sink: list[str]
+        cls, event: dict[str, Any], data: bytes, item: Any, sink: list[str], counter: Any = None
     ) -> DeltaTemplate | None:
         """The template of ``data``, which must be ``orjson.dumps(event)``: one normalised delta
-        event whose output bytes are its input bytes. ``None`` when its slots are ambiguous."""
+        event whose output bytes are its input bytes. ``None`` when its slots are ambiguous.
+        ``counter``: the object whose ``next_sequence`` numbers the events (the normaliser),
+        which :attr:`relay` counts on."""
         if type(event.get("delta")) is not str or type(event.get("sequence_number")) is not int:
             return None
         slots: list[tuple[int, int, int]] = []  # (value start, value end, kind)
@@ -122,7 +127,7 @@ class DeltaTemplate:
             following = constants[k + 1]
             closer = b'"' + following if kind != _SEQ and b'"' in following[1:] else None
             parts.append((constants[k], len(constants[k]), kind, closer))
-        return cls(event["type"], tuple(parts), constants[-1], item, sink)
+        return cls(event["type"], tuple(parts), constants[-1], item, sink, counter)
 
     def match(self, buffer: bytes, start: int, end: int, sequence: int) -> str | None:
         """The delta text when ``buffer[start:end]`` is this template's data with ``sequence``
@@ -176,25 +181,32 @@ _QUOTE = b'"'
 _BACKSLASH = b"\\"
 
 
-def _scanner(
-    line: bytes, parts: tuple[tuple[bytes, int, int, bytes | None], ...], tail: bytes, keep: Any
-) -> Any:
-    """A function that checks one whole frame (``event:`` line, data, blank line) against the
-    template in a handful of C calls, for the layouts upstreams write: the delta alone or
-    with an obfuscation string, the sequence number anywhere. ``None`` for other layouts.
+def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
+    """The template's two hot paths, ``(scan, relay)``, for the layouts upstreams write: the
+    delta alone or with an obfuscation string, the sequence number anywhere (``None`` for
+    other layouts). Each checks one whole frame (``event:`` line, data, blank line) in a
+    handful of C calls.
 
     The frame is fixed bytes around one or two string literals; the sequence number is
-    formatted into the fixed bytes around it, so it is checked with them. A literal ends at
-    the first quote after its start, and ``orjson`` reading exactly that much proves the
-    quote unescaped (a literal that holds an escaped quote fails here, and :meth:`match`,
+    formatted into the fixed bytes around it, so it is checked with them. ``scan`` reads a
+    frame that starts at an offset of a read of several: a literal ends at the first quote
+    after its start. ``relay`` takes a chunk that is one frame, the proxy's usual read: its
+    first and last fixed bytes are compared at both ends of the chunk, so the literals lie
+    between them. Either way ``orjson`` reading exactly the literal proves its quotes the
+    only unescaped ones (a literal that holds an escaped quote fails ``scan``; :meth:`match`,
     which looks for the bytes that follow a literal, reads it). A literal without escapes is
     orjson's own spelling: one whose text is as long as its bytes holds neither an escape
     nor a non-ASCII byte, and else one without a backslash is checked in C; escapes go to
     :meth:`match`. The obfuscation value must be ASCII letters and digits, as OpenAI's are.
+
+    Every call on these paths is one event of a conformant stream: slices compared with
+    ``==`` cost less than ``startswith`` with an offset, and ``relay`` is the one Python
+    call the proxy makes for such an event.
     """
+    line, parts, tail, keep = template.line, template.parts, template.tail, template.sink.append
     strings = [kind for _constant, _size, kind, _closer in parts if kind != _SEQ]
     if strings not in ([_DELTA], [_DELTA, _OTHER], [_OTHER, _DELTA]):
-        return None
+        return None, None
     fixed: list[tuple[bytes, bool]] = []  # the bytes between literals: (format, has a number)
     current = [line.replace(b"%", b"%%")]
     numbered = False
@@ -210,66 +222,117 @@ def _scanner(
     current.append(tail.replace(b"%", b"%%") + b"\n\n")
     fixed.append((b"".join(current), numbered))
     # Pieces without a number are compared as bytes.
-    (head, head_n), (mid, mid_n) = [
-        (piece if numbered else piece.replace(b"%%", b"%"), numbered)
-        for piece, numbered in fixed[:2]
-    ]
-    loads, decode_error, quote, backslash = _loads, _JSONDecodeError, _QUOTE, _BACKSLASH
-
-    if len(strings) == 1:
-
-        def scan(buffer: bytes, start: int, seq: int) -> int:
-            before = head % seq if head_n else head
-            if not buffer.startswith(before, start):
-                return -1
-            begin = start + len(before)
-            end = buffer.find(quote, begin)
-            after = mid % seq if mid_n else mid
-            if end < 0 or not buffer.startswith(after, end):
-                return -1
-            try:
-                text = loads(buffer[begin - 1 : end + 1])
-            except decode_error:
-                return -1
-            if len(text) != end - begin and buffer.find(backslash, begin, end) >= 0:
-                return -1  # escapes: match() checks their spelling
-            keep(text)
-            return end + len(after)
-
-        return scan
-
-    final, final_n = fixed[2]
-    final = final if final_n else final.replace(b"%%", b"%")
+    pieces = [(piece if n else piece.replace(b"%%", b"%"), n) for piece, n in fixed]
+    (head, head_n), (mid, mid_n) = pieces[:2]
+    final, final_n = pieces[-1]  # mid again for one literal
+    two = len(strings) == 2
     delta_first = strings[0] == _DELTA
+    loads, decode_error, quote, backslash = _loads, _JSONDecodeError, _QUOTE, _BACKSLASH
+    match, frame_start = template.match, len(line)
 
-    def scan_two(buffer: bytes, start: int, seq: int) -> int:
-        before = head % seq if head_n else head
-        if not buffer.startswith(before, start):
-            return -1
-        begin = start + len(before)
-        end = buffer.find(quote, begin)
-        between = mid % seq if mid_n else mid
-        if end < 0 or not buffer.startswith(between, end):
-            return -1
-        begin2 = end + len(between)
-        end2 = buffer.find(quote, begin2)
-        after = final % seq if final_n else final
-        if end2 < 0 or not buffer.startswith(after, end2):
-            return -1
-        if delta_first:
-            if not buffer[begin2:end2].isalnum():
-                return -1
-        else:
-            if not buffer[begin:end].isalnum():
-                return -1
-            begin, end = begin2, end2
+    def literal_text(buffer: bytes, begin: int, end: int) -> str | None:
+        """The text of the delta literal ``buffer[begin:end]`` (quotes excluded) when it is
+        orjson's spelling without escapes, else ``None``."""
         try:
             text = loads(buffer[begin - 1 : end + 1])
         except decode_error:
-            return -1
+            return None
         if len(text) != end - begin and buffer.find(backslash, begin, end) >= 0:
-            return -1  # escapes: match() checks their spelling
-        keep(text)
-        return end2 + len(after)
+            return None  # escapes: match() checks their spelling
+        return text  # type: ignore[no-any-return]
 
-    return scan_two
+    def scan(buffer: bytes, start: int, seq: int) -> int:
+        before = head % seq if head_n else head
+        begin = start + len(before)
+        if buffer[start:begin] != before:
+            return -1
+        end = buffer.find(quote, begin)
+        between = mid % seq if mid_n else mid
+        if end < 0 or buffer[end : end + len(between)] != between:
+            return -1
+        after_end = end + len(between)
+        if two:
+            begin2 = after_end
+            end2 = buffer.find(quote, begin2)
+            after = final % seq if final_n else final
+            if end2 < 0 or buffer[end2 : end2 + len(after)] != after:
+                return -1
+            after_end = end2 + len(after)
+            if delta_first:
+                other = buffer[begin2:end2]
+            else:
+                other = buffer[begin:end]
+                begin, end = begin2, end2
+            if not other.isalnum():
+                return -1
+        text = literal_text(buffer, begin, end)
+        if text is None:
+            return -1
+        keep(text)
+        return after_end
+
+    if counter is None:
+        return scan, None
+
+    def relay(chunk: bytes) -> bool:
+        seq = counter.next_sequence
+        before = head % seq if head_n else head
+        after = final % seq if final_n else final
+        begin = len(before)
+        end = len(chunk) - len(after)
+        if chunk[:begin] != before or chunk[end:] != after:
+            return False
+        usual = True
+        if two:
+            close = chunk.find(quote, begin, end)
+            between = mid % seq if mid_n else mid
+            begin2 = close + len(between)
+            if delta_first:
+                other, end = chunk[begin2:end], close
+            else:
+                other, begin = chunk[begin:close], begin2
+            usual = close >= 0 and chunk[close:begin2] == between and other.isalnum()
+        try:
+            text = loads(chunk[begin - 1 : end + 1]) if usual else None
+        except decode_error:
+            text = None
+        if text is None or (len(text) != end - begin and chunk.find(backslash, begin, end) >= 0):
+            # An escaped quote in the first literal, other escapes, or an unusual obfuscation
+            # value: spelled as orjson would, or not.
+            return fitting(chunk, seq)
+        keep(text)
+        counter.next_sequence = seq + 1
+        return True
+
+    def fitting(chunk: bytes, seq: int) -> bool:
+        """:meth:`match` for a frame whose literals the relay could not take as they are."""
+        text = match(chunk, frame_start, len(chunk) - 2, seq)
+        if text is None:
+            return False
+        keep(text)
+        counter.next_sequence = seq + 1
+        return True
+
+    if two or head_n:
+        return scan, relay
+    # The delta alone, its number after it (OpenRouter's layout, and the fake upstream's):
+    # the same checks with fewer steps (the fixed start is the same for every event).
+    begin_at = len(head)
+
+    def relay_one(chunk: bytes) -> bool:
+        seq = counter.next_sequence
+        after = final % seq
+        end = len(chunk) - len(after)
+        if chunk[:begin_at] != head or chunk[end:] != after:
+            return False
+        try:
+            text = loads(chunk[begin_at - 1 : end + 1])
+        except decode_error:
+            return fitting(chunk, seq)
+        if len(text) != end - begin_at and chunk.find(backslash, begin_at, end) >= 0:
+            return fitting(chunk, seq)
+        keep(text)
+        counter.next_sequence = seq + 1
+        return True
+
+    return scan, relay_one

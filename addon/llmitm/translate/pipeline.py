@@ -17,6 +17,7 @@ much as relaying them, so these copies were most of what one huge event cost.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -70,7 +71,8 @@ class StreamPipeline:
         self.direction = direction
         self.context = context or TranslationContext()
         self._decoder = SSEDecoder()
-        self.events_in = 0
+        self._events = 0
+        """Events read, but for those :attr:`relay` passed on while armed (see events_in)."""
         self._chat_in: ChatToResponsesStream | None = None
         """The translator when it takes chat chunks (it starts a stream and reads [DONE])."""
         self._chat_norm: ChatNormaliser | None = None
@@ -115,6 +117,21 @@ class StreamPipeline:
         chunk (an attribute, not a property call)."""
         if self._responses_norm is not None:
             self._fast_frame = self._normalised_frame
+        self.relay: Callable[[bytes], bool] | None = None
+        """The hottest path, armed between chunks when one applies: ``relay(chunk)`` says
+        whether ``chunk`` is one whole event that goes out as it came, and then has taken
+        it into account (a conformant Responses delta that fits its item's template, a chat
+        text delta shaped like the stream's first plain one). A driver that calls it first
+        sends such a chunk itself (the proxy's stream callable: one Python call per event);
+        :meth:`feed` and :meth:`feed_parts` try it first on their own."""
+        self._relaying: ResponsesNormaliser | ChatNormaliser | None = self._chat_norm
+        """The normaliser whose relay :attr:`relay` is armed with (a restoring one's events
+        must be numbered by its restorer too: it has none)."""
+        if type(self._responses_norm) is ResponsesNormaliser:
+            self._relaying = self._responses_norm
+        self._armed_at = 0
+        """The normaliser's :meth:`_relay_mark` when :attr:`relay` was armed: the events it
+        relays since are counted by the difference."""
         self._big: dict[int, tuple[str, list[bytes]]] | None = None
         """Once a big event was held across reads (Responses clients): the JSON of each big
         string encoded so far, by the string's id (the string is kept, so its id stays its
@@ -130,6 +147,20 @@ class StreamPipeline:
     @property
     def finished(self) -> bool:
         return self.translator.finished
+
+    @property
+    def events_in(self) -> int:
+        """Upstream events read so far."""
+        if self.relay is None:
+            return self._events
+        return self._events + self._relay_mark() - self._armed_at
+
+    def _relay_mark(self) -> int:
+        """What grows by one with each event the armed relay takes."""
+        normaliser = self._relaying
+        if type(normaliser) is ResponsesNormaliser:
+            return normaliser.next_sequence
+        return normaliser.relayed  # type: ignore[union-attr]
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -153,15 +184,44 @@ class StreamPipeline:
         return b""
 
     def feed(self, chunk: bytes) -> bytes:
+        relay = self.relay
+        if relay is not None and relay(chunk):
+            return chunk
+        tried = self._disarm()
+        out = self._feed(chunk, tried)
+        self._arm()
+        return out
+
+    def _disarm(self) -> bool:
+        """An event takes another path than :attr:`relay`: count what it relayed, and
+        disarm it (whether it was armed)."""
+        if self.relay is None:
+            return False
+        self._events += self._relay_mark() - self._armed_at
+        self.relay = None
+        return True
+
+    def _arm(self) -> None:
+        """Arm :attr:`relay` for the next chunk if a template holds and nothing is held."""
+        normaliser = self._relaying
+        if normaliser is None:
+            return
+        self._disarm()
+        if self._idle and self._big is None and not self._decoder.held_line:
+            self.relay = normaliser.fast_relay()
+            self._armed_at = self._relay_mark()
+
+    def _feed(self, chunk: bytes, relay_tried: bool = False) -> bytes:
         # The hot paths, once per upstream chunk, for a chunk that is one whole event: byte for
         # byte what the general path writes, which the split-invariance property tests check.
         idle = self._idle
         fast_chunk = self._fast_chunk
-        if idle and fast_chunk is not None:
+        if idle and fast_chunk is not None and not relay_tried:
+            # (A relay that did not take the chunk: the template's fast chunk would not.)
             # Straight from the raw bytes (a chat text delta matching the stream's template).
             out = fast_chunk(chunk)
             if out is not None:
-                self.events_in += 1
+                self._events += 1
                 return out
         decoder = self._decoder
         responses_norm = self._responses_norm
@@ -172,7 +232,7 @@ class StreamPipeline:
                 before = responses_norm.sequence
                 relayed = responses_norm.relay_events(chunk)
                 if relayed:
-                    self.events_in += responses_norm.sequence - before
+                    self._events += responses_norm.sequence - before
                     if relayed == len(chunk):
                         return chunk
                     return chunk[:relayed] + self.feed(chunk[relayed:])
@@ -193,7 +253,7 @@ class StreamPipeline:
                 except _JSONDecodeError:
                     obj = None
                 if type(obj) is dict:
-                    self.events_in += 1
+                    self._events += 1
                     out = fast(obj, chunk, data)
                     if out is not None:
                         return out
@@ -210,14 +270,18 @@ class StreamPipeline:
 
     def feed_parts(self, chunk: bytes) -> list[bytes]:
         """:meth:`feed`'s bytes as a list of non-empty parts (their join is what ``feed``
-        returns). Only a big event held across reads takes another way: a chat event that
+        returns); like ``feed``, it tries :attr:`relay` first (a driver that tried it
+        already asks again only for the few chunks it does not take). Only a big event held
+        across reads takes another way: a chat event that
         goes out as it came is the pieces it came in, and from then on big strings in
         Responses events are parts of their own, encoded once."""
         if self._big is None and not self._decoder.held_line:
             out = self.feed(chunk)
             return [out] if out else []
+        self._disarm()
         parts = self._feed_big(chunk)
         self._idle = self._decoder.idle  # what feed's fast paths read
+        self._arm()
         return parts
 
     def _feed_big(self, chunk: bytes) -> list[bytes]:
@@ -239,7 +303,7 @@ class StreamPipeline:
             marked = self._marked or self._marks(self._scan_tail, chunk[:end])
             self._scan_first, self._scan_tail = None, b""
             pieces.append(chunk[: end + 2])
-            self.events_in += 1
+            self._events += 1
             if chat_norm.plain_held(pieces[0][6:4096], marked):
                 # Nothing to look at: the event goes out as the pieces it came in, unjoined.
                 decoder.drop_held()
@@ -341,7 +405,7 @@ class StreamPipeline:
         responses_norm = self._responses_norm
         frames: list[Any] = []
         for name, data in events:
-            self.events_in += 1
+            self._events += 1
             if responses_norm is not None:
                 # Several events in one read: each delta that fits the template still goes
                 # out unparsed.
@@ -377,16 +441,19 @@ class StreamPipeline:
 
     def close(self) -> bytes:
         """The upstream body ended (or broke): flush and terminate the client's stream."""
+        self._disarm()
         out = self.feed_events_at_close()
         return out + self._encode(self.translator.close())
 
     def fail(self, error: ApiError) -> bytes:
         """The upstream broke mid-stream: end the client's stream with ``error``."""
+        self._disarm()
         return self._encode(self.translator.fail(error))
 
     def feed_events_at_close(self) -> bytes:
         # The same handling as feed(): a last "data: [DONE]" without its blank line is still
         # [DONE] (it used to be skipped, failing a chat stream that had no finish_reason).
+        self._disarm()
         frames = self._translate(self._decoder.close())
         return self._encode(frames) if frames else b""
 
