@@ -32,24 +32,34 @@ WRITE_APART = 16 * 1024
 """From this size on a piece is not copied into its chunk's framing: the transport sends the
 framing and the piece together (``sendmsg``), and keeps the piece itself if it must wait."""
 
+_BODILESS = frozenset({204, 304, *range(100, 200)})
+_CHUNKED = b"transfer-encoding: chunked\r\n\r\n"
+_CHUNKED_CLOSE = b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+
 
 class RelayReply:
     """One HTTP/1.1 response toward mitmproxy: a head, then chunked pieces, then the end.
 
-    Or, before the head, :meth:`error` with an OpenAI-shaped JSON body."""
+    Or, before the head, :meth:`error` with an OpenAI-shaped JSON body. Either way the body is
+    framed (chunked or ``content-length``), so once :attr:`finished` the connection can serve
+    the next request; with ``close`` the head says ``connection: close`` and it will not."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, *, close: bool = True) -> None:
         self._writer = writer
+        self.close = close
         self.started = False
         self.finished = False
 
     async def start(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
         """Send the head; hop-by-hop headers are replaced by chunked framing."""
+        if status in _BODILESS:
+            # mitmproxy reads no body after these: the chunked end would be left unread.
+            self.close = True
         head = [f"HTTP/1.1 {status} {reason(status)}\r\n".encode()]
         for name, value in headers:
             if name.lower() not in HOP_BY_HOP:
                 head.append(f"{name}: {value}\r\n".encode("latin-1"))
-        head.append(b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+        head.append(_CHUNKED_CLOSE if self.close else _CHUNKED)
         self._writer.write(b"".join(head))
         self.started = True
 
@@ -87,9 +97,11 @@ class RelayReply:
         """Answer with a whole JSON body (only before :meth:`start`)."""
         data = orjson.dumps(body)
         extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        if self.close:
+            extra += "connection: close\r\n"
         self._writer.write(
             f"HTTP/1.1 {status} {reason(status)}\r\ncontent-type: application/json\r\n"
-            f"{extra}content-length: {len(data)}\r\nconnection: close\r\n\r\n".encode("latin-1")
+            f"{extra}content-length: {len(data)}\r\n\r\n".encode("latin-1")
             + data
         )
         self.started = self.finished = True
