@@ -50,8 +50,12 @@ class RelayReply:
         self.started = False
         self.finished = False
 
-    async def start(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
-        """Send the head; hop-by-hop headers are replaced by chunked framing."""
+    async def start(
+        self, status: int, headers: Sequence[tuple[str, str]], first: Sequence[bytes] = ()
+    ) -> None:
+        """Send the head; hop-by-hop headers are replaced by chunked framing. ``first`` body
+        pieces already at hand go out with it, in one write (one send, one read for
+        mitmproxy) instead of two."""
         if status in _BODILESS:
             # mitmproxy reads no body after these: the chunked end would be left unread.
             self.close = True
@@ -60,6 +64,7 @@ class RelayReply:
             if name.lower() not in HOP_BY_HOP:
                 head.append(f"{name}: {value}\r\n".encode("latin-1"))
         head.append(_CHUNKED_CLOSE if self.close else _CHUNKED)
+        head += [b"%x\r\n%s\r\n" % (len(piece), piece) for piece in first if piece]
         self._writer.write(b"".join(head))
         self.started = True
 

@@ -240,8 +240,11 @@ async def _serve_until_abort(
     so a job waiting for an upstream, a backoff or a free slot lets go at once and its
     ``finally`` releases what it holds. True when mitmproxy sent something while the job
     ran (it never does between a request and its answer): the connection is not reused."""
-    serving = asyncio.ensure_future(job.serve(reply))
-    watching = asyncio.ensure_future(reader.read(1))
+    loop = asyncio.get_running_loop()
+    # Started eagerly: the job runs up to its first wait (the upstream request written) now,
+    # not one turn of the event loop later, on the time to first byte of every relayed flow.
+    serving = asyncio.Task(job.serve(reply), loop=loop, eager_start=True)
+    watching = asyncio.Task(reader.read(1), loop=loop, eager_start=True)
     try:
         await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
     finally:
