@@ -89,6 +89,12 @@ class RelayReply:
         if self._writer.transport.get_write_buffer_size() > DRAIN_ABOVE:
             await self._writer.drain()
 
+    def end(self) -> None:
+        """Queue the body's clean end (idempotent; nothing before :meth:`start`)."""
+        if self.started and not self.finished:
+            self.finished = True
+            self._writer.write(b"0\r\n\r\n")
+
     async def finish(self) -> None:
         """End the body cleanly (idempotent)."""
         if not self.finished:

@@ -243,7 +243,7 @@ async def _serve_until_abort(
     loop = asyncio.get_running_loop()
     # Started eagerly: the job runs up to its first wait (the upstream request written) now,
     # not one turn of the event loop later, on the time to first byte of every relayed flow.
-    serving = asyncio.Task(job.serve(reply), loop=loop, eager_start=True)
+    serving = asyncio.Task(_serve_and_end(job, reply), loop=loop, eager_start=True)
     watching = asyncio.Task(reader.read(1), loop=loop, eager_start=True)
     try:
         await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
@@ -263,3 +263,12 @@ async def _serve_until_abort(
             raise ConnectionResetError("mitmproxy closed the relay connection")
     serving.result()  # re-raise what the job raised
     return not watching.cancelled()
+
+
+async def _serve_and_end(job: RelayJob, reply: RelayReply) -> None:
+    """Serve ``job`` and end its body in the same step as its last write: a client that
+    hangs up as soon as it has read its stream's last event (the OpenAI SDK does, at
+    ``[DONE]``) must not find mitmproxy still waiting for the body's end, or its flow ends
+    as an error instead of an answer (not cached, not recorded as complete)."""
+    await job.serve(reply)
+    reply.end()
