@@ -154,9 +154,14 @@ def _status(proxy: Proxy) -> dict:
 
 
 def _relay_idle(relay: dict) -> bool:
-    """No registration, no relay connection, and only idle keep-alive connections within the
-    pool's bound."""
-    return relay["registered"] == 0 and relay["connections"] == 0 and relay["pooled"] <= KEEPALIVE
+    """No registration, no relay connection (serving or kept for mitmproxy: its clients have
+    closed theirs), and only idle upstream keep-alive connections within the pool's bound."""
+    return (
+        relay["registered"] == 0
+        and relay["connections"] == 0
+        and relay["kept"] == 0
+        and relay["pooled"] <= KEEPALIVE
+    )
 
 
 def _settled(proxy: Proxy, idle_tasks: int, idle_fds: int) -> dict:
@@ -198,7 +203,13 @@ def test_no_registration_task_or_fd_outlives_its_flow(proxy: Proxy) -> None:
     pid = proxy.process.pid
     started = time.monotonic()
     idle = _status(proxy)
-    assert idle["relay"] == {"registered": 0, "connections": 0, "pooled": 0}
+    assert idle["relay"] == {
+        "registered": 0,
+        "connections": 0,
+        "kept": 0,
+        "accepted": 0,
+        "pooled": 0,
+    }
     # The status request's own task is counted while it is answered; allow it and a few
     # of mitmproxy's own housekeeping tasks.
     idle_tasks = idle["process"]["asyncio_tasks"] + 3

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2 as httpx
+import openai
 import orjson
 import pytest
 
@@ -177,3 +178,34 @@ def test_ssl_insecure_and_the_upstream_proxy_mode_are_honoured(
 def _tunnels_went_to(tunnel: ConnectProxy, upstream: TlsUpstream, count: int) -> None:
     assert tunnel.tunnels == [f"127.0.0.1:{upstream.port}"] * count, tunnel.tunnels
     assert tunnel.refused == 0
+
+
+def _relay_stats(proxy: Proxy) -> dict:
+    base = f"http://127.0.0.1:{proxy.port()}"
+    return httpx.get(f"{base}/_llmitm/status", timeout=10).json()["relay"]
+
+
+def test_a_kept_alive_client_reuses_one_relay_connection(
+    trusting: Proxy, upstreams: tuple[TlsUpstream, TlsUpstream]
+) -> None:
+    """A client that keeps its connection to the proxy alive has mitmproxy keep its own to the
+    relay: N requests on a failover route open one relay connection, not N (each one a
+    loopback connect and a run of mitmproxy's connection hooks added to time to first byte).
+
+    The official SDK's plain calls, and streams read to their end. (The SDK itself drops its
+    connection after a stream: it stops reading at ``[DONE]``, before the body's end, on any
+    path through the proxy.)"""
+    h1, _ = upstreams
+    before, requests = _relay_stats(trusting), h1.stats()["requests"]
+    with openai.OpenAI(base_url=trusting.base_url(), api_key="sk-test", max_retries=0) as client:
+        for _ in range(6):
+            answer = client.chat.completions.create(**{**_body("h1-m"), "stream": False})
+            assert answer.choices[0].message.content
+    sdk = _relay_stats(trusting)
+    streams = asyncio.run(_streams(_chat_url(trusting), "h1-m", 6, concurrent=False))
+    assert streams == [(200, True)] * 6
+    after = _relay_stats(trusting)
+    assert h1.stats()["requests"] - requests == 12  # each went through the failover route
+    assert sdk["accepted"] - before["accepted"] == 1, (before, sdk)
+    assert after["accepted"] - sdk["accepted"] == 1, (sdk, after)
+    assert after["registered"] == after["connections"] == 0

@@ -15,6 +15,7 @@ from llmitm.relay.server import RelayServer
 from llmitm.routing.config import parse_config
 from llmitm.routing.engine import Routing
 from llmitm.testing.fake_upstream import FakeUpstream
+from tests.relay.wire import RelayConnection
 
 
 def make_routing(urls: dict[str, str], **routing: Any) -> Routing:
@@ -44,24 +45,16 @@ def job(
 
 
 async def fetch(url: str, hang_up_after: float | None = None) -> tuple[int, dict, bytes]:
-    """POST to a relay URL (with a body, like mitmproxy) and read the answer."""
-    host_port, path = url.split("/", 3)[2], "/" + url.split("/", 3)[3]
-    host, port = host_port.split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(
-        f"POST {path} HTTP/1.1\r\nhost: {host_port}\r\ncontent-length: 2\r\n\r\n{{}}".encode()
-    )
-    await writer.drain()
-    if hang_up_after is not None:
+    """POST to a relay URL (with a body, like mitmproxy) and read the answer by its framing."""
+    connection = await RelayConnection.open(url)
+    try:
+        if hang_up_after is None:
+            return await connection.post(url, b"{}")
+        await connection.send(url, b"{}")
         await asyncio.sleep(hang_up_after)
-        writer.close()
         return 0, {}, b""
-    raw = await reader.read()
-    writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    return int(lines[0].split()[1]), headers, body
+    finally:
+        connection.close()
 
 
 async def test_over_the_cap_with_no_queue_is_a_429_with_retry_after() -> None:
@@ -191,7 +184,7 @@ async def test_a_plain_body_cut_short_is_retried_and_never_a_truncated_200() -> 
         finally:
             relay.close()
         assert status == 200 and (moved.result.endpoint, moved.result.attempts) == ("b", 2)
-        assert orjson.loads(_unchunk(body))["choices"][0]["message"]["content"]
+        assert orjson.loads(body)["choices"][0]["message"]["content"]
         assert not routing.health.is_available("a", 0.5, "m")  # the cut counts against a
         assert failed_status == 502 and failed.result.error
         error = orjson.loads(failed_body)["error"]
@@ -212,19 +205,7 @@ async def test_a_stream_silent_past_the_idle_timeout_ends_and_counts_as_a_timeou
         finally:
             relay.close()
         assert status == 200 and 0.3 <= took < 2
-        data = _unchunk(body)
+        data = body
         assert data.count(b"data: ") == 2 and not data.rstrip().endswith(b"[DONE]")
         assert routing.health.state("a", "m").last == "timeout"
         assert routing.limiter.in_flight("a") == 0
-
-
-def _unchunk(body: bytes) -> bytes:
-    out = b""
-    while body:
-        size, _, rest = body.partition(b"\r\n")
-        n = int(size, 16)
-        if n == 0:
-            break
-        out += rest[:n]
-        body = rest[n + 2 :]
-    return out

@@ -4,6 +4,7 @@ translator) closes with a terminal error in the client's protocol."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import orjson
 
@@ -12,36 +13,7 @@ from llmitm.relay.jobs import RelayReply
 from llmitm.relay.server import RelayServer
 from llmitm.testing.fake_upstream import FakeUpstream
 from llmitm.translate.guard import StreamGuard
-
-
-async def _fetch(url: str) -> tuple[int, dict[str, str], bytes]:
-    """A raw HTTP/1.1 GET-like POST through the relay, reading to the end."""
-    host_port = url.split("/")[2]
-    path = "/" + url.split("/", 3)[3]
-    host, port = host_port.split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(f"POST {path} HTTP/1.1\r\nhost: {host_port}\r\ncontent-length: 0\r\n\r\n".encode())
-    await writer.drain()
-    raw = await reader.read()
-    writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    if headers.get("transfer-encoding") == "chunked":
-        body = _dechunk(body)
-    return status, headers, body
-
-
-def _dechunk(body: bytes) -> bytes:
-    out = b""
-    while body:
-        size_line, _, rest = body.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            return out
-        out, body = out + rest[:size], rest[size + 2 :]
-    raise AssertionError("the relay's body did not end with a last chunk")
+from tests.relay.wire import RelayConnection, fetch
 
 
 def _request(base_url: str, scenario: str, api: str = "chat") -> UpstreamRequest:
@@ -65,7 +37,7 @@ async def test_a_cut_upstream_becomes_a_clean_end_of_the_relay_body() -> None:
         await relay.start()
         try:
             url = relay.register(_request(fake.base_url, "text;events=20;disconnect_after=3"))
-            status, headers, body = await _fetch(url)
+            status, headers, body = await fetch(url)
         finally:
             relay.close()
     assert status == 200
@@ -82,7 +54,7 @@ async def test_a_complete_stream_passes_through_unchanged() -> None:
         relay = RelayServer()
         await relay.start()
         try:
-            status, _headers, body = await _fetch(
+            status, _headers, body = await fetch(
                 relay.register(_request(fake.base_url, "text", api="responses"))
             )
         finally:
@@ -98,7 +70,7 @@ async def test_unreachable_upstream_is_an_openai_shaped_502() -> None:
     relay = RelayServer(connect_timeout=2)
     await relay.start()
     try:
-        status, _headers, body = await _fetch(relay.register(_request("http://127.0.0.1:9", "x")))
+        status, _headers, body = await fetch(relay.register(_request("http://127.0.0.1:9", "x")))
     finally:
         relay.close()
     assert status == 502
@@ -111,8 +83,8 @@ async def test_tokens_are_single_use() -> None:
         await relay.start()
         try:
             url = relay.register(_request(fake.base_url, "text"))
-            first, _, _ = await _fetch(url)
-            second, _, _ = await _fetch(url)
+            first, _, _ = await fetch(url)
+            second, _, _ = await fetch(url)
         finally:
             relay.close()
     assert (first, second) == (200, 404)
@@ -158,7 +130,7 @@ async def test_a_local_job_streams_through_the_relay_and_ends_cleanly() -> None:
     relay = RelayServer()
     await relay.start()
     try:
-        status, headers, body = await _fetch(relay.register(_Events()))
+        status, headers, body = await fetch(relay.register(_Events()))
     finally:
         relay.close()
     assert status == 200
@@ -171,11 +143,114 @@ async def test_a_failing_job_answers_an_openai_shaped_500_and_the_token_is_singl
     await relay.start()
     try:
         url = relay.register(_Broken())
-        status, headers, body = await _fetch(url)
-        again, _, _ = await _fetch(url)
+        status, headers, body = await fetch(url)
+        again, _, _ = await fetch(url)
     finally:
         relay.close()
     assert status == 500
     assert headers["content-type"] == "application/json"
     assert orjson.loads(body)["error"]["type"] == "server_error"
     assert again == 404
+
+
+async def test_one_connection_serves_requests_one_after_another() -> None:
+    """mitmproxy reuses its connection to the relay: each answer ends framed, and the next
+    request on the same connection is served, streamed, JSON or an upstream's alike."""
+    async with FakeUpstream() as fake:
+        relay = RelayServer()
+        await relay.start()
+        try:
+            first = relay.register(_Events())
+            connection = await RelayConnection.open(first)
+            answers = [await connection.post(first)]
+            for job in (_request(fake.base_url, "text"), _request("http://127.0.0.1:9", "x")):
+                answers.append(await connection.post(relay.register(job)))
+            assert await _until(lambda: relay.stats()["kept"] == 1)
+            answers.append(await connection.post(relay.register(_Events())))
+            connection.close()
+            await _settled(relay)
+            stats = relay.stats()
+        finally:
+            relay.close()
+    assert [status for status, _, _ in answers] == [200, 200, 502, 200]
+    assert answers[0][2] == answers[3][2] == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    assert b"data: [DONE]" in answers[1][2]
+    assert all("connection" not in headers for _, headers, _ in answers)
+    assert stats == {"registered": 0, "connections": 0, "kept": 0, "accepted": 1, "pooled": 1}
+
+
+async def test_the_relay_closes_after_connection_close_an_error_or_an_unknown_token() -> None:
+    relay = RelayServer()
+    await relay.start()
+    try:
+        asked = await RelayConnection.open(url := relay.register(_Events()))
+        status, headers, _ = await asked.post(url, close=True)
+        assert (status, headers["connection"]) == (200, "close")
+        assert await asked.closed_by_relay()
+
+        broken = await RelayConnection.open(url := relay.register(_Broken()))
+        status, headers, _ = await broken.post(url)
+        assert (status, headers["connection"]) == (500, "close")
+        assert await broken.closed_by_relay()
+
+        used = await RelayConnection.open(url := relay.register(_Events()))
+        assert (await used.post(url))[0] == 200
+        status, headers, _ = await used.post(url)
+        assert (status, headers["connection"]) == (404, "close")
+        assert await used.closed_by_relay()
+        await _settled(relay)
+        assert relay.stats()["kept"] == relay.stats()["connections"] == 0
+    finally:
+        relay.close()
+
+
+class _Waiting:
+    """A job that waits until cancelled, and says so."""
+
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+
+    async def serve(self, reply: RelayReply) -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            self.cancelled.set()
+
+
+async def test_a_hang_up_on_a_reused_connection_cancels_its_job() -> None:
+    relay = RelayServer()
+    await relay.start()
+    try:
+        connection = await RelayConnection.open(url := relay.register(_Events()))
+        assert (await connection.post(url))[0] == 200
+        waiting = _Waiting()
+        await connection.send(relay.register(waiting))
+        await asyncio.sleep(0.1)
+        assert relay.stats()["connections"] == 1
+        connection.close()
+        await asyncio.wait_for(waiting.cancelled.wait(), 5)
+        await _settled(relay)
+        assert relay.stats() == {
+            "registered": 0,
+            "connections": 0,
+            "kept": 0,
+            "accepted": 1,
+            "pooled": 0,
+        }
+    finally:
+        relay.close()
+
+
+async def _settled(relay: RelayServer) -> None:
+    """Wait (bounded) until the relay has let go of every connection from its clients."""
+    await _until(lambda: relay.stats()["connections"] == relay.stats()["kept"] == 0)
+
+
+async def _until(condition: Callable[[], bool]) -> bool:
+    """Whether ``condition`` holds within two seconds (the relay's side runs after the client
+    has read its answer)."""
+    for _ in range(100):
+        if condition():
+            return True
+        await asyncio.sleep(0.02)
+    return condition()

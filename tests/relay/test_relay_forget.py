@@ -29,7 +29,13 @@ def test_a_registration_is_forgotten_when_its_flow_ends_unused(end: str) -> None
     relay.point(flow, server.register(_job()))
     assert server.stats()["registered"] == 1
     getattr(relay, end)(flow)  # aborted, killed or answered locally: never sent to the relay
-    assert server.stats() == {"registered": 0, "connections": 0, "pooled": 0}
+    assert server.stats() == {
+        "registered": 0,
+        "connections": 0,
+        "kept": 0,
+        "accepted": 0,
+        "pooled": 0,
+    }
 
 
 def test_re_pointing_a_flow_forgets_its_first_registration() -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import certifi
 from mitmproxy import ctx, http
+from mitmproxy.addonmanager import Loader
 from mitmproxy.proxy import mode_specs
 
 from llmitm.relay.client import UpstreamProxy, UpstreamSettings
@@ -107,6 +108,13 @@ class LlmRelay:
         """The listening server; ``None`` before ``running`` has started it and after ``done``."""
         self._starting: asyncio.Task[None] | None = None
         self._upstream: UpstreamSettings | None = None
+
+    def load(self, loader: Loader) -> None:
+        # mitmproxy sets the root logger to DEBUG and formats every record, and httpcore (the
+        # relay's upstream client) traces each step of every request at debug level: about
+        # eight records per relayed request, each formatted and handed to mitmproxy's log
+        # handlers, on the request path of every failover flow.
+        logging.getLogger("httpcore").setLevel(logging.INFO)
 
     def configure(self, updated: Set[str]) -> None:
         if not updated & _UPSTREAM_OPTIONS:

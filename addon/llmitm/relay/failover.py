@@ -226,9 +226,7 @@ class FailoverJob:
         self, reply: RelayReply, endpoint: str, response: UpstreamResponse, first: list[bytes]
     ) -> None:
         routing, model = self.routing, self.model
-        await reply.start(response.status, response.headers)
-        if first:
-            reply.write(first)
+        await reply.start(response.status, response.headers, first)
         if response.status >= 400 or not self.stream:
             await response.aclose()  # a client error or a plain answer, read whole already
             if response.status < 400:

@@ -32,24 +32,39 @@ WRITE_APART = 16 * 1024
 """From this size on a piece is not copied into its chunk's framing: the transport sends the
 framing and the piece together (``sendmsg``), and keeps the piece itself if it must wait."""
 
+_BODILESS = frozenset({204, 304, *range(100, 200)})
+_CHUNKED = b"transfer-encoding: chunked\r\n\r\n"
+_CHUNKED_CLOSE = b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+
 
 class RelayReply:
     """One HTTP/1.1 response toward mitmproxy: a head, then chunked pieces, then the end.
 
-    Or, before the head, :meth:`error` with an OpenAI-shaped JSON body."""
+    Or, before the head, :meth:`error` with an OpenAI-shaped JSON body. Either way the body is
+    framed (chunked or ``content-length``), so once :attr:`finished` the connection can serve
+    the next request; with ``close`` the head says ``connection: close`` and it will not."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, *, close: bool = True) -> None:
         self._writer = writer
+        self.close = close
         self.started = False
         self.finished = False
 
-    async def start(self, status: int, headers: Sequence[tuple[str, str]]) -> None:
-        """Send the head; hop-by-hop headers are replaced by chunked framing."""
+    async def start(
+        self, status: int, headers: Sequence[tuple[str, str]], first: Sequence[bytes] = ()
+    ) -> None:
+        """Send the head; hop-by-hop headers are replaced by chunked framing. ``first`` body
+        pieces already at hand go out with it, in one write (one send, one read for
+        mitmproxy) instead of two."""
+        if status in _BODILESS:
+            # mitmproxy reads no body after these: the chunked end would be left unread.
+            self.close = True
         head = [f"HTTP/1.1 {status} {reason(status)}\r\n".encode()]
         for name, value in headers:
             if name.lower() not in HOP_BY_HOP:
                 head.append(f"{name}: {value}\r\n".encode("latin-1"))
-        head.append(b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+        head.append(_CHUNKED_CLOSE if self.close else _CHUNKED)
+        head += [b"%x\r\n%s\r\n" % (len(piece), piece) for piece in first if piece]
         self._writer.write(b"".join(head))
         self.started = True
 
@@ -74,6 +89,12 @@ class RelayReply:
         if self._writer.transport.get_write_buffer_size() > DRAIN_ABOVE:
             await self._writer.drain()
 
+    def end(self) -> None:
+        """Queue the body's clean end (idempotent; nothing before :meth:`start`)."""
+        if self.started and not self.finished:
+            self.finished = True
+            self._writer.write(b"0\r\n\r\n")
+
     async def finish(self) -> None:
         """End the body cleanly (idempotent)."""
         if not self.finished:
@@ -87,9 +108,11 @@ class RelayReply:
         """Answer with a whole JSON body (only before :meth:`start`)."""
         data = orjson.dumps(body)
         extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        if self.close:
+            extra += "connection: close\r\n"
         self._writer.write(
             f"HTTP/1.1 {status} {reason(status)}\r\ncontent-type: application/json\r\n"
-            f"{extra}content-length: {len(data)}\r\nconnection: close\r\n\r\n".encode("latin-1")
+            f"{extra}content-length: {len(data)}\r\n\r\n".encode("latin-1")
             + data
         )
         self.started = self.finished = True

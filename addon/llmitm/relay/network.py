@@ -135,8 +135,12 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if not buffer:
             return
         try:
-            self._writer.write(buffer)
-            await asyncio.wait_for(self._writer.drain(), timeout)
+            writer = self._writer
+            writer.write(buffer)
+            if writer.transport.get_write_buffer_size() or writer.transport.is_closing():
+                # Only a write the socket did not take at once waits (a request mostly
+                # fits): no timer armed and cancelled around every write.
+                await asyncio.wait_for(writer.drain(), timeout)
         except TimeoutError:
             raise httpcore.WriteTimeout(f"could not write for {timeout:g} s") from None
         except OSError as exc:

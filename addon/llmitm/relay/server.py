@@ -6,6 +6,12 @@ Bound to 127.0.0.1 on a random port; each request carries a one-use token in its
 nothing but the flows llmitm registered can use it. A registration lives until its request
 arrives or its flow ends without sending it (``forget``, from the relay addon's flow-end
 hooks): :meth:`RelayServer.stats` counts both, for ``GET /_llmitm/status``.
+
+Connections from mitmproxy are kept alive (HTTP/1.1): every reply is framed (chunked or
+``content-length``), so once one has ended the connection reads the next request, and
+mitmproxy reuses it for its client's next relayed flow instead of opening (and running its
+connection hooks for) a new one per flow. A connection closes on an error, on a reply that
+cannot be framed, on ``connection: close``, after a WebSocket, and when idle too long.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from dataclasses import dataclass
 
 import h11
 
@@ -23,6 +30,10 @@ from llmitm.relay.jobs import RelayJob, RelayReply, SocketJob, UpstreamJob
 logger = logging.getLogger(__name__)
 
 PATH_PREFIX = "/llmitm-relay/"
+IDLE_TIMEOUT = 300.0
+"""A connection from mitmproxy waiting this long for its next request is closed (mitmproxy
+closes its own when the client's connection ends; this bounds the rest). Longer than the
+clients' own keep-alive, so mitmproxy rarely sends a request into one closing under it."""
 MAX_HEAD_BYTES = 1 << 20
 """The largest request head the relay reads (h11's default, 16 KiB, is less than the client
 headers mitmproxy takes and hands on); the router refuses larger ones before relaying."""
@@ -38,7 +49,9 @@ class RelayServer:
         self.client = UpstreamClient(upstream)
         """Every job's upstream requests share its keep-alive pools."""
         self._jobs: dict[str, RelayJob | SocketJob] = {}
-        self._connections = 0  # relay connections being served now
+        self._connections = 0  # relay connections serving a request now
+        self._kept = 0  # relay connections kept open for mitmproxy's next request
+        self._accepted = 0
         self._server: asyncio.Server | None = None
         self._ready = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()
@@ -84,93 +97,162 @@ class RelayServer:
         self._jobs.pop(url.rpartition("/")[2], None)
 
     def stats(self) -> dict[str, int]:
-        """Registrations not yet used, and relay connections being served: both return to 0
-        once every flow has ended; and upstream connections kept in the pools (at most the
-        pool's keep-alive bound once every flow has ended)."""
+        """Registrations not yet used, and relay connections serving a request now: both
+        return to 0 once every flow has ended; relay connections kept open between requests
+        (0 once mitmproxy's clients have closed theirs) and accepted since start; and
+        upstream connections kept in the pools (at most the pool's keep-alive bound once
+        every flow has ended)."""
         return {
             "registered": len(self._jobs),
             "connections": self._connections,
+            "kept": self._kept,
+            "accepted": self._accepted,
             "pooled": self.client.connections(),
         }
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        reply = RelayReply(writer)
-        self._connections += 1
+        """Serve requests on one connection from mitmproxy: one after another while each reply
+        ends framed, so mitmproxy reuses the connection for its client's next relayed flow."""
+        self._accepted += 1
+        self._kept += 1
+        received = b""
         try:
-            job, headers = await self._read_job(reader)
-            if job is None:
-                await reply.error(404, "Unknown or used llmitm relay token.", code="not_found")
-            elif isinstance(job, SocketJob):
-                await job.serve_socket(headers, reader, writer)
-            else:
-                await _serve_until_abort(job, reply, reader)
-                await reply.finish()
+            while True:
+                request = await self._read_request(reader, received)
+                if request is None:
+                    return  # mitmproxy closed the connection, or left it idle too long
+                self._kept -= 1
+                self._connections += 1
+                try:
+                    kept = await self._serve(request, reader, writer)
+                finally:
+                    self._connections -= 1
+                    self._kept += 1
+                if not kept:
+                    return
+                received = request.received
         except (ConnectionError, OSError):
             pass  # mitmproxy went away (the client aborted): nothing to answer
-        except Exception:
-            logger.exception("llmitm relay: unexpected failure")
-            with contextlib.suppress(Exception):
-                if not reply.started:
-                    await reply.error(500, "llmitm's relay failed; see the proxy's log.")
         finally:
-            self._connections -= 1
+            self._kept -= 1
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _read_job(
-        self, reader: asyncio.StreamReader
-    ) -> tuple[RelayJob | SocketJob | None, list[tuple[bytes, bytes]]]:
-        """The job the request's token names, and the request's headers."""
+    async def _serve(
+        self, request: _Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Answer one request; whether the connection can serve the next one."""
+        reply = RelayReply(writer, close=request.close)
+        job = self._jobs.pop(request.token, None) if request.token is not None else None
+        try:
+            if job is None:
+                reply.close = True
+                await reply.error(404, "Unknown or used llmitm relay token.", code="not_found")
+                return False
+            if isinstance(job, SocketJob):
+                await job.serve_socket(request.headers, reader, writer)
+                return False
+            if await _serve_until_abort(job, reply, reader):
+                return False  # mitmproxy sent something mid-reply: nothing is left to trust
+            if not reply.started:
+                reply.close = True
+                await reply.error(500, "llmitm's relay job gave no answer.")
+                return False
+            await reply.finish()
+        except (ConnectionError, OSError):
+            raise
+        except Exception:
+            logger.exception("llmitm relay: unexpected failure")
+            with contextlib.suppress(Exception):
+                if not reply.started:
+                    reply.close = True
+                    await reply.error(500, "llmitm's relay failed; see the proxy's log.")
+            return False
+        return not reply.close and not reply.gone
+
+    async def _read_request(self, reader: asyncio.StreamReader, received: bytes) -> _Request | None:
+        """The next request on the connection, its body read and dropped (the job has its
+        own); ``None`` once mitmproxy closes the connection or leaves it idle for
+        :data:`IDLE_TIMEOUT`. ``received`` is what the previous request's read took beyond it."""
         connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        if received:
+            connection.receive_data(received)
+        request: _Request | None = None
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
-                data = await reader.read(65536)
-                if not data:
-                    return None, []
-                connection.receive_data(data)
-                continue
-            if isinstance(event, h11.Request):
-                target = event.target.decode("latin-1")
-                if target.startswith("http://"):
-                    # Absolute form: mitmproxy in upstream mode writes its requests for a
-                    # proxy, also the ones it sends straight here.
-                    target = "/" + target.removeprefix("http://").partition("/")[2]
-                if not target.startswith(PATH_PREFIX):
-                    return None, []
-                job = self._jobs.pop(target[len(PATH_PREFIX) :], None)
-                headers = list(event.headers)
-                # Read the body mitmproxy sends along (the job has its own): closing a socket
-                # with unread data resets it, and mitmproxy would lose the answer.
-                while job is not None:
-                    event = connection.next_event()
-                    if event is h11.NEED_DATA:
+                try:
+                    if request is None:
+                        async with asyncio.timeout(IDLE_TIMEOUT):
+                            data = await reader.read(65536)
+                    else:
                         data = await reader.read(65536)
-                        if not data:
-                            return None, []
-                        connection.receive_data(data)
-                    elif isinstance(event, h11.EndOfMessage):
-                        return job, headers
-                    elif not isinstance(event, h11.Data):
-                        return None, []
-                return None, []
-            return None, []
+                except TimeoutError:
+                    return None
+                if not data:
+                    return None
+                connection.receive_data(data)
+            elif isinstance(event, h11.Request):
+                request = _Request.of(event)
+                if request.token is None:
+                    return request  # answered 404 and closed: its body does not matter
+            elif isinstance(event, h11.EndOfMessage) and request is not None:
+                # Read the body mitmproxy sends along: closing a socket with unread data
+                # resets it, and mitmproxy would lose the answer.
+                request.received = connection.trailing_data[0]
+                return request
+            elif not isinstance(event, h11.Data):
+                return None  # h11's ConnectionClosed or a malformed request
+
+
+@dataclass(slots=True)
+class _Request:
+    """What the relay takes from one request of mitmproxy's."""
+
+    token: str | None
+    """The registration the path names; ``None`` for a path outside the relay's."""
+    headers: list[tuple[bytes, bytes]]
+    close: bool
+    """mitmproxy will not send another request on this connection (``connection: close``,
+    HTTP/1.0, or a ``HEAD``, whose answer the relay's chunked framing does not fit)."""
+    received: bytes = b""
+
+    @classmethod
+    def of(cls, event: h11.Request) -> _Request:
+        target = event.target.decode("latin-1")
+        if target.startswith("http://"):
+            # Absolute form: mitmproxy in upstream mode writes its requests for a proxy,
+            # also the ones it sends straight here.
+            target = "/" + target.removeprefix("http://").partition("/")[2]
+        token = target[len(PATH_PREFIX) :] if target.startswith(PATH_PREFIX) else None
+        close = event.http_version != b"1.1" or event.method == b"HEAD"
+        for name, value in event.headers:
+            if name == b"connection" and b"close" in value.lower():
+                close = True
+        return cls(token, list(event.headers), close)
 
 
 async def _serve_until_abort(
     job: RelayJob, reply: RelayReply, reader: asyncio.StreamReader
-) -> None:
+) -> bool:
     """Serve ``job``; cancel it when mitmproxy closes the connection (the client went away),
     so a job waiting for an upstream, a backoff or a free slot lets go at once and its
-    ``finally`` releases what it holds."""
-    serving = asyncio.ensure_future(job.serve(reply))
-    watching = asyncio.ensure_future(reader.read(1))
+    ``finally`` releases what it holds. True when mitmproxy sent something while the job
+    ran (it never does between a request and its answer): the connection is not reused."""
+    loop = asyncio.get_running_loop()
+    # Started eagerly: the job runs up to its first wait (the upstream request written) now,
+    # not one turn of the event loop later, on the time to first byte of every relayed flow.
+    serving = asyncio.Task(_serve_and_end(job, reply), loop=loop, eager_start=True)
+    watching = asyncio.Task(reader.read(1), loop=loop, eager_start=True)
     try:
         await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watching.cancel()
-        if watching.done() and not watching.cancelled():
+        # Let the cancel land before anyone reads the connection again (one reader at a
+        # time: the next request's read would fail while this one still waits).
+        await asyncio.wait({watching})
+        if not watching.cancelled():
             # A reset reads as an error here: retrieved, or asyncio logs it as an unhandled
             # task error (one traceback per client that aborted).
             watching.exception()
@@ -180,3 +262,13 @@ async def _serve_until_abort(
                 await serving
             raise ConnectionResetError("mitmproxy closed the relay connection")
     serving.result()  # re-raise what the job raised
+    return not watching.cancelled()
+
+
+async def _serve_and_end(job: RelayJob, reply: RelayReply) -> None:
+    """Serve ``job`` and end its body in the same step as its last write: a client that
+    hangs up as soon as it has read its stream's last event (the OpenAI SDK does, at
+    ``[DONE]``) must not find mitmproxy still waiting for the body's end, or its flow ends
+    as an error instead of an answer (not cached, not recorded as complete)."""
+    await job.serve(reply)
+    reply.end()
