@@ -35,14 +35,14 @@ from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.parsed import keep_parsed
 from llmitm.addons.responses_state import ResponsesState, answer, flow_ids, point_at_relay
-from llmitm.addons.state import RESPONSES_CREATE_KEY
+from llmitm.addons.state import RESPONSES_CREATE_KEY, flow_mint
 from llmitm.exchange.request import rewrite_headers
 from llmitm.relay.frames import FramesJob, iterate
 from llmitm.responses_api import answers, remote_runs
 from llmitm.responses_api.answers import TERMINAL_STATUSES, LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.conversations import inline_conversation
-from llmitm.responses_api.create import CreateCall, prepare_create
+from llmitm.responses_api.create import HISTORY_IDS_MARKER, CreateCall, prepare_create
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
 from llmitm.responses_api.records import (
     ResponseDeleted,
@@ -175,6 +175,7 @@ class LlmResponsesApi:
         except TranslationError:
             return  # the router answers the 400, before anything reads the body
         created_by = await self.state.creator(flow)
+        mint = flow_mint(flow)
         create, changed = await prepare_create(
             body,
             await self.state.reader(),
@@ -183,6 +184,7 @@ class LlmResponsesApi:
             ids=flow_ids(flow),
             known_owner=self.state.known_owner,
             credential=self.state.credential(created_by),
+            history_ids=mint is None or mint.marked(HISTORY_IDS_MARKER),
         )
         if create.previous_foreign:
             # Not sent on: the endpoint, asked with llmitm's key, would find it.
