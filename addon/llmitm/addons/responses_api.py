@@ -54,6 +54,7 @@ from llmitm.responses_api.records import (
 from llmitm.routing.plan import plan_for_endpoint
 from llmitm.store import StoreUnreachable
 from llmitm.translate.errors import TranslationError
+from llmitm.translate.seen_items import ItemMemo
 from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError
 from llmitm.wire.paths import classify_path
@@ -68,6 +69,8 @@ class LlmResponsesApi:
 
     def __init__(self, state: ResponsesState) -> None:
         self.state = state
+        # A resent history's items, checked and given ids on an earlier turn.
+        self._items = ItemMemo()
 
     def load(self, loader: Loader) -> None:
         loader.add_option(
@@ -170,8 +173,9 @@ class LlmResponsesApi:
             return  # the router answers the 400
         if not isinstance(body, dict):
             return
+        seen = self._items.see(body.get("input"))
         try:
-            validate_request(body, "responses")
+            validate_request(body, "responses", seen)
         except TranslationError:
             return  # the router answers the 400, before anything reads the body
         created_by = await self.state.creator(flow)
@@ -185,6 +189,7 @@ class LlmResponsesApi:
             known_owner=self.state.known_owner,
             credential=self.state.credential(created_by),
             history_ids=mint is None or mint.marked(HISTORY_IDS_MARKER),
+            seen=seen,
         )
         if create.previous_foreign:
             # Not sent on: the endpoint, asked with llmitm's key, would find it.

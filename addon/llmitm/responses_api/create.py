@@ -30,6 +30,7 @@ from llmitm.responses_api.item_ids import HistoryIds
 from llmitm.responses_api.items import input_items
 from llmitm.responses_api.records import ResponseOwner, ResponseReader, readable
 from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
+from llmitm.translate.seen_items import SeenItems
 from llmitm.wire.ids import IdFactory
 
 ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
@@ -78,10 +79,12 @@ async def prepare_create(
     known_owner: Callable[[str], ResponseOwner | None] = lambda _id: None,
     credential: str | None = None,
     history_ids: bool = False,
+    seen: SeenItems | None = None,
 ) -> tuple[CreateCall, bool]:
     """The create call's facts, and whether ``body`` was changed (in place). Stored state is
     read as ``credential``'s (``None``: anyone's, :mod:`.scope`). ``history_ids``: derive the
-    ids of a whole conversation's items from their history rather than mint them."""
+    ids of a whole conversation's items from their history rather than mint them (``seen``:
+    the items as the memo knows them, whose ids it may have made already)."""
     include = body.get("include")
     store = body.get("store")
     create = CreateCall(
@@ -103,7 +106,7 @@ async def prepare_create(
         # nothing after this rewrites it in place: translation builds new objects. No deep
         # copy: an agent's input is MBs, resent every turn.
         whole = not body.get("previous_response_id") and body.get("conversation") is None
-        history = HistoryIds(credential) if history_ids and whole else None
+        history = HistoryIds(credential, seen) if history_ids and whole else None
         create.input_items = input_items(body.get("input"), ids, history)
     previous = body.get("previous_response_id")
     if isinstance(previous, str) and previous:
