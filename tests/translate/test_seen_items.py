@@ -3,6 +3,7 @@ refusals (or none) from validation, the same stored items and ids, turn after tu
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import orjson
@@ -53,6 +54,7 @@ bad = st.one_of(
     st.just({"type": "function_call_output", "call_id": "c1", "output": [{"text": True}]}),
     st.just({"type": "additional_tools", "tools": [5]}),
     st.just("not an object"),
+    st.just({"role": "user", "content": nested(300)}),  # past what orjson serialises
     # Deep, and an item as deep as a body allows: whether it passes depends on its level.
     st.builds(
         lambda n: {"role": "user", "content": nested(n)},
@@ -97,11 +99,11 @@ def test_the_memo_gives_exactly_the_whole_walks_results(conversation, budget_kib
     history: list[Any] = []
     for added in turns:
         history += added
-        body = orjson.dumps({**top, "input": history})
-        whole = outcome(orjson.loads(body), None)
-        assert outcome(orjson.loads(body), memo) == whole
-        assert outcome(orjson.loads(body), small) == whole
-        assert outcome(orjson.loads(body), memo) == whole  # every item seen now
+        body = {**top, "input": history}  # fresh objects each time, as a parsed body is
+        whole = outcome(copy.deepcopy(body), None)
+        assert outcome(copy.deepcopy(body), memo) == whole
+        assert outcome(copy.deepcopy(body), small) == whole
+        assert outcome(copy.deepcopy(body), memo) == whole  # every item seen now
 
 
 def test_a_resent_item_is_checked_once_and_an_item_replaced_after_is_not_taken_for_it() -> None:

@@ -55,7 +55,10 @@ class SeenItems:
         self._by_object: dict[int, tuple[Any, bytes, _Item]] = {}
         for item in items:
             if type(item) is dict and id(item) not in self._by_object:
-                data = orjson.dumps(item)
+                try:
+                    data = orjson.dumps(item)
+                except orjson.JSONEncodeError:  # nested past orjson's limit: refused anyway
+                    continue
                 self._by_object[id(item)] = (item, data, memo.entry(data))
 
     def _entry(self, item: Any) -> tuple[bytes, _Item] | None:
