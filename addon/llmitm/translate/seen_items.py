@@ -20,6 +20,7 @@ the event loop uses it, and nothing stops a caller on another thread.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,18 +49,11 @@ class SeenItems:
 
     __slots__ = ("_by_object", "_memo")
 
-    def __init__(self, memo: ItemMemo, items: list[Any]) -> None:
+    def __init__(self, memo: ItemMemo, kept: dict[int, tuple[Any, bytes, _Item]]) -> None:
         self._memo = memo
         # By object identity (the object held, so its id stays its own): a caller that
         # replaces an item (a resolved reference) gets no bytes for the new one.
-        self._by_object: dict[int, tuple[Any, bytes, _Item]] = {}
-        for item in items:
-            if type(item) is dict and id(item) not in self._by_object:
-                try:
-                    data = orjson.dumps(item)
-                except orjson.JSONEncodeError:  # nested past orjson's limit: refused anyway
-                    continue
-                self._by_object[id(item)] = (item, data, memo.entry(data))
+        self._by_object = kept
 
     def _entry(self, item: Any) -> tuple[bytes, _Item] | None:
         kept = self._by_object.get(id(item))
@@ -67,8 +61,8 @@ class SeenItems:
 
     def valid(self, item: Any) -> bool:
         """``item`` passed an input item's checks before."""
-        entry = self._entry(item)
-        return entry is not None and entry[1].valid
+        kept = self._by_object.get(id(item))
+        return kept is not None and kept[0] is item and kept[2].valid
 
     def mark_valid(self, items: list[Any]) -> None:
         """Every item of ``items`` passed an input item's checks."""
@@ -77,25 +71,20 @@ class SeenItems:
             if entry is not None:
                 entry[1].valid = True
 
-    def data(self, item: Any) -> bytes:
-        """``item``'s JSON bytes (serialised now for an item the request did not hold)."""
-        entry = self._entry(item)
-        return orjson.dumps(item) if entry is None else entry[0]
-
-    def next_id(self, item: Any, before: bytes, digest: Any) -> bytes:
+    def next_id(self, item: Any, before: bytes, digest: Callable[[bytes, bytes], bytes]) -> bytes:
         """The digest ``item`` gets after the history digest ``before``: kept, or
         ``digest(before, item's bytes)`` made now and kept."""
-        entry = self._entry(item)
-        if entry is None:
-            return digest(before, orjson.dumps(item))  # type: ignore[no-any-return]
-        data, kept = entry
-        with self._memo.lock:
-            made = kept.ids.get(before)
-            if made is None:
-                made = kept.ids[before] = digest(before, data)
-                while len(kept.ids) > HISTORIES:
-                    del kept.ids[next(iter(kept.ids))]
-            return made
+        found = self._by_object.get(id(item))
+        if found is None or found[0] is not item:
+            return digest(before, orjson.dumps(item))
+        ids = found[2].ids
+        made = ids.get(before)  # a dict read is atomic: the lock guards only changes
+        if made is None:
+            with self._memo.lock:
+                made = ids[before] = digest(before, found[1])
+                while len(ids) > HISTORIES:
+                    del ids[next(iter(ids))]
+        return made
 
 
 class ItemMemo:
@@ -109,16 +98,20 @@ class ItemMemo:
         """``items`` (a request's ``input``) with their bytes; ``None`` when not an array."""
         if type(items) is not list:
             return None
-        seen = SeenItems(self, items)
+        kept: dict[int, tuple[Any, bytes, _Item]] = {}
+        cache = self._items
         with self.lock:
-            self._items.trim()
-        return seen
-
-    def entry(self, data: bytes) -> _Item:
-        """What is kept for an item of these bytes (a new, empty entry if nothing)."""
-        with self.lock:
-            kept = self._items.get(_TAG, data)
-            if kept is None:
-                kept = _Item()
-                self._items.put(_TAG, data, kept, _IDS_COST)
-            return kept
+            for item in items:
+                if type(item) is not dict or id(item) in kept:
+                    continue
+                try:
+                    data = orjson.dumps(item)
+                except orjson.JSONEncodeError:  # nested past orjson's limit: refused anyway
+                    continue
+                entry = cache.get(_TAG, data)
+                if entry is None:
+                    entry = _Item()
+                    cache.put(_TAG, data, entry, _IDS_COST)
+                kept[id(item)] = (item, data, entry)
+            cache.trim()
+        return SeenItems(self, kept)
