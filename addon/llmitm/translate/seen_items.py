@@ -29,6 +29,7 @@ import orjson
 from llmitm.wire.bytes_lru import BytesLru
 
 BUDGET = 16 * 2**20
+"""Bytes the items kept may hold, roughly: each its JSON bytes and its ids."""
 HISTORIES = 4
 """Histories whose id an item keeps (the same message in several conversations)."""
 _IDS_COST = HISTORIES * 128
