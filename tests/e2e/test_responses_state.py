@@ -326,6 +326,26 @@ def test_check_33_input_items_pages_through_the_sdk(client: openai.OpenAI) -> No
     assert caught.value.param == "limit"
 
 
+def test_a_resent_history_keeps_its_item_ids_from_turn_to_turn(client: openai.OpenAI) -> None:
+    # An agent resends its whole history, without ids, every turn: OpenAI would list fresh
+    # ids each time; llmitm gives a resent item the id it had, and equal items their own.
+    history = [user("fix the build"), user("again")]
+    first = client.responses.create(model="over-chat", input=history)
+    history += [assistant(first.output_text), user("again")]
+    second = client.responses.create(model="over-chat", input=history)
+    before = [i.id for i in client.responses.input_items.list(first.id, order="asc").data]
+    after = [i.id for i in client.responses.input_items.list(second.id, order="asc").data]
+    assert len(before) == 2 and len(after) == 4
+    assert after[:2] == before and len(set(after)) == 4
+    assert all(i.startswith("msg_") and len(i) == 52 for i in after)
+    other = openai.OpenAI(
+        base_url=str(client.base_url), api_key="sk-other", max_retries=0, default_headers=ECHO
+    )
+    theirs = other.responses.create(model="over-chat", input=history[:2])
+    listed = [i.id for i in other.responses.input_items.list(theirs.id, order="asc").data]
+    assert not set(listed) & set(before)  # another credential's items are its own
+
+
 # -- restart, parallel chains ---------------------------------------------------------------------
 
 

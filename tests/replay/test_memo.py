@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from llmitm.replay.capture import ClientRequest, see_request
 from llmitm.replay.keys import KeyOptions, match_key
 from llmitm.replay.memo import RequestMemo
+from llmitm.wire.bytes_lru import ENTRY
 from llmitm.wire.depth import MAX_DEPTH
 from llmitm.wire.redact import PLACEHOLDER, redact_body
 
@@ -134,7 +135,8 @@ def test_the_memo_gives_exactly_the_whole_body_results(
             assert reused.message.content == whole.message.content
             assert reused.clean == whole.clean
         assert memo.redact(content) in (None, redact_body(content))
-        assert memo._held == sum(part.cost() for part in memo._parts.values())
+        parts = memo._parts.kept().values()
+        assert memo._parts.held == sum(ENTRY + len(p.data) + p.forms_cost() for p in parts)
 
 
 @settings(max_examples=60, deadline=None)
@@ -144,7 +146,7 @@ def test_a_memo_too_small_for_one_body_still_gives_the_same_results(bodies: list
     for content in bodies:
         whole = see_request(request(content), KeyOptions(), None)
         assert see_request(request(content), KeyOptions(), None, memo).key == whole.key
-        assert memo._held <= memo.budget
+        assert memo._parts.held <= memo._parts.budget
 
 
 def test_a_resent_history_reuses_its_parts() -> None:
@@ -153,11 +155,11 @@ def test_a_resent_history_reuses_its_parts() -> None:
     first = orjson.dumps({"model": "m", "input": history})
     second = orjson.dumps({"model": "m", "input": [*history, {"role": "user", "content": "new"}]})
     memo.see(first, KeyOptions())
-    kept = dict(memo._parts)
+    kept = memo._parts.kept()
     seen = memo.see(second, KeyOptions())
     assert seen is not None
     # Every item of the first body is the same part, with the canonical form it had.
-    assert all(memo._parts[key] is part for key, part in kept.items())
+    assert all(memo._parts.kept()[key] is part for key, part in kept.items())
     assert seen.canonical["input"][19] is kept_form(kept, history[19])
     whole = match_key("POST", "/v1/responses", [], second, KeyOptions())
     reused = match_key(
@@ -179,7 +181,7 @@ def test_a_part_holding_a_credential_is_not_kept() -> None:
     body = orjson.dumps({"model": "m", "input": [{"role": "user", "content": f"key {KEY}"}]})
     seen = memo.see(body, KeyOptions())
     assert seen is not None and KEY.encode() not in seen.content
-    assert [part.data for part in memo._parts.values()] == [b'"m"']  # the model only
+    assert [part.data for part in memo._parts.kept().values()] == [b'"m"']  # the model only
 
 
 def test_bodies_the_memo_does_not_take() -> None:
@@ -200,7 +202,7 @@ def test_parts_alike_at_both_ends_are_told_apart_and_all_kept() -> None:
     items = [{"role": "tool", "content": "x" * 200 + f"{n:04d}" + "y" * 200} for n in range(50)]
     body = orjson.dumps({"model": "m", "input": items})
     memo.see(body, KeyOptions())
-    kept = dict(memo._parts)
+    kept = memo._parts.kept()
     assert len(kept) == 51  # every item, and the model
     memo.see(body, KeyOptions())
-    assert all(memo._parts[key] is part for key, part in kept.items())
+    assert all(memo._parts.kept()[key] is part for key, part in kept.items())

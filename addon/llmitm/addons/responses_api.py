@@ -35,14 +35,14 @@ from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.parsed import keep_parsed
 from llmitm.addons.responses_state import ResponsesState, answer, flow_ids, point_at_relay
-from llmitm.addons.state import RESPONSES_CREATE_KEY
+from llmitm.addons.state import RESPONSES_CREATE_KEY, flow_mint
 from llmitm.exchange.request import rewrite_headers
 from llmitm.relay.frames import FramesJob, iterate
 from llmitm.responses_api import answers, remote_runs
 from llmitm.responses_api.answers import TERMINAL_STATUSES, LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.conversations import inline_conversation
-from llmitm.responses_api.create import CreateCall, prepare_create
+from llmitm.responses_api.create import HISTORY_IDS_MARKER, CreateCall, prepare_create
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
 from llmitm.responses_api.records import (
     ResponseDeleted,
@@ -54,6 +54,7 @@ from llmitm.responses_api.records import (
 from llmitm.routing.plan import plan_for_endpoint
 from llmitm.store import StoreUnreachable
 from llmitm.translate.errors import TranslationError
+from llmitm.translate.seen_items import ItemMemo
 from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError
 from llmitm.wire.paths import classify_path
@@ -68,6 +69,8 @@ class LlmResponsesApi:
 
     def __init__(self, state: ResponsesState) -> None:
         self.state = state
+        # A resent history's items, checked and given ids on an earlier turn.
+        self._items = ItemMemo()
 
     def load(self, loader: Loader) -> None:
         loader.add_option(
@@ -170,11 +173,13 @@ class LlmResponsesApi:
             return  # the router answers the 400
         if not isinstance(body, dict):
             return
+        seen = self._items.see(body.get("input"))
         try:
-            validate_request(body, "responses")
+            validate_request(body, "responses", seen)
         except TranslationError:
             return  # the router answers the 400, before anything reads the body
         created_by = await self.state.creator(flow)
+        mint = flow_mint(flow)
         create, changed = await prepare_create(
             body,
             await self.state.reader(),
@@ -183,6 +188,8 @@ class LlmResponsesApi:
             ids=flow_ids(flow),
             known_owner=self.state.known_owner,
             credential=self.state.credential(created_by),
+            history_ids=mint is None or mint.marked(HISTORY_IDS_MARKER),
+            seen=seen,
         )
         if create.previous_foreign:
             # Not sent on: the endpoint, asked with llmitm's key, would find it.

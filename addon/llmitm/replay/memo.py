@@ -24,8 +24,9 @@ it numbered, in order, with the numbers they got. Replayed into this body's numb
 calls a walk would make, in its order) they get numbers again; when those are the numbers
 it had, the form kept is the form a walk would make, and otherwise the part is walked again.
 
-Bounded: the least recently used parts are forgotten past :data:`BUDGET` bytes of JSON. A
-part redaction changes is never kept (its bytes may hold a credential).
+Bounded (:class:`~llmitm.wire.bytes_lru.BytesLru`): the least recently used parts are
+forgotten past :data:`BUDGET` bytes of JSON. A part redaction changes is never kept (its
+bytes may hold a credential).
 Thread-safe (one lock): the record builder's worker uses it, and so does a hook when a build
 runs inline.
 """
@@ -33,7 +34,6 @@ runs inline.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ from llmitm.replay.keys import (
     with_placeholders,
 )
 from llmitm.wire import depth
+from llmitm.wire.bytes_lru import BytesLru
 from llmitm.wire.redact import (
     PLACEHOLDER,
     may_hold_secret,
@@ -63,8 +64,6 @@ BUDGET = 24 * 2**20
 """Bytes the parts kept may hold, roughly: each its JSON bytes, and one with volatile values
 or dropped fields also its canonical form (a part's text is the parsed body's otherwise)."""
 
-_ENTRY = 256
-"""Bytes a kept part costs besides its forms, roughly."""
 _AS_IS = object()
 """A part's redaction or canonical form that is the part itself."""
 _DROPPED = object()
@@ -89,11 +88,11 @@ class _Part:
     keyed: dict[KeyOptions, tuple[Any, Numbered]] = field(default_factory=dict)
     """Per key options: its canonical form (:data:`_AS_IS`: itself) and what it numbered."""
 
-    def cost(self) -> int:
-        """Bytes it holds, roughly: its entry and bytes, and a form of about their size per
-        options whose form is not the part itself."""
+    def forms_cost(self) -> int:
+        """Bytes its forms hold, roughly: a form of about its bytes' size per options whose
+        form is not the part itself."""
         forms = sum(form is not _AS_IS and form is not _DROPPED for form, _ in self.keyed.values())
-        return _ENTRY + len(self.data) * (1 + forms)
+        return len(self.data) * forms
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +111,7 @@ class RequestMemo:
     """The parts of recent bodies, by their JSON bytes, with what they came to."""
 
     def __init__(self, budget: int = BUDGET) -> None:
-        self.budget = budget
-        self._parts: OrderedDict[tuple[str, bool, int, int], _Part] = OrderedDict()
-        self._held = 0
+        self._parts: BytesLru[_Part] = BytesLru(budget)
         self._lock = threading.Lock()
 
     def redact(self, content: bytes | None) -> bytes | None:
@@ -153,7 +150,7 @@ class RequestMemo:
                 for name, value in layout
             }
             canonical = None if options is None else self._canonical(layout, sequence, options)
-            self._trim()
+            self._parts.trim()
         changed = any(part.changed for part in parts)
         named = any(part.named for part in parts)
         if changed != named and not (b"\\u" in content or may_hold_secret(content)):
@@ -165,13 +162,8 @@ class RequestMemo:
 
     def _part(self, name: str, item: bool, value: Any) -> _Part:
         data = orjson.dumps(value)
-        # Looked up by its length and hash, confirmed by its bytes (Python's hash of bytes is
-        # a fraction of a digest's cost; the ends of a part are not enough: an agent's
-        # tool outputs often share their length, their first bytes and their last).
-        key = (name, item, len(data), hash(data))
-        part = self._parts.get(key)
-        if part is not None and part.data == data:
-            self._parts.move_to_end(key)
+        part = self._parts.get((name, item), data)
+        if part is not None:
             return part
         if item:
             redacted = redact_json(value)
@@ -186,10 +178,8 @@ class RequestMemo:
         if changed or named or too_deep:
             # Held a credential, maybe: nothing of it is kept past this body.
             return _Part(b"", redacted, changed, named, too_deep)
-        if key in self._parts:  # another part of that length and hash: this one now
-            self._held -= self._parts.pop(key).cost()
-        part = self._parts[key] = _Part(data, _AS_IS, False, False, False)
-        self._held += part.cost()
+        part = _Part(data, _AS_IS, False, False, False)
+        self._parts.put((name, item), data, part)
         return part
 
     def _canonical(
@@ -237,7 +227,6 @@ class RequestMemo:
             form = with_placeholders(form, volatile_pattern(options), numbering)
             numbering.log = None
             numbered = tuple(log)
-        held = part.cost()
         if not numbered and part.redacted is _AS_IS and form == value:
             # The part itself (no volatile value, nothing dropped): next time, that body's
             # own copy serves, and nothing is held for it.
@@ -245,13 +234,8 @@ class RequestMemo:
         else:
             part.keyed[options] = (form, numbered)
         if part.redacted is _AS_IS:  # a kept part
-            self._held += part.cost() - held
+            self._parts.charge((name, item), part.data, part.forms_cost())
         return form
-
-    def _trim(self) -> None:
-        while self._held > self.budget and self._parts:
-            _, part = self._parts.popitem(last=False)
-            self._held -= part.cost()
 
 
 def _redacted(value: Any, part: _Part) -> Any:

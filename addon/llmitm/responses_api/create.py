@@ -11,7 +11,9 @@ it, and the stateless request the router will translate.
 - reasoning items carrying llmitm's ``encrypted_content`` get their reasoning back, and
   llmitm's compaction items become the summary messages they stand for (:mod:`.compaction`).
 
-The request's own input, with ids, is kept for ``input_items`` when it is stored.
+The request's own input, with ids, is kept for ``input_items`` when it is stored. When that
+input is the whole conversation (no chain, no conversation), items without an id get ids
+derived from their history (:mod:`.item_ids`): a resent item keeps last turn's id.
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ from typing import Any
 from llmitm.responses_api.chain import history_items
 from llmitm.responses_api.compaction import ITEM_TYPES as COMPACTION_ITEM_TYPES
 from llmitm.responses_api.compaction import restore_compactions
+from llmitm.responses_api.item_ids import HistoryIds
 from llmitm.responses_api.items import input_items
 from llmitm.responses_api.records import ResponseOwner, ResponseReader, readable
 from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
+from llmitm.translate.seen_items import SeenItems
 from llmitm.wire.ids import IdFactory
 
 ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
+HISTORY_IDS_MARKER = "input-ids-from-history"
+"""Noted on a recording's mint tape when its input item ids were derived, not minted (one made
+before has a minted id per item on its tape, which its replay hands out again)."""
 
 
 @dataclass(slots=True)
@@ -71,9 +78,13 @@ async def prepare_create(
     ids: IdFactory,
     known_owner: Callable[[str], ResponseOwner | None] = lambda _id: None,
     credential: str | None = None,
+    history_ids: bool = False,
+    seen: SeenItems | None = None,
 ) -> tuple[CreateCall, bool]:
     """The create call's facts, and whether ``body`` was changed (in place). Stored state is
-    read as ``credential``'s (``None``: anyone's, :mod:`.scope`)."""
+    read as ``credential``'s (``None``: anyone's, :mod:`.scope`). ``history_ids``: derive the
+    ids of a whole conversation's items from their history rather than mint them (``seen``:
+    the items as the memo knows them, whose ids it may have made already)."""
     include = body.get("include")
     store = body.get("store")
     create = CreateCall(
@@ -94,7 +105,9 @@ async def prepare_create(
         # the stored ones alone; what lies deeper (content parts, tool outputs) is shared, as
         # nothing after this rewrites it in place: translation builds new objects. No deep
         # copy: an agent's input is MBs, resent every turn.
-        create.input_items = input_items(body.get("input"), ids)
+        whole = not body.get("previous_response_id") and body.get("conversation") is None
+        history = HistoryIds(credential, seen) if history_ids and whole else None
+        create.input_items = input_items(body.get("input"), ids, history)
     previous = body.get("previous_response_id")
     if isinstance(previous, str) and previous:
         create.previous_response_id = previous

@@ -2,7 +2,9 @@
 
 A request's ``input`` (a string or items, some without ``type``, ``id`` or ``status``) is
 stored as OpenAI lists it back: every item typed and with an id, message content as parts.
-Ids the client sent are kept (they name items of earlier responses).
+Ids the client sent are kept (they name items of earlier responses); the others are minted,
+or, for an input that is the whole conversation, derived from the history
+(:mod:`.item_ids`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmitm.errors import InputError
+from llmitm.responses_api.item_ids import HistoryIds
 from llmitm.wire.ids import IdFactory
 
 _ID_PREFIX = {
@@ -24,22 +27,28 @@ _ID_PREFIX = {
 }
 
 
-def input_items(value: Any, ids: IdFactory) -> list[dict[str, Any]]:
+def input_items(
+    value: Any, ids: IdFactory, history: HistoryIds | None = None
+) -> list[dict[str, Any]]:
     """``input`` as stored items: a string is one user message; each item gets a type, an
-    id and (messages) a list of content parts. Non-object items are left out here: request
-    mapping rejects them with a 400 before anything is stored."""
+    id (from ``history`` when given, else ``ids``) and (messages) a list of content parts.
+    Non-object items are left out here: request mapping rejects them with a 400 before
+    anything is stored."""
     if value is None:
         return []
     if isinstance(value, str):
         value = [{"role": "user", "content": value}]
     if not isinstance(value, list):
         return []
-    return [_item(item, ids) for item in value if isinstance(item, dict)]
+    return [_item(item, ids, history) for item in value if isinstance(item, dict)]
 
 
-def _item(item: dict[str, Any], ids: IdFactory) -> dict[str, Any]:
+def _item(item: dict[str, Any], ids: IdFactory, history: HistoryIds | None) -> dict[str, Any]:
     kind = item.get("type") or ("message" if "role" in item else "item")
-    stored: dict[str, Any] = {"id": item.get("id") or ids(_ID_PREFIX.get(kind, "item"))}
+    prefix = _ID_PREFIX.get(kind, "item")
+    # Every item goes into the history's digest, one with an id of its own too.
+    derived = history.next(prefix, item) if history is not None else None
+    stored: dict[str, Any] = {"id": item.get("id") or derived or ids(prefix)}
     stored.update(item)
     stored["type"] = kind
     if kind == "message":

@@ -12,7 +12,7 @@ local Responses API (sans-IO) does. A chain is one recursive query over
 From schema 8 on, the Response object and the input items are chunks of the shared chunk
 table (``store.sqlite_content``, columns ``response_chunk`` and ``input_chunk``): a client
 that resends its history each turn stores what the turn adds. Input items are kept without
-their ids (ids minted for a resent item differ every turn and would break the sharing); the
+their ids (a resent item's id may differ from turn to turn, and would break the sharing); the
 ids go in ``input_items`` as a JSON list (``null`` for an item whose first key is not its id,
 kept whole). An output item's ``response_items`` row holds an empty ``item`` (it is read
 from its response); input items are found through ``response_input_ids``, 64-bit keys of

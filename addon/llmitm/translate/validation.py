@@ -9,7 +9,10 @@ reads (and OpenAI documents), the shape of messages, items and tools, and the ne
 have extensions. ``null`` is taken for any optional field, as OpenAI takes it.
 
 One pass over the body's containers, no copies: it runs once per turn of a conversation that
-grows with every turn.
+grows with every turn. Given the request's :class:`~llmitm.translate.seen_items.SeenItems`,
+a Responses input item that passed before is not walked again (its checks do not depend on
+its index, and it is at the same depth in every body): the result is the same, refusal for
+refusal.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from llmitm.translate.errors import TranslationError
+from llmitm.translate.seen_items import SeenItems
 from llmitm.wire.depth import MAX_DEPTH, deep_path, exceeds
 
 
@@ -237,10 +241,11 @@ _TOOL_CALL_FIELDS: Final[dict[str, Check]] = {"id": _string, "type": _string, "f
 _CALLED_FUNCTION_FIELDS: Final[dict[str, Check]] = {"name": _string, "arguments": _string}
 
 
-def validate_request(body: dict[str, Any], api: str) -> None:
+def validate_request(body: dict[str, Any], api: str, seen: SeenItems | None = None) -> None:
     """A 400 naming the field when ``body`` (a parsed JSON object) is not a well-formed
-    ``api`` (``"chat"`` or ``"responses"``) create request; nothing when it is."""
-    if exceeds(body, MAX_DEPTH):
+    ``api`` (``"chat"`` or ``"responses"``) create request; nothing when it is. ``seen``: a
+    Responses body's input items as the memo knows them (those that pass are marked)."""
+    if _too_deep(body, seen if api == "responses" else None):
         param = deep_path(body, MAX_DEPTH)
         raise TranslationError(
             f"{param} nests objects and arrays more than {MAX_DEPTH} levels deep; llmitm "
@@ -251,14 +256,27 @@ def validate_request(body: dict[str, Any], api: str) -> None:
     if api == "chat":
         _chat(body)
     else:
-        _responses(body)
+        _responses(body, seen)
 
 
-def _responses(body: dict[str, Any]) -> None:
+def _too_deep(body: dict[str, Any], seen: SeenItems | None) -> bool:
+    """:func:`~llmitm.wire.depth.exceeds` of ``body``, leaving out the input items that
+    passed before: the body is level 1, its fields' values level 2, an input item level 3."""
+    items = body.get("input")
+    if seen is None or type(items) is not list:
+        return exceeds(body, MAX_DEPTH)
+    return any(
+        exceeds(value, MAX_DEPTH - 1) for name, value in body.items() if name != "input"
+    ) or any(not seen.valid(item) and exceeds(item, MAX_DEPTH - 2) for item in items)
+
+
+def _responses(body: dict[str, Any], seen: SeenItems | None = None) -> None:
     _fields(body, _RESPONSES_FIELDS, "")
     items = body.get("input")
     if isinstance(items, list):
         for index, item in enumerate(_objects(items, "input")):
+            if seen is not None and seen.valid(item):
+                continue
             _fields_at(item, _ITEM_FIELDS, "input", index)
             # Parameter names are spelt out only for a refusal: this runs per item per turn.
             content, output = item.get("content"), item.get("output")
@@ -274,6 +292,8 @@ def _responses(body: dict[str, Any]) -> None:
         _responses_tools(tools, "tools")
     _fields(body.get("text") or {}, {"format": _object, "verbosity": _string}, "text.")
     _fields(body.get("reasoning") or {}, {"effort": _string, "summary": _string}, "reasoning.")
+    if seen is not None and isinstance(items, list):
+        seen.mark_valid(items)  # only now: the whole body passed, depth included
 
 
 def _parts_at(content: list[Any], param: str, index: int, field: str) -> None:

@@ -53,10 +53,11 @@ class Mint:
     ``sealed``…), so today's translator re-makes the recorded answer byte for byte. Past the
     recorded values (the translator now mints more), values are fresh again."""
 
-    __slots__ = ("_replay", "_replayed", "tape")
+    __slots__ = ("_recorded", "_replay", "_replayed", "tape")
 
     def __init__(self, recorded: dict[str, list[Any]] | None = None) -> None:
         self.tape: dict[str, list[Any]] = {}
+        self._recorded = recorded
         self._replay = {kind: deque(values) for kind, values in (recorded or {}).items()}
         self._replayed: set[str] = set()
 
@@ -79,6 +80,15 @@ class Mint:
     def now(self) -> float:
         """A :data:`Clock`."""
         return self.take("clock", system_clock)
+
+    def marked(self, marker: str) -> bool:
+        """Whether this exchange takes a way of making values that older recordings did not:
+        a recording takes it and notes ``marker`` on its tape; a replay takes it only when its
+        recording noted it, so one made before hands out its values as it was handed them."""
+        if self._recorded is not None and marker not in self._recorded:
+            return False
+        self.tape[marker] = [True]
+        return True
 
     def replayed(self, value: str) -> bool:
         """``value`` came from the recording (not made fresh)."""

@@ -1,0 +1,129 @@
+"""Ids of a resent history's input items: derived from the history, the same every turn,
+and a recording made before still replays the ids it was handed."""
+
+from __future__ import annotations
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmitm.responses_api.create import HISTORY_IDS_MARKER, prepare_create
+from llmitm.responses_api.item_ids import HistoryIds
+from llmitm.responses_api.items import input_items
+from llmitm.responses_api.records import ResponseSaved, StoredResponse
+from llmitm.responses_api.seal import ReasoningSeal
+from llmitm.store.memory_responses import MemoryResponses
+from llmitm.wire.ids import CountingIds, Mint
+
+MARKER = HISTORY_IDS_MARKER
+
+texts = st.sampled_from(["continue", "ok", "run the tests", "", "ünïcode", "x" * 50])
+items = st.one_of(
+    st.builds(
+        lambda r, t: {"role": r, "content": t}, st.sampled_from(["user", "assistant"]), texts
+    ),
+    st.builds(
+        lambda t: {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": t}],
+        },
+        texts,
+    ),
+    st.builds(
+        lambda c, a: {"type": "function_call", "call_id": c, "name": "shell", "arguments": a},
+        st.sampled_from(["call_1", "call_2"]),
+        texts,
+    ),
+    st.builds(
+        lambda c, o: {"type": "function_call_output", "call_id": c, "output": o},
+        st.sampled_from(["call_1", "call_2"]),
+        texts,
+    ),
+    st.builds(lambda t: {"role": "user", "content": t, "id": "msg_client"}, texts),
+)
+# Few distinct items: repeats within a turn are common, as in a real agent's history.
+turns = st.lists(st.lists(items, min_size=1, max_size=4), min_size=1, max_size=8)
+
+
+def without_ids(stored: list[dict]) -> bytes:
+    return orjson.dumps([{k: v for k, v in item.items() if k != "id"} for item in stored])
+
+
+@settings(max_examples=200, deadline=None)
+@given(turns)
+def test_a_growing_conversation_keeps_its_ids_and_stores_the_same_items(added):
+    history: list[dict] = []
+    before: list[dict] = []
+    for new in added:
+        history += new
+        derived = input_items(orjson.loads(orjson.dumps(history)), CountingIds(), HistoryIds("fp"))
+        minted = input_items(orjson.loads(orjson.dumps(history)), CountingIds())
+        # The stored items are those of the minted path but for the ids of items sent without.
+        assert without_ids(derived) == without_ids(minted)
+        for sent, item, other in zip(history, derived, minted, strict=True):
+            if sent.get("id"):
+                assert item["id"] == sent["id"]
+            else:
+                assert item["id"].split("_")[0] == other["id"].split("_")[0]
+                assert len(item["id"].split("_", 1)[1]) == 48
+        # A resent item keeps the id it had last turn.
+        assert [i["id"] for i in derived[: len(before)]] == [i["id"] for i in before]
+        # Items sent without an id never share one, equal items included.
+        own = [i["id"] for s, i in zip(history, derived, strict=True) if not s.get("id")]
+        assert len(set(own)) == len(own)
+        before = derived
+
+
+def test_the_prefix_names_the_item_type_and_another_credential_gets_other_ids():
+    sent = [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "done"},
+        {"type": "reasoning", "summary": []},
+    ]
+    mine = input_items(sent, CountingIds(), HistoryIds("a"))
+    theirs = input_items(sent, CountingIds(), HistoryIds("b"))
+    assert [i["id"].split("_")[0] for i in mine] == ["msg", "fc", "fco", "rs"]
+    assert not {i["id"] for i in mine} & {i["id"] for i in theirs}
+    # The same item after another history is another item.
+    other = input_items([{"role": "user", "content": "x"}, *sent], CountingIds(), HistoryIds("a"))
+    assert not {i["id"] for i in mine} & {i["id"] for i in other[1:]}
+
+
+def test_a_recording_notes_the_marker_and_only_a_marked_one_replays_with_derived_ids():
+    recording = Mint()
+    assert recording.marked(MARKER)
+    assert recording.tape == {MARKER: [True]}
+    assert Mint(recording.tape).marked(MARKER)
+    # Made before: its tape has a minted id per input item, handed out again in order.
+    old = Mint({"msg": ["msg_recorded1", "msg_recorded2"]})
+    assert not old.marked(MARKER)
+    assert MARKER not in old.tape
+    stored = input_items([{"role": "user", "content": "a"}], old.id)
+    assert stored[0]["id"] == "msg_recorded1"
+    assert old.id("msg") == "msg_recorded2"  # the answer's message id, as recorded
+
+
+async def test_a_create_call_derives_ids_only_when_its_input_is_the_whole_conversation():
+    memory = MemoryResponses()
+    response = {"id": "r1", "object": "response", "output": []}
+    memory.apply(ResponseSaved(StoredResponse("r1", response, [], None, 1.0)))
+
+    async def sealer() -> ReasoningSeal:
+        return ReasoningSeal()
+
+    async def ids_of(body: dict, derive: bool) -> list[str]:
+        create, _ = await prepare_create(
+            body, memory, sealer, store_default=True, ids=CountingIds(), history_ids=derive
+        )
+        return [item["id"] for item in create.input_items]
+
+    whole = [{"role": "user", "content": "continue"}]
+    assert (await ids_of({"input": whole}, True))[0].startswith("msg_")
+    assert await ids_of({"input": whole}, True) != ["msg_0001"]
+    assert await ids_of({"input": whole}, False) == ["msg_0001"]
+    chained = {"input": whole, "previous_response_id": "r1"}
+    assert await ids_of(chained, True) == ["msg_0001"]  # only the new items: minted
+    conversation = {"input": whole, "conversation": "conv_1"}
+    assert await ids_of(conversation, True) == ["msg_0001"]
