@@ -237,8 +237,9 @@ def _parse_block(block: bytes, events: list[SSEEvent]) -> None:
             and block.startswith(b"data: ", newline + 1)
             and block.find(b"\n", newline + 1) < 0
         ):
-            # "replace", as in the general path: a non-UTF-8 name must not raise out of feed().
-            name = block[7:newline].decode("utf-8", "replace")
+            # "replace", as in the general path: a non-UTF-8 name must not raise out of feed();
+            # an empty name is no name, as there.
+            name = block[7:newline].decode("utf-8", "replace") or None
             events.append((name, block[newline + 7 :]))
             return
     _parse_lines(block, events)
