@@ -293,6 +293,9 @@ async def test_a_follower_gets_new_events_as_they_are_stored_and_stops_at_the_en
     submit = store.submit  # type: ignore[attr-defined]
     submit(ResponseSaved(running("r1")))
     submit(ResponseEvents("r1", tuple((k, frame_of(k)) for k in range(3))))
+    # Stored before the follow starts: a follow that finds no response ends at once, and a
+    # loaded writer may not have committed the first batch yet.
+    await store.flush()  # type: ignore[attr-defined]
 
     async def read() -> StoredResponse | None:
         return await reader.response("r1")

@@ -52,10 +52,18 @@ from llmitm.responses_api.records import (
     StoredResponse,
 )
 from llmitm.store import postgres_content
+from llmitm.store.response_rows import (
+    LEASE_COLUMNS,
+    SEAL_KEY_NAME,
+    chunk_names,
+    id_key,
+    item_in,
+    lease_of,
+    records_of,
+    saved_rows,
+    serialised,
+)
 from llmitm.store.sqlite_content import cut
-from llmitm.store.sqlite_responses import SEAL_KEY_NAME, id_key, join_ids
-from llmitm.store.sqlite_responses import _saved_rows as saved_rows
-from llmitm.store.sqlite_responses import _serialised as serialised
 
 _COLUMNS = (
     "id, response, input_items, previous_response_id, created_at, expires_at, credential, "
@@ -285,29 +293,9 @@ async def apply_stale_ended(db: asyncpg.Connection, writes: Sequence[StaleRunEnd
 
 
 async def _records(db: asyncpg.Connection, rows: Sequence[Sequence[Any]]) -> list[StoredResponse]:
-    memo: dict[bytes, bytes] = {}
-    names = [bytes(n) for row in rows for n in row[7:9] if n is not None]
-    values = iter(await postgres_content.read(db, names, memo)) if names else iter(())
-    records = []
-    for row in rows:
-        rid, response, items, previous, created_at, expires_at, credential = row[:7]
-        input_items = orjson.loads(items)
-        if row[7] is not None:
-            input_items = join_ids(input_items, orjson.loads(next(values)))
-        if row[8] is not None:
-            response = next(values)
-        records.append(
-            StoredResponse(
-                id=str(rid),
-                response=orjson.loads(response),
-                input_items=input_items,
-                previous_response_id=previous,
-                created_at=float(created_at),
-                expires_at=float(expires_at) if expires_at is not None else None,
-                credential=credential,
-            )
-        )
-    return records
+    names = chunk_names(rows)
+    values = iter(await postgres_content.read(db, names, {})) if names else iter(())
+    return records_of(rows, values)
 
 
 async def read_response(
@@ -402,11 +390,8 @@ async def _item_of(
     item_id: str,
     credential: str | None,
 ) -> tuple[float, dict[str, Any]] | None:
-    record = await read_response(db, response_id, credential)
-    for item in record.items() if record else []:
-        if item.get("id") == item_id:
-            return created_at, item
-    return None
+    item = item_in(await read_response(db, response_id, credential), item_id)
+    return None if item is None else (created_at, item)
 
 
 async def read_events(db: asyncpg.Connection, response_id: str, after: int) -> list[bytes]:
@@ -439,24 +424,16 @@ async def read_pending(db: asyncpg.Connection, response_id: str) -> PendingRespo
     return PendingResponse(response_id, float(row[0]), row[1]) if row else None
 
 
-_LEASE = "response_id, owner, heartbeat_at, cancel_requested_at, delete_requested"
-
-
-def _lease(row: Sequence[Any]) -> RunLease:
-    cancel = float(row[3]) if row[3] is not None else None
-    return RunLease(str(row[0]), str(row[1]), float(row[2]), cancel, bool(row[4]))
-
-
 async def read_run_lease(db: asyncpg.Connection, response_id: str) -> RunLease | None:
     row = await db.fetchrow(
-        f"SELECT {_LEASE} FROM response_runs WHERE response_id = $1", response_id
+        f"SELECT {LEASE_COLUMNS} FROM response_runs WHERE response_id = $1", response_id
     )
-    return _lease(row) if row else None
+    return lease_of(row) if row else None
 
 
 async def read_owned_leases(db: asyncpg.Connection, owner: str) -> list[RunLease]:
-    rows = await db.fetch(f"SELECT {_LEASE} FROM response_runs WHERE owner = $1", owner)
-    return [_lease(row) for row in rows]
+    rows = await db.fetch(f"SELECT {LEASE_COLUMNS} FROM response_runs WHERE owner = $1", owner)
+    return [lease_of(row) for row in rows]
 
 
 async def read_secret(db: asyncpg.Connection, name: str) -> bytes | None:

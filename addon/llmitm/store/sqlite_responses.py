@@ -22,7 +22,6 @@ grows with the square of the turns.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -49,8 +48,17 @@ from llmitm.responses_api.records import (
     StoredResponse,
 )
 from llmitm.store import sqlite_content
-
-SEAL_KEY_NAME = "reasoning-seal"
+from llmitm.store.response_rows import (
+    LEASE_COLUMNS,
+    SEAL_KEY_NAME,
+    chunk_names,
+    id_key,
+    item_in,
+    lease_of,
+    records_of,
+    saved_rows,
+    serialised,
+)
 
 _COLUMNS = "id, response, input_items, previous_response_id, created_at, expires_at, credential"
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
@@ -58,36 +66,6 @@ _LIVE_R = "(r.expires_at IS NULL OR r.expires_at > ?)"
 # ``credential IS ?`` with NULL for "anyone's" would match only NULL rows: "? IS NULL OR …".
 _OWNED = "(? IS NULL OR credential = ?)"
 _OWNED_R = "(? IS NULL OR r.credential = ?)"
-
-
-def split_ids(items: list[dict[str, Any]]) -> tuple[list[str | None], list[dict[str, Any]]]:
-    """Input items as their ids and the items without them; an item whose first key is not
-    a string ``id`` keeps it and has ``None`` for id, so :func:`join_ids` restores each item
-    as it was, key order included."""
-    ids: list[str | None] = []
-    bare: list[dict[str, Any]] = []
-    for item in items:
-        item_id = item.get("id")
-        if isinstance(item_id, str) and next(iter(item)) == "id":
-            ids.append(item_id)
-            stripped = dict(item)  # a C-level copy, then one key off: key order is kept
-            del stripped["id"]
-            bare.append(stripped)
-        else:
-            ids.append(None)
-            bare.append(item)
-    return ids, bare
-
-
-def join_ids(ids: list[str | None], bare: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [item if i is None else {"id": i, **item} for i, item in zip(ids, bare, strict=True)]
-
-
-def id_key(ident: str) -> int:
-    """An id as the 64-bit key of ``response_input_ids`` (readers confirm hits by the id)."""
-    return int.from_bytes(
-        hashlib.blake2b(ident.encode(), digest_size=8).digest(), "little", signed=True
-    )
 
 
 async def _release(db: aiosqlite.Connection, where: str, params: tuple[Any, ...]) -> int:
@@ -106,12 +84,12 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
     store = sqlite_content.content_of(db)
     chunked = await store.ready(db)
     ids = orjson.dumps([w.record.id for w in writes]).decode()
-    values = [_serialised(w.record, chunked) for w in writes]
+    values = [serialised(w.record, chunked) for w in writes]
     weight = sum(len(items) + len(response) for _, items, response in values)
     while True:
         puts = store.session() if chunked else None
         rows, item_rows, input_keys = await sqlite_content.cut(
-            weight, _saved_rows, writes, values, puts
+            weight, saved_rows, writes, values, puts
         )
         if puts is None:
             break
@@ -156,66 +134,6 @@ _SAVED_BEFORE = (
     "SELECT input_chunk FROM responses WHERE id IN (SELECT value FROM json_each(?)) "
     "UNION ALL SELECT response_chunk FROM responses WHERE id IN (SELECT value FROM json_each(?))"
 )
-
-
-Serialised = tuple[list[str | None] | None, bytes, bytes]
-
-
-def _serialised(record: StoredResponse, chunked: bool) -> Serialised:
-    """A saved response's input items and Response object as JSON (``orjson``, at C speed:
-    done at once, so that :func:`_saved_rows` is weighed before it cuts them); with
-    ``chunked``, the items without their ids, and the ids."""
-    if not chunked:
-        return None, orjson.dumps(record.input_items), orjson.dumps(record.response)
-    ids, bare = split_ids(record.input_items)
-    return ids, orjson.dumps(bare), orjson.dumps(record.response)
-
-
-def _saved_rows(
-    writes: Sequence[ResponseSaved], serialised: list[Serialised], puts: sqlite_content.Puts | None
-) -> tuple[list[tuple[Any, ...]], list[tuple[str, str, bytes]], list[tuple[int, int]]]:
-    """The ``responses``, ``response_items`` and ``response_input_ids`` rows of ``writes``
-    (``serialised``: :func:`_serialised` of each); with ``puts``, the Response object and the
-    input items as chunks, output items only indexed (an empty ``item``: read from the
-    response), input items by key."""
-    rows: list[tuple[Any, ...]] = []
-    item_rows: list[tuple[str, str, bytes]] = []
-    input_keys: list[tuple[int, int]] = []
-    for w, (ids, items, response) in zip(writes, serialised, strict=True):
-        record = w.record
-        values: tuple[Any, ...]
-        if puts is not None:
-            input_chunk = puts.put("input_items", items)
-            response_chunk = puts.put("response", response)
-            key = id_key(record.id)
-            values = (b"", orjson.dumps(ids), input_chunk, response_chunk, key)
-            input_keys += [
-                (id_key(item["id"]), key)
-                for item in record.input_items
-                if isinstance(item.get("id"), str)
-            ]
-            output = record.response.get("output")
-            indexed = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
-        else:
-            values = (response, items)
-            indexed = record.items()
-        item_rows += [
-            (item["id"], record.id, b"" if puts is not None else orjson.dumps(item))
-            for item in indexed
-            if isinstance(item.get("id"), str)
-        ]
-        rows.append(
-            (
-                record.id,
-                *values[:2],
-                record.previous_response_id,
-                record.created_at,
-                record.expires_at,
-                record.credential,
-                *values[2:],
-            )
-        )
-    return rows, item_rows, input_keys
 
 
 async def apply_deleted(db: aiosqlite.Connection, writes: Sequence[ResponseDeleted]) -> None:
@@ -370,30 +288,22 @@ async def read_pending(db: aiosqlite.Connection, response_id: str) -> PendingRes
     return PendingResponse(response_id, float(row[0]), credential)
 
 
-_LEASE = "response_id, owner, heartbeat_at, cancel_requested_at, delete_requested"
-
-
-def _lease(row: Sequence[Any]) -> RunLease:
-    cancel = float(row[3]) if row[3] is not None else None
-    return RunLease(str(row[0]), str(row[1]), float(row[2]), cancel, bool(row[4]))
-
-
 async def read_run_lease(db: aiosqlite.Connection, response_id: str) -> RunLease | None:
     if not await _has_table(db, "response_runs"):
         return None
-    sql = f"SELECT {_LEASE} FROM response_runs WHERE response_id = ?"
+    sql = f"SELECT {LEASE_COLUMNS} FROM response_runs WHERE response_id = ?"
     async with db.execute(sql, (response_id,)) as cursor:
         row = await cursor.fetchone()
-    return _lease(row) if row else None
+    return lease_of(row) if row else None
 
 
 async def read_owned_leases(db: aiosqlite.Connection, owner: str) -> list[RunLease]:
     if not await _has_table(db, "response_runs"):
         return []
-    sql = f"SELECT {_LEASE} FROM response_runs WHERE owner = ?"
+    sql = f"SELECT {LEASE_COLUMNS} FROM response_runs WHERE owner = ?"
     async with db.execute(sql, (owner,)) as cursor:
         rows = await cursor.fetchall()
-    return [_lease(row) for row in rows]
+    return [lease_of(row) for row in rows]
 
 
 async def _chunked(db: aiosqlite.Connection) -> bool:
@@ -410,29 +320,9 @@ async def _columns(db: aiosqlite.Connection, prefix: str = "") -> str:
 
 
 async def _records(db: aiosqlite.Connection, rows: Sequence[Sequence[Any]]) -> list[StoredResponse]:
-    memo: dict[bytes, bytes] = {}
-    names = [bytes(n) for row in rows for n in row[7:9] if n is not None]
-    values = iter(await sqlite_content.read(db, names, memo)) if names else iter(())
-    records = []
-    for row in rows:
-        rid, response, items, previous, created_at, expires_at, credential = row[:7]
-        input_items = orjson.loads(items)
-        if row[7] is not None:
-            input_items = join_ids(input_items, orjson.loads(next(values)))
-        if row[8] is not None:
-            response = next(values)
-        records.append(
-            StoredResponse(
-                id=str(rid),
-                response=orjson.loads(response),
-                input_items=input_items,
-                previous_response_id=previous if isinstance(previous, str) else None,
-                created_at=float(created_at),
-                expires_at=float(expires_at) if expires_at is not None else None,
-                credential=credential if isinstance(credential, str) else None,
-            )
-        )
-    return records
+    names = chunk_names(rows)
+    values = iter(await sqlite_content.read(db, names, {})) if names else iter(())
+    return records_of(rows, values)
 
 
 async def read_response(
@@ -528,11 +418,8 @@ async def _item_of(
     item_id: str,
     credential: str | None,
 ) -> tuple[float, dict[str, Any]] | None:
-    record = await read_response(db, response_id, credential)
-    for item in record.items() if record else []:
-        if item.get("id") == item_id:
-            return created_at, item
-    return None
+    item = item_in(await read_response(db, response_id, credential), item_id)
+    return None if item is None else (created_at, item)
 
 
 async def read_events(db: aiosqlite.Connection, response_id: str, after: int) -> list[bytes]:
