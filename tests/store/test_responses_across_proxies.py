@@ -50,6 +50,9 @@ class Memory:
     def submit(self, write: object) -> None:
         self.state.apply(write)
 
+    async def flush(self) -> None:
+        """Nothing to wait for: each write is applied as it is submitted."""
+
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[object]:
