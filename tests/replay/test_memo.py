@@ -194,6 +194,9 @@ def test_bodies_the_memo_does_not_take() -> None:
     for _ in range(MAX_DEPTH):
         deep = [deep]
     assert memo.see(orjson.dumps({"input": [deep]}), KeyOptions()) is None  # redacted as bytes
+    # Deeper than orjson writes (255 levels; it reads 1024): not taken either, not raised.
+    deeper = b'{"input": [' + b"[" * 300 + b'"x"' + b"]" * 300 + b"]}"
+    assert memo.see(deeper, KeyOptions()) is None
 
 
 def test_parts_alike_at_both_ends_are_told_apart_and_all_kept() -> None:

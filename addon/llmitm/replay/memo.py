@@ -161,7 +161,12 @@ class RequestMemo:
         return Seen(orjson.dumps(redacted) if changed else content, redacted, canonical)
 
     def _part(self, name: str, item: bool, value: Any) -> _Part:
-        data = orjson.dumps(value)
+        try:
+            data = orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            # Nested past orjson's limit (255, where loads takes 1024): too deep for the memo,
+            # whose caller then keys and redacts the body whole, by its bytes.
+            return _Part(b"", value, False, False, True)
         part = self._parts.get((name, item), data)
         if part is not None:
             return part
