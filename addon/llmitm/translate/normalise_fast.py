@@ -227,12 +227,14 @@ def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
     frame that starts at an offset of a read of several: a literal ends at the first quote
     after its start. ``relay`` takes a chunk that is one frame, the proxy's usual read: its
     first and last fixed bytes are compared at both ends of the chunk, so the literals lie
-    between them. Either way ``orjson`` reading exactly the literal proves its quotes the
-    only unescaped ones (a literal that holds an escaped quote fails ``scan``; :meth:`match`,
-    which looks for the bytes that follow a literal, reads it). A literal without escapes is
-    orjson's own spelling: one whose text is as long as its bytes holds neither an escape
-    nor a non-ASCII byte, and else one without a backslash is checked in C; escapes go to
-    :meth:`match`. The obfuscation value must be ASCII letters and digits, as OpenAI's are.
+    between them. Either way the delta literal is then proven orjson's spelling of its text:
+    plain (see :data:`PLAIN`: no quote at all) and kept as its bytes, or read by ``orjson``,
+    which proves its quotes the only unescaped ones (a literal that holds an escaped quote
+    fails ``scan``; :meth:`match`, which looks for the bytes that follow a literal, reads
+    it). A literal it reads without escapes is orjson's own spelling: one whose text is as
+    long as its bytes holds neither an escape nor a non-ASCII byte, and else one without a
+    backslash is checked in C; escapes go to :meth:`match`. The obfuscation value must be
+    ASCII letters and digits, as OpenAI's are.
 
     Every call on these paths is one event of a conformant stream: slices compared with
     ``==`` cost less than ``startswith`` with an offset, and ``relay`` is the one Python
