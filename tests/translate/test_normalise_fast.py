@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -19,8 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmitm.translate import normalise_fast
 from llmitm.translate.context import ToolOrigin, TranslateOptions, TranslationContext
 from llmitm.translate.normalise import ResponsesNormaliser
+from llmitm.translate.normalise_fast import PLAIN, text_of
 from llmitm.translate.pipeline import RestoringNormaliser, StreamPipeline
 from llmitm.translate.responses_compat import CallRestorer
 from llmitm.wire.errors import ApiError
@@ -621,4 +625,129 @@ def test_the_layouts_upstreams_write_get_a_scanner(fields: tuple[str, ...]) -> N
     assert isinstance(normaliser, ResponsesNormaliser) and normaliser.template is not None
     assert normaliser.template.scan is not None
     assert unparsed == [2] and out[-2:] == frames[-2:]
-    assert normaliser.template.sink == ["a", " b", "é"]
+    # The first as the general path read it, the plain ASCII one as its bytes, the other read.
+    assert normaliser.template.sink == ["a", b" b", "é"]
+    assert text_of(normaliser.template.sink) == "a bé"
+
+
+# --- plain literals kept as their bytes --------------------------------------------------------
+
+# Characters that decide how a literal is kept: plain ASCII (kept as bytes), DEL (plain in
+# orjson's spelling), quotes, backslashes and control characters (escaped), and non-ASCII
+# text of every UTF-8 length, including U+2028 and an astral character.
+TRICKY = st.text(
+    st.one_of(
+        st.sampled_from('ab Z9~"\\/\x00\x01\x08\t\n\x0b\x1f\x7f\u00e9\u2028\u4e2d\U0001f600'),
+        st.characters(codec="utf-8"),
+    ),
+    max_size=6,
+)
+NOTHING_PLAIN = bytes((b + 1) % 256 for b in range(256))
+"""A :data:`PLAIN` that leaves no byte as it is: every literal is read with orjson as it
+comes, which is what the hot paths did for every delta before they kept plain bytes."""
+
+
+def _text_stream(texts: list[str], layout: str, spelling: str) -> list[bytes]:
+    """One message item whose text streams as ``texts`` and which the upstream leaves open (so
+    the normaliser writes its done events from what it kept), in one of the layouts upstreams
+    write, each delta's literal spelled by orjson or otherwise."""
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress",
+            "content": []}  # fmt: skip
+    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    head = [
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
+    ]
+    frames = [frame({**event, "sequence_number": k}) for k, event in enumerate(head)]
+    for k, text in enumerate(texts, start=len(head)):
+        marker = "\x00delta\x00"  # replaced by the literal as spelled
+        event: Event = {"type": "response.output_text.delta"}
+        if layout == "openai":
+            event |= {"sequence_number": k, **ids, "delta": marker, "obfuscation": "Zq9"}
+        elif layout == "number first":
+            event |= {"sequence_number": k, **ids, "delta": marker}
+        else:  # the fake upstream's and OpenRouter's: the number last
+            event |= {**ids, "delta": marker, "logprobs": [], "sequence_number": k}
+        data = orjson.dumps(event).replace(orjson.dumps(marker), _spelled(text, spelling))
+        frames.append(encode_typed(event["type"], data))
+    closing = {"type": "response.output_item.added", "output_index": 1,
+               "item": {**item, "id": "msg_2"}}  # fmt: skip
+    frames.append(frame({**closing, "sequence_number": len(head) + len(texts)}))
+    return frames
+
+
+def _spelled(text: str, spelling: str) -> bytes:
+    if spelling == "orjson":
+        return orjson.dumps(text)
+    if spelling == "ascii escapes":
+        return json.dumps(text).encode()
+    if spelling == "escaped slash":
+        return orjson.dumps(text).replace(b"/", b"\\/")
+    if spelling == "raw control":  # not JSON: a control character unescaped
+        return orjson.dumps(text).replace(b"\\n", b"\n").replace(b"\\u0001", b"\x01")
+    if spelling == "latin-1":  # not UTF-8
+        return b'"' + orjson.dumps(text)[1:-1].decode().encode("latin-1", "replace") + b'"'
+    raise AssertionError(spelling)
+
+
+SPELLINGS = st.sampled_from(["orjson", "ascii escapes", "escaped slash", "raw control", "latin-1"])
+LAYOUTS = st.sampled_from(["openai", "number first", "number last"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(TRICKY, min_size=1, max_size=8), LAYOUTS, st.lists(SPELLINGS, max_size=8))
+def test_plain_literals_kept_as_bytes_give_what_reading_each_gave(
+    texts: list[str], layout: str, spellings: list[str]
+) -> None:
+    """Whatever the deltas hold and however they are spelled, keeping plain literals as bytes
+    changes nothing the client gets: every chunk's output and the done events the normaliser
+    writes from what it kept are those of reading every literal as it comes."""
+    spelling = [spellings[k % len(spellings)] if spellings else "orjson" for k in range(8)]
+    frames = _text_stream(texts, layout, spelling[0])
+    for k in range(len(texts)):
+        frames[3 + k] = _text_stream(texts, layout, spelling[k])[3 + k]
+    kept = [pipeline_output_by_chunk(frames), pipeline_output([b"".join(frames)])]
+    with plain_table(NOTHING_PLAIN):
+        read = [pipeline_output_by_chunk(frames), pipeline_output([b"".join(frames)])]
+    assert kept == read
+    if all(s == "orjson" for s in spelling[: len(texts)]):
+        done = [e for e in sse_events(kept[1]) if e["type"] == "response.output_text.done"]
+        assert [e["text"] for e in done] == ["".join(texts)]
+        assert b"".join(kept[0]) == kept[1]
+
+
+def pipeline_output_by_chunk(chunks: list[bytes]) -> list[bytes]:
+    pipeline = StreamPipeline("normalise-responses", context())
+    out = [pipeline.feed(chunk) for chunk in chunks]
+    out.append(pipeline.close())
+    return out
+
+
+@contextmanager
+def plain_table(table: bytes) -> Iterator[None]:
+    """:data:`PLAIN` as ``table`` for the templates learned inside the ``with`` block."""
+    original = normalise_fast.PLAIN
+    normalise_fast.PLAIN = table
+    try:
+        yield
+    finally:
+        normalise_fast.PLAIN = original
+
+
+def test_plain_literals_are_kept_as_bytes_and_the_rest_as_text() -> None:
+    """What the relay keeps: a plain literal's bytes, any other literal's text; the item's
+    text is theirs joined."""
+    texts = ["Hel", "lo", ' "w', "örld", "\\", "\x7f", "~", "\n", "!"]
+    frames = _text_stream(texts, "number last", "orjson")
+    pipeline = StreamPipeline("normalise-responses", context())
+    outs = [pipeline.feed(chunk) for chunk in frames[:-1]]
+    assert all(out is chunk for out, chunk in zip(outs[4:], frames[4:-1], strict=True))
+    normaliser = pipeline._responses_norm
+    assert isinstance(normaliser, ResponsesNormaliser) and normaliser.template is not None
+    sink = normaliser.template.sink
+    assert sink == ["Hel", b"lo", ' "w', "örld", "\\", b"\x7f", b"~", "\n", b"!"]
+    assert text_of(sink) == "".join(texts)
+    assert [bytes([b]) for b in range(256) if PLAIN[b] == b] == [
+        bytes([b]) for b in range(0x20, 0x80) if b not in b'"\\'
+    ]

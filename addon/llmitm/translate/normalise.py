@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from llmitm.translate.context import TranslationContext
-from llmitm.translate.normalise_fast import DeltaTemplate
+from llmitm.translate.normalise_fast import DeltaTemplate, text_of
 from llmitm.wire.errors import (
     ApiError,
     normalise_error,
@@ -121,22 +121,22 @@ class _Item:
         self.name: str | None = added.get("name")
         self.content_index = -1
         self.closed = False
-        self.texts: dict[int, list[str]] = {}
+        self.texts: dict[int, list[str | bytes]] = {}
         self.annotations: dict[int, list[Any]] = {}
         self.part_types: dict[int, str] = {}
         self.open_parts: list[int] = []
-        self.summaries: dict[int, list[str]] = {}
+        self.summaries: dict[int, list[str | bytes]] = {}
         self.open_summaries: list[int] = []
-        self.args: list[str] = []
+        self.args: list[str | bytes] = []
         self.args_streamed = False
 
-    def text(self, content_index: int) -> list[str]:
+    def text(self, content_index: int) -> list[str | bytes]:
         texts = self.texts.get(content_index)
         if texts is None:
             texts = self.texts[content_index] = []
         return texts
 
-    def summary(self, summary_index: int) -> list[str]:
+    def summary(self, summary_index: int) -> list[str | bytes]:
         texts = self.summaries.get(summary_index)
         if texts is None:
             texts = self.summaries[summary_index] = []
@@ -152,23 +152,23 @@ class _Item:
             item["content"] = [
                 _part(
                     self.part_types.get(index, "output_text"),
-                    "".join(self.texts[index]),
+                    text_of(self.texts[index]),
                     self.annotations.get(index),
                 )
                 for index in sorted(self.texts)
             ]
         elif item_type == "reasoning":
             item["summary"] = [
-                {"type": "summary_text", "text": "".join(self.summaries[index])}
+                {"type": "summary_text", "text": text_of(self.summaries[index])}
                 for index in sorted(self.summaries)
             ]
             if self.texts:
                 item["content"] = [
-                    {"type": "reasoning_text", "text": "".join(self.texts[index])}
+                    {"type": "reasoning_text", "text": text_of(self.texts[index])}
                     for index in sorted(self.texts)
                 ]
         elif item_type in _ARGUMENT_STREAMS and (self.args or item_type == "function_call"):
-            item[_ARGUMENT_STREAMS[item_type][1]] = "".join(self.args)
+            item[_ARGUMENT_STREAMS[item_type][1]] = text_of(self.args)
         return item
 
 
@@ -497,7 +497,7 @@ class ResponsesNormaliser:
                 continue
             ids = {"item_id": item_id, "output_index": item.output_index}
             for index in item.open_summaries:
-                text = "".join(item.summary(index))
+                text = text_of(item.summary(index))
                 out.append(
                     self._synthetic(
                         "response.reasoning_summary_text.done", ids, summary_index=index, text=text
@@ -513,7 +513,7 @@ class ResponsesNormaliser:
                 )
             for index in item.open_parts:
                 kind = item.part_types.get(index, "output_text")
-                text = "".join(item.text(index))
+                text = text_of(item.text(index))
                 if kind == "output_text":
                     out.append(
                         self._synthetic(
@@ -642,7 +642,7 @@ class ResponsesNormaliser:
             event["name"] = item.name
         arguments = event.get(field)
         if not isinstance(arguments, str):
-            event[field] = "".join(item.args)
+            event[field] = text_of(item.args)
         elif not item.args_streamed and arguments:
             # Arguments only in the done event (LM Studio): send them as one delta first,
             # so done == concat(deltas) for clients that stream them.

@@ -20,10 +20,18 @@ accepts the sequence number the normaliser would write, in its canonical digits,
 literals that are orjson's own spelling of their value, so orjson's output is again the input.
 (``_loads`` of a literal ending at the slot's closing quote can only yield a string.)
 Each slot's key occurs once in the learned bytes, so it is the top-level key, not a nested one.
+
+The item's closing events need the text of its deltas, but reading each delta's literal with
+orjson is most of what a relayed delta costs. A literal of printable ASCII without a quote or
+a backslash is its own text, and orjson's spelling of it (orjson escapes only quotes,
+backslashes and control characters): the hot paths prove that with one table lookup per byte
+(:data:`PLAIN`) and keep its bytes, which :func:`text_of` turns into text when the item
+closes. Any other literal is read with orjson as it arrives, as before.
 """
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Any
 
 import orjson
@@ -33,6 +41,27 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 
 _SEQ, _DELTA, _OTHER = 0, 1, 2
+
+PLAIN = bytes(b if 0x20 <= b < 0x80 and b not in b'"\\' else 0x20 for b in range(256))
+"""A ``bytes.translate`` table that leaves a byte as it is when a JSON string literal holds it
+as its own character in orjson's spelling (printable ASCII and DEL, but for the quote and the
+backslash) and changes every other byte: ``body.translate(PLAIN) == body`` says the literal
+body ``body`` is its own text, byte for byte, in one C call."""
+
+
+def text_of(parts: list[str | bytes]) -> str:
+    """The text of an item's streamed deltas as the hot paths keep it: each part the text
+    itself (``str``) or the bytes of a literal that :data:`PLAIN` leaves as it is, which are
+    that text in ASCII. Runs of such bytes are joined and decoded at once."""
+    texts: list[str] = []
+    for kind, run in groupby(parts, type):
+        if kind is str:
+            texts.extend(run)  # type: ignore[arg-type]
+        else:
+            texts.append(b"".join(run).decode("ascii"))  # type: ignore[arg-type]
+    return "".join(texts)
+
+
 _SLOT_KEYS = ((b'"sequence_number":', _SEQ), (b'"delta":', _DELTA), (b'"obfuscation":', _OTHER))
 
 
@@ -62,7 +91,7 @@ class DeltaTemplate:
         parts: tuple[tuple[bytes, int, int, bytes | None], ...],
         tail: bytes,
         item: Any,
-        sink: list[str],
+        sink: list[str | bytes],
         counter: Any = None,
     ) -> None:
         self.event_type = event_type
@@ -78,7 +107,8 @@ class DeltaTemplate:
         self.item = item
         """The normaliser's record of the item: the template holds while it is open."""
         self.sink = sink
-        """Where the item's streamed text of this kind is kept (the delta is appended)."""
+        """Where the item's streamed text of this kind is kept (the delta is appended, as
+        text or as the bytes of a plain literal: :func:`text_of` reads it)."""
         self.scan, self.relay = _fast_paths(self, counter)
         """The hot paths (see :func:`_fast_paths`). ``scan(buffer, start, seq)`` is the end
         of the fitting frame at ``start`` (its text kept), else -1 (nothing kept: :meth:`match`
@@ -88,7 +118,12 @@ class DeltaTemplate:
 
     @classmethod
     def learn(
-        cls, event: dict[str, Any], data: bytes, item: Any, sink: list[str], counter: Any = None
+        cls,
+        event: dict[str, Any],
+        data: bytes,
+        item: Any,
+        sink: list[str | bytes],
+        counter: Any = None,
     ) -> DeltaTemplate | None:
         """The template of ``data``, which must be ``orjson.dumps(event)``: one normalised delta
         event whose output bytes are its input bytes. ``None`` when its slots are ambiguous.
@@ -192,12 +227,14 @@ def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
     frame that starts at an offset of a read of several: a literal ends at the first quote
     after its start. ``relay`` takes a chunk that is one frame, the proxy's usual read: its
     first and last fixed bytes are compared at both ends of the chunk, so the literals lie
-    between them. Either way ``orjson`` reading exactly the literal proves its quotes the
-    only unescaped ones (a literal that holds an escaped quote fails ``scan``; :meth:`match`,
-    which looks for the bytes that follow a literal, reads it). A literal without escapes is
-    orjson's own spelling: one whose text is as long as its bytes holds neither an escape
-    nor a non-ASCII byte, and else one without a backslash is checked in C; escapes go to
-    :meth:`match`. The obfuscation value must be ASCII letters and digits, as OpenAI's are.
+    between them. Either way the delta literal is then proven orjson's spelling of its text:
+    plain (see :data:`PLAIN`: no quote at all) and kept as its bytes, or read by ``orjson``,
+    which proves its quotes the only unescaped ones (a literal that holds an escaped quote
+    fails ``scan``; :meth:`match`, which looks for the bytes that follow a literal, reads
+    it). A literal it reads without escapes is orjson's own spelling: one whose text is as
+    long as its bytes holds neither an escape nor a non-ASCII byte, and else one without a
+    backslash is checked in C; escapes go to :meth:`match`. The obfuscation value must be
+    ASCII letters and digits, as OpenAI's are.
 
     Every call on these paths is one event of a conformant stream: slices compared with
     ``==`` cost less than ``startswith`` with an offset, and ``relay`` is the one Python
@@ -228,6 +265,7 @@ def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
     two = len(strings) == 2
     delta_first = strings[0] == _DELTA
     loads, decode_error, quote, backslash = _loads, _JSONDecodeError, _QUOTE, _BACKSLASH
+    plain = PLAIN
     match, frame_start = template.match, len(line)
 
     def literal_text(buffer: bytes, begin: int, end: int) -> str | None:
@@ -265,6 +303,10 @@ def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
                 begin, end = begin2, end2
             if not other.isalnum():
                 return -1
+        body = buffer[begin:end]
+        if body.translate(plain) == body:
+            keep(body)  # its own text (see PLAIN)
+            return after_end
         text = literal_text(buffer, begin, end)
         if text is None:
             return -1
@@ -292,6 +334,12 @@ def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
             else:
                 other, begin = chunk[begin:close], begin2
             usual = close >= 0 and chunk[close:begin2] == between and other.isalnum()
+        if usual and end >= begin:
+            body = chunk[begin:end]
+            if body.translate(plain) == body:
+                keep(body)  # its own text (see PLAIN)
+                counter.next_sequence = seq + 1
+                return True
         try:
             text = loads(chunk[begin - 1 : end + 1]) if usual else None
         except decode_error:
@@ -325,6 +373,12 @@ def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
         end = len(chunk) - len(after)
         if chunk[:begin_at] != head or chunk[end:] != after:
             return False
+        if end >= begin_at:  # (else the fixed start and end overlap)
+            body = chunk[begin_at:end]
+            if body.translate(plain) == body:
+                keep(body)  # its own text (see PLAIN)
+                counter.next_sequence = seq + 1
+                return True
         try:
             text = loads(chunk[begin_at - 1 : end + 1])
         except decode_error:
