@@ -177,13 +177,14 @@ async def test_pins_are_shared_and_expire(two) -> None:
             Pin("conversation", "route\x00model\x00c1", "z", 0.2),  # the latest wins
         ]
     )
-    assert await b.pinned("resp_1", "route\x00model\x00c1") == {
-        "response": "x",
-        "conversation": "z",
-    }
-    assert await b.pinned(None, "c2") == {}
+    assert await b.pinned([("resp_1", "route\x00model\x00c1"), (None, "c2"), ("resp_1", None)]) == [
+        {"response": "x", "conversation": "z"},
+        {},
+        {"response": "x"},
+    ]
+    assert await b.pinned([]) == []
     await asyncio.sleep(0.3)
-    assert await b.pinned("resp_1", "route\x00model\x00c1") == {"response": "x"}
+    assert await b.pinned([("resp_1", "route\x00model\x00c1")]) == [{"response": "x"}]
 
 
 async def test_the_schema_is_made_once(pg_dsn: str, postgres) -> None:

@@ -1,0 +1,47 @@
+"""Calls to the fleet's shared state asked in one turn of the event loop, made as one.
+
+A burst of requests asks the same kind of question many times at once (where does this
+conversation live? remember who served it): each would cost a round trip, a pooled
+connection and the driver's protocol work on the event loop. A :class:`TurnBatch` gathers the
+questions asked before the loop's next turn and makes one call for all of them; every caller
+gets its own answer, or ``None`` when the shared state did not answer (it then decides alone,
+as with any call through the link). Nothing waits longer than one turn to be sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from llmitm.addons.fleet_link import FleetLink
+
+
+class TurnBatch[Q, A]:
+    """``call`` answers a list of questions with a list of answers, in the same order."""
+
+    def __init__(
+        self, link: FleetLink, call: Callable[[Sequence[Q]], Awaitable[Sequence[A]]], name: str
+    ) -> None:
+        self.link = link
+        self.call = call
+        self.name = name
+        self._asked: list[tuple[Q, asyncio.Future[A | None]]] = []
+
+    async def ask(self, question: Q) -> A | None:
+        future: asyncio.Future[A | None] = asyncio.get_running_loop().create_future()
+        if not self._asked:
+            self.link.spawn(self._send(), self.name)
+        self._asked.append((question, future))
+        return await future
+
+    async def _send(self) -> None:
+        await asyncio.sleep(0)  # the rest of this turn's questions
+        asked, self._asked = self._asked, []
+        questions = [question for question, _ in asked]
+        answers: Sequence[A] | None = None
+        try:
+            answers = await self.link.call(lambda: self.call(questions))
+        finally:
+            for n, (_, future) in enumerate(asked):
+                if not future.done():  # a caller that went away wants nothing
+                    future.set_result(None if answers is None else answers[n])
