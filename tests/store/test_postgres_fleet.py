@@ -193,7 +193,13 @@ async def test_the_schema_is_made_once(pg_dsn: str, postgres) -> None:
     await first.close()
     await second.close()
     database = pg_dsn.rsplit("/", 1)[1]
-    assert postgres.psql("SELECT version FROM llmitm_fleet_schema", database).split() == ["1"]
+    assert postgres.psql("SELECT version FROM llmitm_fleet_schema", database).split() == ["1", "2"]
+    unlogged = postgres.psql(
+        "SELECT count(*) FROM pg_class WHERE relname LIKE 'llmitm_fleet_%'"
+        " AND relkind = 'r' AND relpersistence = 'u'",
+        database,
+    )
+    assert unlogged.split() == ["4"]  # the routing state; its schema table stays logged
 
 
 async def test_an_unreachable_database_fails_within_the_timeout() -> None:
