@@ -41,6 +41,8 @@ class TurnBatch[Q, A]:
         answers: Sequence[A] | None = None
         try:
             answers = await self.link.call(lambda: self.call(questions))
+            if answers is None:  # the link counted one decision taken alone; each caller's is
+                self.link.fallbacks += len(asked) - 1
         finally:
             for n, (_, future) in enumerate(asked):
                 if not future.done():  # a caller that went away wants nothing
