@@ -3,9 +3,13 @@
 A burst of requests asks the same kind of question many times at once (where does this
 conversation live? remember who served it): each would cost a round trip, a pooled
 connection and the driver's protocol work on the event loop. A :class:`TurnBatch` gathers the
-questions asked before the loop's next turn and makes one call for all of them; every caller
-gets its own answer, or ``None`` when the shared state did not answer (it then decides alone,
-as with any call through the link). Nothing waits longer than one turn to be sent.
+questions asked before the loop's next turn and makes one call for all of them, and while that
+call is out, gathers the next ones for the call after it (one call in flight at a time, as a
+database groups commits): answers of a burst end at different moments, and this catches them
+without a timer. Every caller gets its own answer, or ``None`` when the shared state did not
+answer (it then decides alone, as with any call through the link). A question waits at most
+for the call in flight and its own, each bounded by the link's timeout; one asked while none
+is in flight waits one turn.
 """
 
 from __future__ import annotations
@@ -26,17 +30,26 @@ class TurnBatch[Q, A]:
         self.call = call
         self.name = name
         self._asked: list[tuple[Q, asyncio.Future[A | None]]] = []
+        self._sending = False
 
     async def ask(self, question: Q) -> A | None:
         future: asyncio.Future[A | None] = asyncio.get_running_loop().create_future()
-        if not self._asked:
-            self.link.spawn(self._send(), self.name)
         self._asked.append((question, future))
+        if not self._sending:
+            self._sending = True
+            self.link.spawn(self._send(), self.name)
         return await future
 
     async def _send(self) -> None:
-        await asyncio.sleep(0)  # the rest of this turn's questions
-        asked, self._asked = self._asked, []
+        try:
+            await asyncio.sleep(0)  # the rest of this turn's questions
+            while self._asked:  # and those asked while the last call was out
+                asked, self._asked = self._asked, []
+                await self._call(asked)
+        finally:
+            self._sending = False
+
+    async def _call(self, asked: list[tuple[Q, asyncio.Future[A | None]]]) -> None:
         questions = [question for question, _ in asked]
         answers: Sequence[A] | None = None
         try:
