@@ -1,28 +1,50 @@
-"""Benchmark llmitm's store backends: the same proxy with its store in SQLite and in
-PostgreSQL, recording on, in the same run.
+"""What the PostgreSQL store costs the proxy against SQLite, recording and routing included:
+llmitm with a SQLite store (each proxy routing alone) against llmitm with a PostgreSQL store
+(the fleet's shared routing state on, as a user gets it), measured in the same run.
 
-Real processes on loopback, as ``scripts/bench_proxy.py`` starts them (its helpers are
-reused): the fake upstream, two ``llmitm run`` with the same config — one with
-``llmitm_store`` a SQLite file, one with a ``postgresql://`` URL to a real server started
-here (``tests/helpers/postgres.py``, ``durable=True``: fsync on, as a server normally runs),
-its password in ``PGPASSWORD``. Each round sends ``--concurrency`` concurrent streams of
-``--events`` text deltas through one proxy, then the other (the order alternates), and waits
-``--settle`` seconds for the recording writes to commit. Measured per round:
+Real processes on loopback, started with ``scripts/bench_proxy.py``'s helpers: the fake
+upstream, a PostgreSQL server (``tests/helpers/postgres.py``, ``durable=True``: fsync on, as a
+server normally runs; its password in ``PGPASSWORD``) and one ``llmitm run`` per setup, all
+with the same configuration and recording on:
 
-- each proxy process's CPU (its threads' schedstat runtime) per stream, the writes included;
-- the PostgreSQL server's own CPU per stream: the postmaster and every backend it forked
-  (the proxy's writer and readers), summed from /proc — work SQLite does inside the proxy.
+  sqlite          ``llmitm_store`` a SQLite file: per-process routing
+  postgres        ``llmitm_store`` a ``postgresql://`` URL: the fleet on (the default)
+  postgres-alone  the same with ``--set llmitm_fleet=false`` (opt in with ``--setups``):
+                  what the shared routing state costs apart from the store
+  postgres-code   with ``--code DIR``: the postgres setup running another checkout's llmitm
+                  (before/after a change, in the same run)
+
+Each PostgreSQL setup has a database of its own. Two routes, each endpoint capped above the
+load (so every request takes and frees a shared slot and none waits):
+
+  direct     one endpoint: mitmproxy's direct path
+  failover   two endpoints with affinity, every request a new conversation: a slot, a pin
+             look-up that misses, and a new pin written before the answer ends
+
+Each round sends ``--concurrency`` concurrent streams of ``--events`` text deltas per route to
+each setup, the setups in turn (reversed every other round), and waits ``--settle`` seconds
+after each wave for the recording writes to commit. Two shapes of load: a **burst** (the
+default: the streams start at once, unpaced) and **steady** traffic (``--event-delay-ms 50
+--spread-s 1``: starts spread over a second, each stream about a second long). Measured per
+wave: the proxy process's CPU per stream (its threads' schedstat runtime, the writes
+included) and the PostgreSQL server's own CPU per stream (postmaster and every backend, from
+/proc) — the work SQLite does inside the proxy.
 
     python scripts/bench_store_backends.py [--concurrency 64] [--events 200] [--runs 7]
+        [--event-delay-ms 0] [--spread-s 0] [--routes direct,failover]
+        [--setups sqlite,postgres[,postgres-alone]] [--code ../other-checkout]
+        [--profile DIR]   # each proxy under cProfile, its profile written there at exit
 
-Reports medians over the rounds and the ratio PostgreSQL / SQLite of the proxy's CPU (target
-at most 1.05). Logs stay in a temporary directory printed at the end.
+Reports per route the medians over the rounds, each setup's ratio to SQLite (the median of the
+per-round ratios, and their spread; target at most 1.05 for postgres). Logs stay in a
+temporary directory printed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import sys
@@ -32,84 +54,162 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import bench_proxy as bp
+import orjson
 
 sys.path.insert(0, str(bp.ROOT))
 from tests.helpers.postgres import postgres_server
 
 TARGET_RATIO = 1.05
 
+CONFIG = """\
+[routing]
+queue_size = 1000
+
+[endpoints.capped]
+kind = "compatible"
+base_url = "{upstream}/v1"
+apis = ["chat"]
+max_concurrency = 1000
+
+[endpoints.a]
+kind = "compatible"
+base_url = "{upstream}/v1"
+apis = ["chat"]
+max_concurrency = 1000
+
+[endpoints.b]
+kind = "compatible"
+base_url = "{upstream}/v1"
+apis = ["chat"]
+max_concurrency = 1000
+
+[[routes]]
+models = ["direct-*"]
+endpoints = ["capped"]
+
+[[routes]]
+models = ["failover-*"]
+endpoints = ["a", "b"]
+affinity = true
+"""
+
+ROUTES = {"direct": "capped", "failover": "a"}
+"""Each route's model prefix and the endpoint that answers it (the first healthy one)."""
+
+_conversations = itertools.count()
+
+
+class Conversation(bp.Setup):
+    """A route's chat stream that opens a new conversation on every request (so a route with
+    affinity looks its pin up and writes a new one each time)."""
+
+    def request(self, events: int, paced: bool) -> bytes:
+        body = orjson.dumps(
+            {
+                "model": self.model,
+                "messages": [{"role": "user", "content": f"Conversation {next(_conversations)}"}],
+                "stream": True,
+            }
+        )
+        pace = f";event_delay_ms={self.delay_ms}" if paced and self.delay_ms else ""
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\n"
+            f"host: 127.0.0.1:{self.port}\r\n"
+            "authorization: Bearer sk-bench\r\n"
+            "content-type: application/json\r\n"
+            "accept: text/event-stream\r\n"
+            f"x-fake-scenario: text;events={events}{pace}\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        )
+        return head.encode() + body
+
 
 @dataclass
-class Backend:
+class Proxy:
     name: str
-    setup: bp.Setup
-    proxy_cpu: list[float] = field(default_factory=list)
-    server_cpu: list[float] = field(default_factory=list)
+    pid: int
+    port: int
+    cpu: dict[str, list[float]] = field(default_factory=dict)
+    """Proxy CPU per stream, by route, one value per round."""
+    db: dict[str, list[float]] = field(default_factory=dict)
+    """Database server CPU per stream, by route, one value per round."""
 
 
-def process_tree_cpu(root: int) -> float:
-    """CPU seconds of ``root`` and its live children (PostgreSQL forks a backend per
-    connection; the connections of the measured proxy live as long as it does)."""
-    pids = [root]
+def server_cpu(postmaster: int) -> float:
+    """CPU seconds of the database server: the postmaster and every backend it forked (the
+    measured proxy's connections live as long as it does)."""
+    total = bp.cpu_seconds(postmaster)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as stat:
                 ppid = int(stat.read().rpartition(b")")[2].split()[1])
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if ppid == root:
-            pids.append(int(entry))
-    total = 0.0
-    for pid in pids:
-        try:
-            total += bp.cpu_seconds(pid)
+            if ppid == postmaster:
+                total += bp.cpu_seconds(int(entry))
         except (FileNotFoundError, ProcessLookupError):
             continue
     return total
 
 
-async def wave(setup: bp.Setup, concurrency: int, events: int) -> None:
-    await asyncio.gather(*(bp.stream(setup, events) for _ in range(concurrency)))
+async def one(proxy: Proxy, route: str, args: argparse.Namespace, delay: float) -> None:
+    await asyncio.sleep(delay)
+    setup = Conversation(route, route, "chat", "llmitm", f"{route}-x", ROUTES[route])
+    setup.port, setup.pid, setup.delay_ms = proxy.port, proxy.pid, args.event_delay_ms
+    await bp.stream(setup, args.events, paced=bool(args.event_delay_ms))
 
 
-async def measure(backends: list[Backend], server_pid: int, args: argparse.Namespace) -> None:
-    for setup in (b.setup for b in backends):  # warm-up: imports, first connections
-        await wave(setup, min(8, args.concurrency), args.events)
+async def wave(proxy: Proxy, route: str, args: argparse.Namespace) -> None:
+    """``--concurrency`` streams, all at once or their starts spread over ``--spread-s``."""
+    n = args.concurrency
+    await asyncio.gather(*(one(proxy, route, args, i * args.spread_s / n) for i in range(n)))
+
+
+async def measure(proxies: list[Proxy], postmaster: int, args: argparse.Namespace) -> None:
+    for proxy in proxies:  # warm-up: imports, first connections, first pins
+        for route in args.routes:
+            await wave(proxy, route, args)
     await asyncio.sleep(args.settle)
     for rnd in range(args.runs):
-        for backend in backends if rnd % 2 == 0 else backends[::-1]:
-            proxy0 = bp.cpu_seconds(backend.setup.pid)
-            server0 = process_tree_cpu(server_pid)
-            await wave(backend.setup, args.concurrency, args.events)
-            await asyncio.sleep(args.settle)  # the recording writes commit
-            backend.proxy_cpu.append(
-                (bp.cpu_seconds(backend.setup.pid) - proxy0) / args.concurrency
-            )
-            backend.server_cpu.append((process_tree_cpu(server_pid) - server0) / args.concurrency)
+        for proxy in proxies if rnd % 2 == 0 else proxies[::-1]:
+            for route in args.routes:
+                cpu, db = bp.cpu_seconds(proxy.pid), server_cpu(postmaster)
+                await wave(proxy, route, args)
+                await asyncio.sleep(args.settle)  # recordings, releases and pins commit
+                n = args.concurrency
+                proxy.cpu.setdefault(route, []).append((bp.cpu_seconds(proxy.pid) - cpu) / n)
+                proxy.db.setdefault(route, []).append((server_cpu(postmaster) - db) / n)
         bp.progress(f"round {rnd + 1}/{args.runs}")
 
 
-def report(backends: list[Backend], args: argparse.Namespace) -> list[str]:
-    sqlite, postgres = backends
-    lines = [
-        f"{args.concurrency} concurrent streams of {args.events} events, recording on, "
-        f"{args.runs} rounds (medians; CPU per stream, ms)",
-        f"{'':28} {'proxy CPU':>10} {'database server CPU':>20}",
-    ]
-    for backend in backends:
-        proxy = statistics.median(backend.proxy_cpu) * 1000
-        server = statistics.median(backend.server_cpu) * 1000
-        server_text = f"{server:.2f}" if backend is postgres else "– (in the proxy)"
-        lines.append(f"{backend.name:28} {proxy:10.2f} {server_text:>20}")
-    ratios = [p / s for p, s in zip(postgres.proxy_cpu, sqlite.proxy_cpu, strict=True)]
-    ratio = statistics.median(ratios)
-    verdict = "within" if ratio <= TARGET_RATIO else "OVER"
-    lines.append(
-        f"proxy CPU PostgreSQL / SQLite: {ratio:.3f}× (per-round ratios "
-        f"{min(ratios):.3f}–{max(ratios):.3f}; {verdict} the {TARGET_RATIO}× target)"
+def report(proxies: list[Proxy], args: argparse.Namespace) -> list[str]:
+    shape = (
+        f"steady (events every {args.event_delay_ms} ms, starts spread over {args.spread_s} s)"
+        if args.event_delay_ms or args.spread_s
+        else "burst (all at once, unpaced)"
     )
+    lines = [
+        f"{args.concurrency} concurrent chat streams of {args.events} events, {shape}, "
+        f"recording on, {args.runs} rounds; medians, CPU per stream in ms",
+        f"{'route':<9} {'setup':<15} {'proxy CPU':>9} {'÷ SQLite':>9} {'per-round ratios':>17}"
+        f" {'database CPU':>13}",
+    ]
+    sqlite = proxies[0]
+    for route in args.routes:
+        for proxy in proxies:
+            cpu = statistics.median(proxy.cpu[route]) * 1000
+            db = statistics.median(proxy.db[route]) * 1000
+            db_text = "(in proxy)" if proxy is sqlite else f"{db:.2f}"
+            if proxy is sqlite:
+                ratio_text, spread = "", ""
+            else:
+                ratios = [p / s for p, s in zip(proxy.cpu[route], sqlite.cpu[route], strict=True)]
+                ratio_text = f"{statistics.median(ratios):.3f}×"
+                spread = f"{min(ratios):.2f}–{max(ratios):.2f}"
+            lines.append(
+                f"{route:<9} {proxy.name:<15} {cpu:>9.2f} {ratio_text:>9} {spread:>17}"
+                f" {db_text:>13}"
+            )
     return lines
 
 
@@ -118,43 +218,58 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--settle", type=float, default=1.5, help="seconds after each wave")
-    return parser.parse_args()
+    parser.add_argument("--event-delay-ms", type=int, default=0, help="pace the fake's events")
+    parser.add_argument(
+        "--spread-s", type=float, default=0.0, help="spread the streams' starts over this long"
+    )
+    parser.add_argument("--settle", type=float, default=1.0, help="seconds after each wave")
+    parser.add_argument("--routes", default="direct,failover")
+    parser.add_argument("--setups", default="sqlite,postgres")
+    parser.add_argument("--code", help="also run the postgres setup with this checkout's code")
+    parser.add_argument("--profile", type=Path, help="write each proxy's cProfile here")
+    args = parser.parse_args()
+    args.routes = args.routes.split(",")
+    args.setups = args.setups.split(",")
+    if args.setups[0] != "sqlite":
+        parser.error("--setups starts with sqlite, the baseline")
+    if args.code:
+        args.setups.append("postgres-code")
+    return args
 
 
 def main() -> int:
     args = parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="llmitm-bench-store-"))
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        bp.PROFILE_DIR = args.profile.resolve()
     procs = bp.Processes(tmp)
     with postgres_server(durable=True) as server:
         try:
-            dsn = server.create_database()
-            upstream = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
-            config = bp.CONFIG.format(both=upstream, chat=upstream, responses=upstream)
-            backends = []
-            for name, store, env in (
-                ("llmitm · SQLite store", str(tmp / "store.db"), None),
-                ("llmitm · PostgreSQL store", dsn, server.env()),
-            ):
+            upstream = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
+            config = CONFIG.format(upstream=upstream)
+            proxies = []
+            for name in args.setups:
+                store, env, extra = str(tmp / "store.db"), None, []
+                if name != "sqlite":
+                    store, env = server.create_database(), server.env()
+                if name == "postgres-alone":
+                    extra = ["llmitm_fleet=false"]
                 port, pid = bp.start_llmitm(
                     procs,
                     upstream,
                     config,
-                    extra=[f"llmitm_store={store}", "llmitm_record=record"],
+                    extra=[f"llmitm_store={store}", "llmitm_record=record", *extra],
                     env=env,
-                    name="llmitm-" + name.split()[-2].lower(),
+                    name=f"llmitm-{name}",
+                    code=args.code if name == "postgres-code" else None,
                 )
-                setup = bp.Setup(name, name, "chat", "llmitm", "bench-pass", "both")
-                setup.port, setup.pid = port, pid
-                backends.append(Backend(name, setup))
+                proxies.append(Proxy(name, pid, port))
             assert server.process is not None
             started = time.monotonic()
-            asyncio.run(measure(backends, server.process.pid, args))
-            recorded = server.psql("SELECT count(*) FROM rec_interactions", dsn.rsplit("/", 1)[1])
-            lines = report(backends, args)
-            lines.append(
-                f"recordings in PostgreSQL: {recorded.strip()}; {time.monotonic() - started:.0f} s"
-            )
+            asyncio.run(measure(proxies, server.process.pid, args))
+            lines = report(proxies, args)
+            lines.append(f"{time.monotonic() - started:.0f} s")
         finally:
             procs.stop_all()
     print("\n".join(lines))

@@ -177,13 +177,14 @@ async def test_pins_are_shared_and_expire(two) -> None:
             Pin("conversation", "route\x00model\x00c1", "z", 0.2),  # the latest wins
         ]
     )
-    assert await b.pinned("resp_1", "route\x00model\x00c1") == {
-        "response": "x",
-        "conversation": "z",
-    }
-    assert await b.pinned(None, "c2") == {}
+    assert await b.pinned([("resp_1", "route\x00model\x00c1"), (None, "c2"), ("resp_1", None)]) == [
+        {"response": "x", "conversation": "z"},
+        {},
+        {"response": "x"},
+    ]
+    assert await b.pinned([]) == []
     await asyncio.sleep(0.3)
-    assert await b.pinned("resp_1", "route\x00model\x00c1") == {"response": "x"}
+    assert await b.pinned([("resp_1", "route\x00model\x00c1")]) == [{"response": "x"}]
 
 
 async def test_the_schema_is_made_once(pg_dsn: str, postgres) -> None:
@@ -192,7 +193,13 @@ async def test_the_schema_is_made_once(pg_dsn: str, postgres) -> None:
     await first.close()
     await second.close()
     database = pg_dsn.rsplit("/", 1)[1]
-    assert postgres.psql("SELECT version FROM llmitm_fleet_schema", database).split() == ["1"]
+    assert postgres.psql("SELECT version FROM llmitm_fleet_schema", database).split() == ["1", "2"]
+    unlogged = postgres.psql(
+        "SELECT count(*) FROM pg_class WHERE relname LIKE 'llmitm_fleet_%'"
+        " AND relkind = 'r' AND relpersistence = 'u'",
+        database,
+    )
+    assert unlogged.split() == ["4"]  # the routing state; its schema table stays logged
 
 
 async def test_an_unreachable_database_fails_within_the_timeout() -> None:

@@ -30,6 +30,7 @@ from typing import Any
 from mitmproxy import ctx
 from mitmproxy.addonmanager import Loader
 
+from llmitm.addons.fleet_batch import TurnBatch
 from llmitm.addons.fleet_link import FleetLink
 from llmitm.addons.fleet_slots import SharedSlots
 from llmitm.addons.settings import LlmitmSettings
@@ -55,6 +56,8 @@ class LlmFleet:
         self.settings = settings
         self.link: FleetLink | None = None
         self.slots: SharedSlots | None = None
+        self._lookups: TurnBatch[tuple[str | None, str | None], dict[str, str]] | None = None
+        self._new_pins: TurnBatch[Sequence[Pin], None] | None = None
         self._routing: Routing | None = None
         self._upkeep: asyncio.Task[None] | None = None
         self._joined = False
@@ -84,6 +87,8 @@ class LlmFleet:
             return None
         self.link = FleetLink(state)
         self.slots = SharedSlots(self.link)
+        self._lookups = TurnBatch(self.link, state.pinned, "llmitm fleet lookups")
+        self._new_pins = TurnBatch(self.link, partial(_pin_all, state), "llmitm fleet pins")
         # Returned: mitmproxy awaits it, so the first flows already share (or, when the
         # database does not answer within the timeout, start alone and join later).
         return asyncio.get_running_loop().create_task(self._start(state), name="llmitm fleet")
@@ -183,10 +188,11 @@ class LlmFleet:
         self, routing: Routing, previous_response_id: str | None, fingerprint: str | None
     ) -> None:
         """Teach ``routing`` the fleet's affinity for a request this proxy knows nothing of."""
-        if self.link is None or routing.knows(previous_response_id, fingerprint, time.monotonic()):
+        lookups = self._lookups
+        if lookups is None or routing.knows(previous_response_id, fingerprint, time.monotonic()):
             return
-        state = self.link.state
-        pins = await self.link.call(partial(state.pinned, previous_response_id, fingerprint))
+        # The look-ups of a burst's requests go in one statement.
+        pins = await lookups.ask((previous_response_id, fingerprint))
         if not pins:
             return
         now = time.monotonic()
@@ -213,9 +219,10 @@ class LlmFleet:
         new: bool,
     ) -> Awaitable[None] | None:
         """Tell the fleet who served a turn: at once when it is ``new`` (the caller awaits
-        it, bounded by the timeout, before the client's answer ends), else in the next batch."""
-        link = self.link
-        if link is None or not link.up:
+        it, bounded by the timeout, before the client's answer ends; the new pins of one turn
+        of the event loop in one statement), else in the next batch."""
+        link, new_pins = self.link, self._new_pins
+        if link is None or new_pins is None or not link.up:
             return None
         affinity = routing.affinity
         pins = []
@@ -224,7 +231,7 @@ class LlmFleet:
         if fingerprint:
             pins.append(Pin("conversation", fingerprint, endpoint, affinity.conversations.ttl))
         if new:
-            return link.call(partial(link.state.pin, pins))
+            return new_pins.ask(pins)
         if len(self._pins) + len(pins) > PINS_MAX:
             self.pins_dropped += len(pins)
             return None
@@ -282,3 +289,9 @@ class LlmFleet:
                 for m in members
             ],
         }
+
+
+async def _pin_all(state: FleetState, asked: Sequence[Sequence[Pin]]) -> list[None]:
+    """Several requests' new pins in one call."""
+    await state.pin([pin for pins in asked for pin in pins])
+    return [None] * len(asked)

@@ -127,8 +127,9 @@ class FleetState(abc.ABC):
         """Remember affinities for every proxy (a pin put again refreshes its TTL)."""
 
     @abc.abstractmethod
-    async def pinned(self, response_id: str | None, conversation: str | None) -> dict[str, str]:
-        """The live pins of a response id and a conversation key, by kind."""
+    async def pinned(self, asked: Sequence[tuple[str | None, str | None]]) -> list[dict[str, str]]:
+        """For each ``(response id, conversation key)`` asked (several requests' questions in
+        one call), the live pins of either, by kind."""
 
     @abc.abstractmethod
     async def members(self) -> list[Member]:

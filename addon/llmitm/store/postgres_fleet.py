@@ -262,16 +262,24 @@ class PostgresFleet(FleetState):
                 [p.ttl for p in latest.values()],
             )
 
-    async def pinned(self, response_id: str | None, conversation: str | None) -> dict[str, str]:
+    async def pinned(self, asked: Sequence[tuple[str | None, str | None]]) -> list[dict[str, str]]:
+        if not asked:
+            return []
         async with self._call(), self._conn() as conn:
             rows = await conn.fetch(
-                "SELECT kind, endpoint FROM llmitm_fleet_pins"
-                " WHERE ((kind = 'response' AND key = $1) OR (kind = 'conversation' AND key = $2))"
-                " AND expires_at > now()",
-                None if response_id is None else _key(response_id),
-                None if conversation is None else _key(conversation),
+                "SELECT q.n, p.kind, p.endpoint"
+                " FROM unnest($1::text[], $2::text[])"
+                " WITH ORDINALITY AS q (response, conversation, n)"
+                " JOIN llmitm_fleet_pins p ON ((p.kind = 'response' AND p.key = q.response)"
+                " OR (p.kind = 'conversation' AND p.key = q.conversation))"
+                " AND p.expires_at > now()",
+                [None if response is None else _key(response) for response, _ in asked],
+                [None if conversation is None else _key(conversation) for _, conversation in asked],
             )
-        return {row["kind"]: row["endpoint"] for row in rows}
+        answers: list[dict[str, str]] = [{} for _ in asked]
+        for row in rows:
+            answers[row["n"] - 1][row["kind"]] = row["endpoint"]
+        return answers
 
     # --- plumbing ---------------------------------------------------------------------------
 

@@ -134,4 +134,19 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         END $$;
         """,
     ),
+    (
+        2,
+        # Routing state is disposable and rewritten all the time: unlogged, a write costs no
+        # WAL record and a commit waits for no fsync (a new pin is awaited before an answer
+        # ends). A server crash empties these tables; the fleet then rebuilds itself: each
+        # proxy's heartbeat finds itself gone and joins again with the slots it holds, a
+        # take does the same, and affinity and cooldowns are learned anew. The slots go
+        # first: an unlogged table may reference a logged one, not the other way round.
+        """
+        ALTER TABLE llmitm_fleet_slots SET UNLOGGED;
+        ALTER TABLE llmitm_fleet_proxies SET UNLOGGED;
+        ALTER TABLE llmitm_fleet_cooldowns SET UNLOGGED;
+        ALTER TABLE llmitm_fleet_pins SET UNLOGGED;
+        """,
+    ),
 )
