@@ -225,6 +225,41 @@ async def test_a_lookup_waits_for_a_response_the_other_proxy_is_storing(backend:
         assert await WaitingReader(b, wait=60.0).response("r4") is None
 
 
+async def test_a_response_read_while_the_other_proxy_deletes_it_is_found_or_not_never_broken(
+    backend: Backend,
+) -> None:
+    """A read takes a response's row, then the chunks it names; the other proxy's delete
+    may release them in between. The reader gets the response or nothing, never an error."""
+    history = [{"role": "user", "content": f"turn {k} " + "x" * 3000} for k in range(40)]
+    async with backend.store("fleet") as a, backend.store("fleet") as b:
+        for round_ in range(20):
+            rid = f"r{round_}"
+            record = StoredResponse(
+                rid, running(rid).response, history, None, 1.0, credential="alice"
+            )
+            a.submit(ResponseSaved(record))
+            await a.flush()
+            seen = asyncio.Event()
+
+            async def read(rid: str = rid, seen: asyncio.Event = seen) -> int:
+                try:
+                    for reads in range(1, 500):  # until the delete shows
+                        found = await b.response(rid, "alice")
+                        if found is None:
+                            return reads
+                        assert found.input_items == history
+                        seen.set()
+                    raise AssertionError("the delete never showed")
+                finally:
+                    seen.set()  # a read that failed is raised below, not waited for
+
+            reading = asyncio.create_task(read())
+            await asyncio.wait_for(seen.wait(), 30)  # reading, then deleted under the reads
+            a.submit(ResponseDeleted(rid))
+            await a.flush()
+            assert await reading > 1
+
+
 def failed_by(reader: int) -> StoredResponse:
     response = {**running("r1").response, "status": "failed", "error": {"message": str(reader)}}
     return StoredResponse("r1", response, [], None, 1.0, credential="alice")

@@ -430,9 +430,14 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
             await pool.release(connection)
 
     @contextlib.asynccontextmanager
-    async def _reading(self, *, settled: bool = False) -> AsyncIterator[asyncpg.Connection]:
+    async def _reading(
+        self, *, settled: bool = False, snapshot: bool = False
+    ) -> AsyncIterator[asyncpg.Connection]:
         """A read connection; ``settled``: after the writes submitted before the call (for
-        a bounded time: an unreachable database fails the read instead)."""
+        a bounded time: an unreachable database fails the read instead); ``snapshot``: its
+        statements see one state of the database (a read-only repeatable-read transaction),
+        for a read of a row and then of the chunks it names, which another proxy may delete
+        or save anew in between."""
         if settled and not self.read_only:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.flush(), self._read_timeout)
@@ -441,7 +446,11 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
                 # Never migrated by this process (read-only, or started while it was down).
                 self.schema_version = await schema_version(db)
                 refuse_newer(self.schema_version, self._migrations)
-            yield db
+            if not snapshot:
+                yield db
+                return
+            async with db.transaction(isolation="repeatable_read", readonly=True):
+                yield db
 
     def _has_schema(self) -> bool:
         return self.schema_version >= 1
@@ -455,7 +464,7 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
     async def response(
         self, response_id: str, credential: str | None = None
     ) -> StoredResponse | None:
-        async with self._reading(settled=True) as db:
+        async with self._reading(settled=True, snapshot=True) as db:
             if not self._has_schema():
                 return None
             return await responses.read_response(db, response_id, credential)
@@ -463,7 +472,7 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
     async def chain(
         self, response_id: str, max_depth: int = 10_000, credential: str | None = None
     ) -> list[StoredResponse]:
-        async with self._reading(settled=True) as db:
+        async with self._reading(settled=True, snapshot=True) as db:
             if not self._has_schema():
                 return []
             return await responses.read_chain(db, response_id, max_depth, credential)
@@ -471,7 +480,7 @@ class PostgresStore(Store, ResponseReader, ConversationReader):
     async def items(
         self, item_ids: Sequence[str], credential: str | None = None
     ) -> dict[str, dict[str, Any]]:
-        async with self._reading(settled=True) as db:
+        async with self._reading(settled=True, snapshot=True) as db:
             if not self._has_schema():
                 return {}
             return await responses.read_items(db, item_ids, credential)

@@ -303,7 +303,9 @@ class SqliteStore(Store, ResponseReader, ConversationReader):
         self, response_id: str, credential: str | None = None
     ) -> StoredResponse | None:
         reader = await self._responses_reader()
-        return None if reader is None else await read_response(reader, response_id, credential)
+        if reader is None:
+            return None
+        return await _settled(lambda: read_response(reader, response_id, credential))
 
     async def chain(
         self, response_id: str, max_depth: int = 10_000, credential: str | None = None
@@ -311,13 +313,15 @@ class SqliteStore(Store, ResponseReader, ConversationReader):
         reader = await self._responses_reader()
         if reader is None:
             return []
-        return await read_chain(reader, response_id, max_depth, credential)
+        return await _settled(lambda: read_chain(reader, response_id, max_depth, credential))
 
     async def items(
         self, item_ids: Sequence[str], credential: str | None = None
     ) -> dict[str, dict[str, Any]]:
         reader = await self._responses_reader()
-        return {} if reader is None else await read_items(reader, item_ids, credential)
+        if reader is None:
+            return {}
+        return await _settled(lambda: read_items(reader, item_ids, credential))
 
     async def events(self, response_id: str, after: int = -1) -> list[bytes]:
         reader = await self._responses_reader()
@@ -518,3 +522,15 @@ def _create_private(path: Path) -> None:
     except FileExistsError:
         return
     os.close(fd)
+
+
+async def _settled[T](read: Callable[[], Awaitable[T]]) -> T:
+    """``read()``, once more if a chunk it needed was gone: the read connection runs each
+    statement on its own (reads of several coroutines share it, so it holds no transaction
+    open), and a writer — this process's or another's on the same file — may delete or save
+    anew a response between the read of its row and of its chunks. The second read sees
+    that change whole; a chunk missing twice is a damaged store, and raises."""
+    try:
+        return await read()
+    except LookupError:
+        return await read()
