@@ -21,7 +21,7 @@ from llmitm.store import blob_codec, postgres_content
 from llmitm.store.recording_rows import (
     attach_legs,
     chunk_names,
-    interaction_of,
+    interactions_of,
     order_legs,
     recording_rows,
     recording_weight,
@@ -186,10 +186,7 @@ async def _interactions(
     """Rows as interactions, their canonical texts read from chunks where they are kept."""
     names = chunk_names(rows, 21)
     texts = iter(await postgres_content.read(db, names, memo)) if names else iter(())
-    return [
-        interaction_of(row, next(texts).decode() if row[21] is not None else row[10])
-        for row in rows
-    ]
+    return interactions_of(rows, texts)
 
 
 async def list_interactions(

@@ -185,6 +185,15 @@ def interaction_of(row: Sequence[Any], canonical: str) -> Interaction:
     )
 
 
+def interactions_of(rows: Sequence[Sequence[Any]], texts: Iterator[bytes]) -> list[Interaction]:
+    """``rec_interactions`` rows as interactions without legs; ``texts``: the canonical texts
+    kept as chunks (:func:`chunk_names` of column 21), read in row order."""
+    return [
+        interaction_of(row, next(texts).decode() if row[21] is not None else row[10])
+        for row in rows
+    ]
+
+
 def chunk_names(rows: Sequence[Sequence[Any]], column: int) -> list[bytes]:
     """The chunk names in ``column`` of ``rows``, in row order (rows without one skipped)."""
     return [bytes(row[column]) for row in rows if row[column] is not None]
