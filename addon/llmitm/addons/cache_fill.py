@@ -58,11 +58,22 @@ class LlmCacheFill:
             logger.exception("llmitm: cache fill failed for %s", flow.request.pretty_url)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        PENDING.pop(flow, None)  # a cut or aborted answer is never kept
+        # A stream whose terminal event was relayed is whole even if the flow then ends in an
+        # error: the openai SDK closes a chat stream at ``[DONE]``, and when the body's end
+        # comes a moment later mitmproxy ends the flow as "client disconnected". Anything cut
+        # before its terminal event fails ``answer_complete`` and is never kept.
+        pending = PENDING.pop(flow, None)
+        if pending is None or pending.hit is not None or pending.tap is None:
+            return
+        if pending.decision.write:
+            try:
+                self._fill(flow, pending)
+            except Exception:
+                logger.exception("llmitm: cache fill failed for %s", flow.request.pretty_url)
 
     def _fill(self, flow: http.HTTPFlow, pending: Pending) -> None:
         response = flow.response
-        if response is None or flow.error is not None:
+        if response is None or (flow.error is not None and pending.tap is None):
             return
         state = flow_state(flow)
         planned = state if isinstance(state, FlowState) else None
