@@ -6,6 +6,8 @@ the body ends, and neither may lose the flow's usage or its record:
 
 - the client hangs up at the last event (the openai SDK stops reading a chat stream at
   ``[DONE]``), and mitmproxy ends the flow with "Client disconnected";
+- a Responses client hangs up at ``response.completed``: the Response it was given is
+  stored all the same, and its next turn's ``previous_response_id`` finds it;
 - llmitm is stopped (SIGTERM) while a client that has the last event waits for the body's end:
   the stop lets the flows in flight end first (``llmitm_stop_grace``).
 
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 import openai
+import orjson
 import pytest
 
 from .processes import fake_upstream, llmitm_proxy
@@ -47,11 +50,21 @@ name = "single"
 models = ["single-*"]
 endpoints = ["a"]
 
+[endpoints.chat-only]
+kind = "compatible"
+base_url = "{url}/v1"
+apis = ["chat"]
+
 [[routes]]
 name = "failover"
 models = ["failover-*"]
 endpoints = ["a", "b"]
 affinity = false
+
+[[routes]]
+name = "translated"
+models = ["translated-*"]
+endpoints = ["chat-only"]
 """
 
 END_DELAY_MS = 1500
@@ -139,3 +152,40 @@ def test_a_stop_keeps_a_stream_whose_client_has_its_last_event(
     assert rest == b"", (seen[-200:], rest[:200], log)
     assert "Client disconnected" not in log, log
     assert _counts(db) == (1, 1), log
+
+
+@pytest.mark.parametrize("route", [*ROUTES, "translated"])
+def test_a_responses_stream_the_client_left_at_completed_is_stored(
+    tmp_path: Path, route: str
+) -> None:
+    """The compatible endpoints' Responses state is llmitm's (emulated over a native
+    Responses server, or over chat): the client leaving at the terminal event, before the
+    body's end, must not cost it the next turn."""
+    body = {"model": f"{route}-model", "stream": True, "input": "hello"}
+    headers = {"authorization": "Bearer sk-client", **SCENARIO}
+    with (
+        fake_upstream(tmp_path) as fake,
+        llmitm_proxy(tmp_path, config=CONFIG.format(url=fake.url)) as proxy,
+    ):
+        with (
+            httpx.Client(timeout=30) as client,
+            client.stream(
+                "POST", f"{proxy.base_url()}/responses", json=body, headers=headers
+            ) as answer,
+        ):
+            assert answer.status_code == 200
+            seen = _read_to_last_event(answer.iter_raw(), b"event: response.completed")
+        # The client has hung up; the upstream's body ends only in END_DELAY_MS.
+        completed = seen.rsplit(b"event: response.completed", 1)[1]
+        response_id = orjson.loads(completed.split(b"data: ", 1)[1].split(b"\n", 1)[0])["response"][
+            "id"
+        ]
+        sdk = openai.OpenAI(base_url=proxy.base_url(), api_key="sk-client", max_retries=0)
+        stored = sdk.responses.retrieve(response_id)
+        assert stored.status == "completed"
+        assert stored.output_text == "Hello from the fake upstream."
+        second = sdk.responses.create(
+            model=f"{route}-model", input="and again", previous_response_id=response_id
+        )
+        assert second.output_text == "Hello from the fake upstream."
+    assert proxy.process.returncode == 0, proxy.log_text()

@@ -2,11 +2,11 @@
 its id and stores the finished one (:class:`LlmResponsesStateWriter`).
 
 Once the router has planned a create call, a translated response gets the id of its
-``response.created``, its terminal event, ``GET`` and the chain; in ``response`` the final
-Response object is stored (or, for a native endpoint, who owns the id it minted — unless
-the endpoint's ``state`` is emulated: then its own Response, as the client got it, is stored
-under its id). A
-``background`` call is taken over just after, by :mod:`llmitm.addons.background`. A stored
+``response.created``, its terminal event, ``GET`` and the chain. In ``response`` (or in
+``error``, when the client left after the terminal event) the final Response object is
+stored — or, for a native endpoint, who owns the id it minted, unless the endpoint's
+``state`` is emulated: then its own Response, as the client got it, is stored under its id.
+A ``background`` call is taken over just after, by :mod:`llmitm.addons.background`. A stored
 call's id is marked pending in the store as it goes upstream, for the other proxies that
 may share the store (:mod:`llmitm.responses_api.waiting`).
 """
@@ -124,6 +124,16 @@ class LlmResponsesStateWriter:
                 self._keep(flow, create, native=native is not None, store=stores)
         except Exception:  # storing must never cost the client its answer
             logger.exception("llmitm: failed to store the response of %s", flow.request.url)
+        _KEPT.pop(flow, None)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        # A client may hang up at the terminal event, before the body's end (or the upstream
+        # may drop the connection there): the Response it was given is whole and is stored
+        # as if the flow had ended cleanly. A stream cut before its terminal event has no
+        # final Response, so nothing of it is stored.
+        response = flow.response
+        if response is not None and response.stream:
+            self.response(flow)
         _KEPT.pop(flow, None)
 
     def _native(self, flow: http.HTTPFlow, create: CreateCall) -> bool | None:
