@@ -267,6 +267,17 @@ def report(proxies: list[Proxy], args: argparse.Namespace) -> list[str]:
                 f"{route:<9} {proxy.name:<15} {cpu:>9.2f} {ratio_text:>9} {spread:>17}"
                 f" {db_text:>13}"
             )
+    code = next((p for p in proxies if p.name == "postgres-code"), None)
+    postgres = next((p for p in proxies if p.name == "postgres"), None)
+    if code is not None and postgres is not None:
+        # The two PostgreSQL setups against each other, round by round: what the change
+        # itself did, with SQLite's own noise out of the ratio.
+        lines.append("postgres ÷ postgres-code, per round: median (spread)")
+        for route in args.routes:
+            ratios = [a / b for a, b in zip(postgres.cpu[route], code.cpu[route], strict=True)]
+            lines.append(
+                f"{route:<9} {statistics.median(ratios):.3f}× ({min(ratios):.2f}–{max(ratios):.2f})"
+            )
     if args.statements:
         lines += statement_report(proxies, args)
     return lines
