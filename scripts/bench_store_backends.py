@@ -19,7 +19,7 @@ load (so every request takes and frees a shared slot and none waits):
 
   direct     one endpoint: mitmproxy's direct path
   failover   two endpoints with affinity, every request a new conversation: a slot, a pin
-             look-up that misses, and a new pin written before the answer ends
+             look-up that misses, and a new pin (written with the slot's take)
 
 Each round sends ``--concurrency`` concurrent streams of ``--events`` text deltas per route to
 each setup, the setups in turn (reversed every other round), and waits ``--settle`` seconds
