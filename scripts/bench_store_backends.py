@@ -19,7 +19,7 @@ load (so every request takes and frees a shared slot and none waits):
 
   direct     one endpoint: mitmproxy's direct path
   failover   two endpoints with affinity, every request a new conversation: a slot, a pin
-             look-up that misses, and a new pin written before the answer ends
+             look-up that misses, and a new pin (written with the slot's take)
 
 Each round sends ``--concurrency`` concurrent streams of ``--events`` text deltas per route to
 each setup, the setups in turn (reversed every other round), and waits ``--settle`` seconds
@@ -34,10 +34,16 @@ included) and the PostgreSQL server's own CPU per stream (postmaster and every b
         [--event-delay-ms 0] [--spread-s 0] [--routes direct,failover]
         [--setups sqlite,postgres[,postgres-alone]] [--code ../other-checkout]
         [--profile DIR]   # each proxy under cProfile, its profile written there at exit
+        [--statements]    # also count the statements each wave sends the server, by kind
 
 Reports per route the medians over the rounds, each setup's ratio to SQLite (the median of the
 per-round ratios, and their spread; target at most 1.05 for postgres). Logs stay in a
 temporary directory printed at the end.
+
+``--statements`` turns on the server's ``log_statement = all`` and reports, per PostgreSQL
+setup and route, the median number of statements a wave sent (asyncpg's pipelined
+``executemany`` counts each row's execution), by kind. Logging every statement costs the
+server and the disk: read the CPU figures of such a run as a rough guide only.
 """
 
 from __future__ import annotations
@@ -50,8 +56,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import bench_proxy as bp
 import orjson
@@ -133,6 +141,48 @@ class Proxy:
     """Proxy CPU per stream, by route, one value per round."""
     db: dict[str, list[float]] = field(default_factory=dict)
     """Database server CPU per stream, by route, one value per round."""
+    database: str = ""
+    """Its database's name (empty for SQLite)."""
+    statements: dict[str, list[Counter[str]]] = field(default_factory=dict)
+    """With ``--statements``: the statements of each wave by kind, by route."""
+
+
+STATEMENT_KINDS = (
+    ("llmitm_fleet_take", "slot take"),
+    ("llmitm_fleet_release", "slot release"),
+    ("INSERT INTO llmitm_fleet_pins", "pin write"),
+    ("llmitm_fleet_pins", "pin look-up"),
+    ("llmitm_fleet", "fleet, other"),
+)
+"""How a logged statement is told apart (the first match wins); any other is the store's."""
+
+
+class StatementLog:
+    """The server's log of every statement (``log_statement = all``), read wave by wave."""
+
+    def __init__(self, server: Any) -> None:
+        self.path = server.datadir.parent / "server.log"
+        server.psql("ALTER SYSTEM SET log_statement = 'all'")
+        server.psql("ALTER SYSTEM SET log_line_prefix = '@%d '")
+        server.psql("SELECT pg_reload_conf()")
+        self.offset = self.path.stat().st_size
+
+    def since_last(self) -> dict[str, Counter[str]]:
+        """The statements logged since the last call, by database and kind."""
+        with self.path.open("rb") as log:
+            log.seek(self.offset)
+            text = log.read().decode(errors="replace")
+            self.offset = log.tell()
+        counts: dict[str, Counter[str]] = {}
+        for line in text.splitlines():
+            database, _, rest = line.partition(" ")
+            if not database.startswith("@") or not (
+                rest.startswith("LOG:  statement: ") or rest.startswith("LOG:  execute ")
+            ):
+                continue
+            kind = next((k for marker, k in STATEMENT_KINDS if marker in rest), "store")
+            counts.setdefault(database[1:], Counter())[kind] += 1
+        return counts
 
 
 def server_cpu(postmaster: int) -> float:
@@ -165,11 +215,15 @@ async def wave(proxy: Proxy, route: str, args: argparse.Namespace) -> None:
     await asyncio.gather(*(one(proxy, route, args, i * args.spread_s / n) for i in range(n)))
 
 
-async def measure(proxies: list[Proxy], postmaster: int, args: argparse.Namespace) -> None:
+async def measure(
+    proxies: list[Proxy], postmaster: int, args: argparse.Namespace, log: StatementLog | None
+) -> None:
     for proxy in proxies:  # warm-up: imports, first connections, first pins
         for route in args.routes:
             await wave(proxy, route, args)
     await asyncio.sleep(args.settle)
+    if log is not None:
+        log.since_last()
     for rnd in range(args.runs):
         for proxy in proxies if rnd % 2 == 0 else proxies[::-1]:
             for route in args.routes:
@@ -179,6 +233,9 @@ async def measure(proxies: list[Proxy], postmaster: int, args: argparse.Namespac
                 n = args.concurrency
                 proxy.cpu.setdefault(route, []).append((bp.cpu_seconds(proxy.pid) - cpu) / n)
                 proxy.db.setdefault(route, []).append((server_cpu(postmaster) - db) / n)
+                if log is not None:  # the settle let the wave's last writes commit
+                    counted = log.since_last().get(proxy.database, Counter())
+                    proxy.statements.setdefault(route, []).append(counted)
         bp.progress(f"round {rnd + 1}/{args.runs}")
 
 
@@ -210,6 +267,36 @@ def report(proxies: list[Proxy], args: argparse.Namespace) -> list[str]:
                 f"{route:<9} {proxy.name:<15} {cpu:>9.2f} {ratio_text:>9} {spread:>17}"
                 f" {db_text:>13}"
             )
+    code = next((p for p in proxies if p.name == "postgres-code"), None)
+    postgres = next((p for p in proxies if p.name == "postgres"), None)
+    if code is not None and postgres is not None:
+        # The two PostgreSQL setups against each other, round by round: what the change
+        # itself did, with SQLite's own noise out of the ratio.
+        lines.append("postgres ÷ postgres-code, per round: median (spread)")
+        for route in args.routes:
+            ratios = [a / b for a, b in zip(postgres.cpu[route], code.cpu[route], strict=True)]
+            lines.append(
+                f"{route:<9} {statistics.median(ratios):.3f}× ({min(ratios):.2f}–{max(ratios):.2f})"
+            )
+    if args.statements:
+        lines += statement_report(proxies, args)
+    return lines
+
+
+def statement_report(proxies: list[Proxy], args: argparse.Namespace) -> list[str]:
+    kinds = [kind for _, kind in STATEMENT_KINDS] + ["store"]
+    lines = [
+        f"statements per wave of {args.concurrency} streams (medians; heartbeats included)",
+        f"{'route':<9} {'setup':<15} {'all':>5} " + " ".join(f"{k:>13}" for k in kinds),
+    ]
+    for route in args.routes:
+        for proxy in proxies:
+            waves = proxy.statements.get(route)
+            if not proxy.database or not waves:
+                continue
+            total = statistics.median(sum(c.values()) for c in waves)
+            each = " ".join(f"{statistics.median(c[k] for c in waves):>13g}" for k in kinds)
+            lines.append(f"{route:<9} {proxy.name:<15} {total:>5g} {each}")
     return lines
 
 
@@ -227,6 +314,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--setups", default="sqlite,postgres")
     parser.add_argument("--code", help="also run the postgres setup with this checkout's code")
     parser.add_argument("--profile", type=Path, help="write each proxy's cProfile here")
+    parser.add_argument(
+        "--statements", action="store_true", help="count each wave's statements (log_statement)"
+    )
     args = parser.parse_args()
     args.routes = args.routes.split(",")
     args.setups = args.setups.split(",")
@@ -250,9 +340,10 @@ def main() -> int:
             config = CONFIG.format(upstream=upstream)
             proxies = []
             for name in args.setups:
-                store, env, extra = str(tmp / "store.db"), None, []
+                store, env, extra, database = str(tmp / "store.db"), None, [], ""
                 if name != "sqlite":
                     store, env = server.create_database(), server.env()
+                    database = store.rsplit("/", 1)[1]
                 if name == "postgres-alone":
                     extra = ["llmitm_fleet=false"]
                 port, pid = bp.start_llmitm(
@@ -264,10 +355,11 @@ def main() -> int:
                     name=f"llmitm-{name}",
                     code=args.code if name == "postgres-code" else None,
                 )
-                proxies.append(Proxy(name, pid, port))
+                proxies.append(Proxy(name, pid, port, database=database))
             assert server.process is not None
+            log = StatementLog(server) if args.statements else None
             started = time.monotonic()
-            asyncio.run(measure(proxies, server.process.pid, args))
+            asyncio.run(measure(proxies, server.process.pid, args, log))
             lines = report(proxies, args)
             lines.append(f"{time.monotonic() - started:.0f} s")
         finally:

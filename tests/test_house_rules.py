@@ -234,7 +234,32 @@ def backend_outside_store(modules: tuple[Module, ...]) -> list[str]:
 
 
 def _is_backend(name: str) -> bool:
-    return any(name == b or name.startswith((b + ".", b + "_")) for b in BACKEND_MODULES)
+    return _backend_of(name, BACKEND_MODULES) is not None
+
+
+def _backend_of(name: str, backends: tuple[str, ...]) -> str | None:
+    return next((b for b in backends if name == b or name.startswith((b + ".", b + "_"))), None)
+
+
+BACKENDS = ("llmitm.store.sqlite", "llmitm.store.postgres")
+"""The store's backends, each with its ``_…`` modules."""
+
+
+def backend_in_other_backend(modules: tuple[Module, ...]) -> list[str]:
+    """A backend's modules import no other backend's: what both use lives in a neutral
+    module of the store (``api``, ``content_chunks``, ``recording_rows``, …)."""
+    found = []
+    for module in modules:
+        own = _backend_of(module.name, BACKENDS)
+        if own is None:
+            continue
+        for node, name, names in _imports(module.tree):
+            for candidate in (name, *(f"{name}.{n}" for n in names)):
+                other = _backend_of(candidate, BACKENDS)
+                if other is not None and other != own:
+                    found.append(f"{_where(module, node)} imports {candidate}")
+                    break
+    return found
 
 
 def _io_in(module: Module) -> Iterator[str]:
@@ -418,6 +443,10 @@ def test_no_code_above_the_store_knows_its_backend() -> None:
     assert backend_outside_store(_modules()) == []
 
 
+def test_no_store_backend_imports_another() -> None:
+    assert backend_in_other_backend(_modules()) == []
+
+
 def test_the_sans_io_packages_do_no_file_or_socket_io() -> None:
     assert io_in_sans_io(_modules(), KNOWN_IO) == []
 
@@ -458,6 +487,11 @@ def test_the_rules_catch_modules_that_break_them() -> None:
     ]
     neutral = _parse("llmitm.cli.ok", "from llmitm.store import store_for\n")
     assert backend_outside_store((neutral, store)) == []
+    pg = _parse("llmitm.store.postgres_x", "from llmitm.store.sqlite_content import TABLE\n")
+    pg_ok = _parse("llmitm.store.postgres_y", "from llmitm.store import postgres_content\n")
+    assert backend_in_other_backend((pg, pg_ok)) == [
+        "llmitm.store.postgres_x:1 imports llmitm.store.sqlite_content"
+    ]
 
     core = _parse(
         "llmitm.translate.leak",

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from llmitm.addons.fleet_link import FleetLink
-from llmitm.addons.fleet_slots import SharedSlots
+from llmitm.addons.fleet_slots import SharedSlots, SlotPin
 from llmitm.routing.limits import Limiter, WaitPolicy
 from llmitm.store.postgres_fleet import PostgresFleet
 
@@ -73,6 +73,21 @@ async def test_an_endpoint_without_a_cap_costs_no_database_call(two) -> None:
     lease = await one.take("free")
     assert lease is not None and not one.slots.held
     lease.release()
+
+
+async def test_a_new_conversations_pin_goes_with_its_slot(two) -> None:
+    one, other = two
+    pin = SlotPin("route\x00m\x00c1", 60)
+    first = await one.slots.take(one.limiter, [("e", "m")], pin)
+    assert first is not None and pin.endpoint == "e"
+    assert await other.link.state.pinned([(None, pin.key)]) == [{"conversation": "e"}]
+    # An endpoint without a cap takes no shared slot to carry a pin: the answer writes it.
+    other_pin = SlotPin("route\x00m\x00c2", 60)
+    free = await one.slots.take(one.limiter, [("free", "m")], other_pin)
+    assert free is not None and other_pin.endpoint is None
+    assert await other.link.state.pinned([(None, other_pin.key)]) == [{}]
+    first.release()
+    free.release()
 
 
 @pytest.mark.timing  # woken within a bound

@@ -62,6 +62,18 @@ state = "native"
 base_url = "{b}/v1"
 apis = ["chat", "responses"]
 
+[endpoints.ca]
+kind = "compatible"
+base_url = "{a}/v1"
+apis = ["chat"]
+max_concurrency = 50
+
+[endpoints.cb]
+kind = "compatible"
+base_url = "{b}/v1"
+apis = ["chat"]
+max_concurrency = 50
+
 [[routes]]
 models = ["cap-*"]
 endpoints = ["capped"]
@@ -73,6 +85,11 @@ endpoints = ["a", "b"]
 [[routes]]
 models = ["w-*"]
 endpoints = ["a", "b"]
+strategy = "weighted"
+
+[[routes]]
+models = ["wc-*"]
+endpoints = ["ca", "cb"]
 strategy = "weighted"
 """
 
@@ -237,18 +254,21 @@ def test_conversations_and_response_ids_follow_their_endpoint_across_proxies(
     f: Fleet, pair
 ) -> None:
     one, two = (openai.OpenAI(base_url=p.base_url(), api_key="sk-x", max_retries=0) for p in pair)
-    homes, followed = [], []
-    for i in range(6):  # weighted 1:1: each follow is a coin toss without shared pins
-        history = [{"role": "user", "content": f"Conversation {i}."}]
-        raw = one.chat.completions.with_raw_response.create(model="w-chat", messages=history)
-        homes.append(raw.headers["x-llmitm-endpoint"])
-        history += [
-            {"role": "assistant", "content": raw.parse().choices[0].message.content},
-            {"role": "user", "content": "And again."},
-        ]
-        raw = two.chat.completions.with_raw_response.create(model="w-chat", messages=history)
-        followed.append(raw.headers["x-llmitm-endpoint"])
-    assert followed == homes
+    # Uncapped endpoints (a new conversation's pin written as its answer ends) and capped
+    # ones (written with its slot's take).
+    for model in ("w-chat", "wc-chat"):
+        homes, followed = [], []
+        for i in range(6):  # weighted 1:1: each follow is a coin toss without shared pins
+            history = [{"role": "user", "content": f"Conversation {i} on {model}."}]
+            raw = one.chat.completions.with_raw_response.create(model=model, messages=history)
+            homes.append(raw.headers["x-llmitm-endpoint"])
+            history += [
+                {"role": "assistant", "content": raw.parse().choices[0].message.content},
+                {"role": "user", "content": "And again."},
+            ]
+            raw = two.chat.completions.with_raw_response.create(model=model, messages=history)
+            followed.append(raw.headers["x-llmitm-endpoint"])
+        assert followed == homes, model
     homes, followed = [], []
     for i in range(6):
         raw = one.responses.with_raw_response.create(model="w-resp", input=f"Turn one of {i}.")

@@ -187,6 +187,28 @@ async def test_pins_are_shared_and_expire(two) -> None:
     assert await b.pinned([("resp_1", "route\x00model\x00c1")]) == [{"response": "x"}]
 
 
+async def test_a_take_pins_the_conversations_of_the_slots_it_took(two) -> None:
+    a, _, b, _ = two
+    assert await took(b, slot(0, cap=2))
+    pinned = [
+        Slot("s1", "e", "m", 2, None, Pin("conversation", "c1", "e", 60)),
+        Slot("s2", "e", "m", 2, None, Pin("conversation", "c2", "e", 60)),  # the cap is full
+        Slot("s3", "d", "m", 5, None, Pin("conversation", "c3", "d", 60)),
+        Slot("s4", "f", "m", 5, None, Pin("conversation", "c3", "f", 60)),  # c3 again: last
+        Slot("s5", "f", "m", 5, None),
+    ]
+    assert await a.take(pinned) == {"s1": True, "s2": False, "s3": True, "s4": True, "s5": True}
+    assert await b.pinned([(None, "c1"), (None, "c2"), (None, "c3")]) == [
+        {"conversation": "e"},
+        {},
+        {"conversation": "f"},
+    ]
+    # Taken again for another endpoint (a failover's next attempt): the pin moves with it.
+    assert await a.take([Slot("s6", "d", "m", 5, None, Pin("conversation", "c1", "d", 60))])
+    assert await b.pinned([(None, "c1")]) == [{"conversation": "d"}]
+    assert await a.slots_held() == 6
+
+
 async def test_the_schema_is_made_once(pg_dsn: str, postgres) -> None:
     first, _ = await member(pg_dsn)
     second, _ = await member(pg_dsn)

@@ -22,7 +22,7 @@ from llmitm.responses_api.records import (
     ResponsesPurged,
     StoredResponse,
 )
-from llmitm.store import MIGRATIONS, SqliteStore, Store, content, sqlite_content
+from llmitm.store import MIGRATIONS, SqliteStore, Store, content, content_chunks
 from llmitm.store.folder import read_folder, write_folder
 from llmitm.store.memory_responses import MemoryResponses
 from llmitm.store.raw_values import database_values
@@ -394,7 +394,7 @@ async def test_heavy_values_are_cut_off_the_event_loop_and_read_back_identical(
         assert await check(store) == []
     # A value that heavy alone is cut off the loop (lighter ones may be, with the others of
     # their write); a light write is cut at once.
-    heavy = [thread for thread, size in threads if size >= sqlite_content.OFF_LOOP_BYTES]
+    heavy = [thread for thread, size in threads if size >= content_chunks.OFF_LOOP_BYTES]
     assert heavy and loop_thread not in heavy
     assert any(thread == loop_thread for thread, size in threads if size < 1_000)
 

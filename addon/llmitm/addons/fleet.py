@@ -8,10 +8,14 @@ and leaves in ``done`` (freeing this proxy's slots at once). While it is a membe
   take their slots through :meth:`LlmFleet.taker`);
 - a cooldown this proxy starts is written for all, and one another proxy starts reaches this
   proxy's routing by NOTIFY (and by a re-read at each heartbeat, in case a notice was lost);
-- affinity pins (response id → endpoint, conversation → endpoint): a new one is written before
-  the client hears the end of the answer that made it (so its next turn finds it on any
-  proxy), a refresh in the next small batch; a request whose affinity this proxy does not
-  know asks the shared table first (:meth:`LlmFleet.lookup`).
+- affinity pins (response id → endpoint, conversation → endpoint): a new one is in the shared
+  table before the client hears the end of the answer that made it (so its next turn finds
+  it on any proxy), a refresh goes in the next small batch; a request whose affinity this
+  proxy does not know asks the shared table first (:meth:`LlmFleet.lookup`). A new
+  conversation's pin goes with its request's slot (:meth:`LlmFleet.slot_pin`: in the take
+  statement, before the request reaches its endpoint); a new response id's pin, and a
+  conversation's whose endpoint has no cap (no slot to carry it), are written as the answer
+  ends, and the answer's end waits for them.
 
 With a local store (SQLite) or none, or ``--set llmitm_fleet=false``, nothing here runs and
 each proxy decides alone. When the database is unreachable the same holds until it answers
@@ -32,7 +36,7 @@ from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.fleet_batch import TurnBatch
 from llmitm.addons.fleet_link import FleetLink
-from llmitm.addons.fleet_slots import SharedSlots
+from llmitm.addons.fleet_slots import SharedSlots, SlotPin
 from llmitm.addons.settings import LlmitmSettings
 from llmitm.routing.engine import Routing
 from llmitm.routing.limits import Key, Lease
@@ -173,16 +177,26 @@ class LlmFleet:
         if self.link is not None:
             await self.link.call(partial(self._catch_up, self.link.state))
 
-    def taker(self, routing: Routing) -> SlotTaker | None:
-        """How ``routing``'s requests take slots in the fleet; ``None`` without a fleet."""
+    def taker(self, routing: Routing, pin: SlotPin | None = None) -> SlotTaker | None:
+        """How ``routing``'s requests take slots in the fleet (a request's ``pin`` with its
+        slot); ``None`` without a fleet."""
         if self.link is None or self.slots is None:
             return None
         slots = self.slots
 
         async def take(candidates: Sequence[Key]) -> Lease | None:
-            return await slots.take(routing.limiter, candidates)
+            return await slots.take(routing.limiter, candidates, pin)
 
         return take
+
+    def slot_pin(self, routing: Routing, fingerprint: str | None) -> SlotPin | None:
+        """The pin a request's take carries: its conversation's, when neither this proxy nor
+        (after :meth:`lookup`) the fleet knows where it lives — a new conversation."""
+        if self.link is None or fingerprint is None:
+            return None
+        if routing.knows(None, fingerprint, time.monotonic()):
+            return None  # known: its answer refreshes the pin (in a batch) or moves it
+        return SlotPin(fingerprint, routing.affinity.conversations.ttl)
 
     async def lookup(
         self, routing: Routing, previous_response_id: str | None, fingerprint: str | None
@@ -217,10 +231,12 @@ class LlmFleet:
         response_id: str | None,
         fingerprint: str | None,
         new: bool,
+        slot_pin: SlotPin | None = None,
     ) -> Awaitable[None] | None:
         """Tell the fleet who served a turn: at once when it is ``new`` (the caller awaits
         it, bounded by the timeout, before the client's answer ends; the new pins of one turn
-        of the event loop in one statement), else in the next batch."""
+        of the event loop in one statement), else in the next batch. A conversation's pin
+        that went with the request's slot (``slot_pin``, on this endpoint) is there already."""
         link, new_pins = self.link, self._new_pins
         if link is None or new_pins is None or not link.up:
             return None
@@ -228,8 +244,10 @@ class LlmFleet:
         pins = []
         if response_id:
             pins.append(Pin("response", response_id, endpoint, affinity.responses.ttl))
-        if fingerprint:
+        if fingerprint and not (new and slot_pin is not None and slot_pin.endpoint == endpoint):
             pins.append(Pin("conversation", fingerprint, endpoint, affinity.conversations.ttl))
+        if not pins:
+            return None
         if new:
             return new_pins.ask(pins)
         if len(self._pins) + len(pins) > PINS_MAX:

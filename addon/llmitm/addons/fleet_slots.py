@@ -14,6 +14,10 @@ when a slot frees — by NOTIFY from any proxy, first waiter first (FIFO within 
 proxies, whoever asks first after the release) — or re-tries every :data:`POLL_S` in case a
 notice was lost; at the end, the usual 429 with ``Retry-After``.
 
+A new conversation's pin goes with its request's take (:class:`SlotPin`): the endpoint is
+known once its slot is, the pin is in the shared table before the request reaches the
+endpoint, and it costs neither a statement of its own nor a wait before the answer ends.
+
 When the shared state does not answer, a slot is this process's alone (the link counts the
 decision) and a waiter keeps waiting on this process's releases. A shared release that fails
 is kept and retried by the upkeep, so no row is left behind while this proxy lives; after its
@@ -31,13 +35,29 @@ from dataclasses import dataclass, field
 
 from llmitm.addons.fleet_link import FleetLink
 from llmitm.routing.limits import Key, Lease, Limiter
-from llmitm.store.fleet import Slot
+from llmitm.store.fleet import Pin, Slot
 
 POLL_S = 1.0
 """A waiter re-tries at least this often, notice or not."""
 RELEASE_BATCH_S = 0.01
 """Shared releases within this long go in one statement. This proxy's own count is freed at
 once (its waiters are woken at once); other proxies see the slot free this much later."""
+
+
+@dataclass(slots=True)
+class SlotPin:
+    """A request's new conversation (``key``), to pin to the endpoint of the shared slot it
+    takes, with the take."""
+
+    key: str
+    ttl: float
+    endpoint: str | None = None
+    """The endpoint of the last slot the fleet gave with this pin: where the shared table
+    pins it (``None``: not written; a slot taken alone, or on an endpoint without a cap, has
+    no shared row to carry it)."""
+
+    def on(self, endpoint: str) -> Pin:
+        return Pin("conversation", self.key, endpoint, self.ttl)
 
 
 @dataclass(eq=False, slots=True)
@@ -67,10 +87,13 @@ class SharedSlots:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    async def take(self, limiter: Limiter, candidates: Sequence[Key]) -> Lease | None:
+    async def take(
+        self, limiter: Limiter, candidates: Sequence[Key], pin: SlotPin | None = None
+    ) -> Lease | None:
         """A slot on the first of ``candidates`` with room across the fleet, else the first
-        freed within the queue's timeout; ``None`` when the queue is full or time is up."""
-        lease = await self._try(limiter, candidates)
+        freed within the queue's timeout; ``None`` when the queue is full or time is up.
+        ``pin`` goes with the shared slot taken (``pin.endpoint`` says whether it went)."""
+        lease = await self._try(limiter, candidates, pin)
         if lease is not None:
             return lease
         wait = limiter.wait
@@ -85,14 +108,16 @@ class SharedSlots:
                 waiter.woken.clear()
                 with contextlib.suppress(TimeoutError):  # a poll: re-try without a notice
                     await asyncio.wait_for(waiter.woken.wait(), min(remaining, POLL_S))
-                lease = await self._try(limiter, candidates)
+                lease = await self._try(limiter, candidates, pin)
                 if lease is not None:
                     return lease
             return None
         finally:
             self._waiters.remove(waiter)
 
-    async def _try(self, limiter: Limiter, candidates: Sequence[Key]) -> Lease | None:
+    async def _try(
+        self, limiter: Limiter, candidates: Sequence[Key], pin: SlotPin | None = None
+    ) -> Lease | None:
         for endpoint, model in candidates:
             lease = limiter.try_acquire(endpoint, model)
             if lease is None:
@@ -101,8 +126,17 @@ class SharedSlots:
             model_cap = limiter.cap(endpoint, model) if model is not None else None
             if cap is None and model_cap is None:
                 lease.then(lambda endpoint=endpoint: self.freed(endpoint))
+                if pin is not None:
+                    pin.endpoint = None  # no shared row: the answer shares it
                 return lease
-            slot = Slot(f"{self._prefix}-{next(self._ids)}", endpoint, model, cap, model_cap)
+            slot = Slot(
+                f"{self._prefix}-{next(self._ids)}",
+                endpoint,
+                model,
+                cap,
+                model_cap,
+                None if pin is None else pin.on(endpoint),
+            )
             self.held[slot.id] = slot  # before the call: a timed-out take may still land
             asked = self.link.up
             try:
@@ -114,6 +148,8 @@ class SharedSlots:
                 del self.held[slot.id]
                 lease.release()
                 continue
+            if pin is not None:
+                pin.endpoint = endpoint if taken else None
             if taken is None:  # decided alone
                 if asked:  # the call may have landed before it timed out: free that row
                     self._release(slot)

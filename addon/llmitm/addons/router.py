@@ -222,7 +222,10 @@ class LlmRouter:
         headers = relayed_headers(client, client_key_of(flow, self.settings))
         config = self.settings.config
         routing = self.routing
-        take = self.fleet.taker(routing) if self.fleet is not None else None
+        take = None
+        if self.fleet is not None:
+            routed.slot_pin = self.fleet.slot_pin(routing, routed.fingerprint)
+            take = self.fleet.taker(routing, routed.slot_pin)
         job, state = hand_over(routed, api, prepare, headers, routing, config, relay, take)
         flow.metadata[METADATA_KEY] = state
         flow.request.headers["accept-encoding"] = "identity"
@@ -258,8 +261,11 @@ class LlmRouter:
         new = routing.served(endpoint, now, response_id=response_id, fingerprint=routed.fingerprint)
         if self.fleet is not None and self.fleet.active:
             # A new pin is shared before the client hears the end of this answer, so its next
-            # turn finds it on any proxy; a refresh goes with the next batch.
-            return self.fleet.share_turn(routing, endpoint, response_id, routed.fingerprint, new)
+            # turn finds it on any proxy (a new conversation's went with its slot); a refresh
+            # goes with the next batch.
+            return self.fleet.share_turn(
+                routing, endpoint, response_id, routed.fingerprint, new, routed.slot_pin
+            )
         return None
 
     def error(self, flow: http.HTTPFlow) -> None:

@@ -17,6 +17,7 @@ from llmitm.translate.context import TranslationContext
 from llmitm.wire.ids import Mint
 
 if TYPE_CHECKING:
+    from llmitm.addons.fleet_slots import SlotPin
     from llmitm.relay.client import UpstreamRequest
     from llmitm.relay.failover import FailoverJob
     from llmitm.routing.config import Route
@@ -42,6 +43,8 @@ class Routed:
     previous_response_id: str | None = None
     previous_owner: str | None = None
     """The endpoint the store remembers minting ``previous_response_id`` (survives restarts)."""
+    slot_pin: SlotPin | None = None
+    """A fleet's new conversation: its pin goes to the shared table with its slot's take."""
     overhead: float = 0.0
     """Seconds llmitm spent on this flow before the answer's head (not upstream time)."""
     lease: Lease | None = None

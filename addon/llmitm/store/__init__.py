@@ -4,7 +4,8 @@
 programs against; ``sqlite`` is the embedded SQLite implementation; ``writer`` is the
 non-blocking write queue every backend shares; ``migrations`` holds the SQLite schema steps.
 ``content`` cuts large values (request bodies, canonical texts, stored input items) into
-content-addressed chunks shared across turns and across recordings and Responses state, and
+content-addressed chunks shared across turns and across recordings and Responses state;
+``content_chunks`` turns a writer's values into the chunk table's rows, and
 ``sqlite_content`` keeps them, reference-counted, in one table. ``postgres`` (with its
 ``postgres_*`` modules) is the same store over a PostgreSQL database that several proxies
 share; ``open.store_for`` picks the backend from where the store lives.

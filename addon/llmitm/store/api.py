@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, Self
 
@@ -52,6 +52,16 @@ class UsageRow:
     cached_tokens: int
     output_tokens: int
     reasoning_tokens: int
+
+
+def to_us(at: datetime) -> int:
+    """A usage record's time as every backend's ``usage`` table keeps it: UTC microseconds
+    since the epoch; a naive datetime counts as UTC."""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    delta = at - datetime(1970, 1, 1, tzinfo=UTC)
+    # Exact integer arithmetic: timestamp() goes through a float.
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 @dataclass(frozen=True, slots=True)

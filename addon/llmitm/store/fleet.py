@@ -38,6 +38,9 @@ class Slot:
     model: str | None
     cap: int | None
     model_cap: int | None
+    pin: Pin | None = None
+    """An affinity to remember for every proxy once this slot is taken (its ``endpoint`` is
+    this slot's): a new conversation's, known where the request goes before it gets there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +111,9 @@ class FleetState(abc.ABC):
     async def take(self, slots: Sequence[Slot]) -> dict[str, bool]:
         """Take each of ``slots`` (by id: whether it was taken) if its endpoint and
         endpoint-model are under their caps across the whole fleet — atomically (two proxies
-        never both take the last one), first come first served among slots of one endpoint."""
+        never both take the last one), first come first served among slots of one endpoint.
+        The pin of each slot taken is put as :meth:`pin` puts it, in the same call (of one
+        key's pins among the slots taken, the last one's)."""
 
     @abc.abstractmethod
     async def release(self, slots: Sequence[Slot]) -> None:

@@ -29,7 +29,7 @@ import asyncpg
 
 from llmitm.store import blob_codec, content
 from llmitm.store.content import LEAF, Bases
-from llmitm.store.sqlite_content import OWNER_COLUMNS, TABLE, Puts
+from llmitm.store.content_chunks import OWNER_COLUMNS, TABLE, Puts
 
 __all__ = [
     "OWNER_COLUMNS",
@@ -73,10 +73,10 @@ class PgContentStore:
 
 
 class PgPuts(Puts):
-    """The values one applier call stores (``sqlite_content.Puts``), committed with a locking
+    """The values one applier call stores (``content_chunks.Puts``), committed with a locking
     existence check. :meth:`replacing` takes a query with ``$n`` parameters here."""
 
-    async def commit(self, db: asyncpg.Connection) -> bool:  # type: ignore[override]
+    async def commit(self, db: asyncpg.Connection) -> bool:
         rows = self.rows(await self._locked(db, self.wanted()))
         if rows is None:
             return False

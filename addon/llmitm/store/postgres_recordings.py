@@ -18,6 +18,7 @@ import asyncpg
 
 from llmitm.replay.model import Interaction
 from llmitm.store import blob_codec, postgres_content
+from llmitm.store.content_chunks import cut
 from llmitm.store.recording_rows import (
     attach_legs,
     chunk_names,
@@ -34,7 +35,6 @@ from llmitm.store.recordings import (
     RekeyRecording,
     ReplayMissRecord,
 )
-from llmitm.store.sqlite_content import cut
 
 _INTERACTION_COLUMNS = (
     "id", "session", "started_us", "scope", "match_key", "match_key_version", "method", "route",

@@ -52,6 +52,7 @@ from llmitm.responses_api.records import (
     StoredResponse,
 )
 from llmitm.store import postgres_content
+from llmitm.store.content_chunks import cut
 from llmitm.store.response_rows import (
     LEASE_COLUMNS,
     SEAL_KEY_NAME,
@@ -63,7 +64,6 @@ from llmitm.store.response_rows import (
     saved_rows,
     serialised,
 )
-from llmitm.store.sqlite_content import cut
 
 _COLUMNS = (
     "id, response, input_items, previous_response_id, created_at, expires_at, credential, "

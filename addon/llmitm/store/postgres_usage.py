@@ -9,8 +9,7 @@ from datetime import datetime
 import asyncpg
 
 from llmitm.exchange.usage import UsageRecord
-from llmitm.store.api import GROUP_BY, GroupBy, UsageRow
-from llmitm.store.sqlite_usage import to_us
+from llmitm.store.api import GROUP_BY, GroupBy, UsageRow, to_us
 
 # Fixed SQL per grouping, never formatted from the caller's value.
 _GROUP_EXPR: dict[GroupBy, str] = {

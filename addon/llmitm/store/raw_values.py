@@ -15,7 +15,7 @@ from pathlib import Path
 
 from llmitm.errors import StoreError
 from llmitm.store import blob_codec, content
-from llmitm.store.sqlite_content import TABLE as CHUNKS
+from llmitm.store.content_chunks import TABLE as CHUNKS
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 

@@ -21,8 +21,8 @@ import orjson
 
 from llmitm.replay.model import LEGS, Chunk, Interaction, Message, Pieces
 from llmitm.store import blob_codec
+from llmitm.store.content_chunks import Puts
 from llmitm.store.recordings import RecordingWrite
-from llmitm.store.sqlite_content import Puts
 
 _TIMED = b"LLMIDX\x02\xff"
 """Opens an index of layout 2; as layout 1's first offset it would be ~1400 years before."""

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from llmitm.responses_api.records import ResponseSaved, RunLease, StoredResponse
-from llmitm.store.sqlite_content import Puts
+from llmitm.store.content_chunks import Puts
 
 SEAL_KEY_NAME = "reasoning-seal"
 """The ``llmitm_secrets`` row of the key that seals reasoning (``responses_api.seal``)."""

@@ -6,7 +6,8 @@ one row.
 
 Each chunk row counts its references: one per owner column that names it (a recording leg,
 an interaction's canonical text, a stored response…) and one per reference from a recipe.
-Owners put their values through a :class:`Puts` (which adds their references) and call
+Owners put their values through a ``Puts`` (``store.content_chunks``: which adds their
+references; :class:`SqlitePuts` commits them here) and call
 :meth:`ContentStore.release` when they are deleted or replaced; a chunk whose count falls to
 zero is deleted, and releases the chunks its recipe refers to in turn. Everything happens in
 the writer's transaction, so a crash leaves counts and rows as the last commit had them.
@@ -23,32 +24,18 @@ running beside it could delete one in between.
 
 from __future__ import annotations
 
-import asyncio
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import aiosqlite
 
 from llmitm.store import blob_codec, content
 from llmitm.store.content import LEAF, Bases
+from llmitm.store.content_chunks import OWNER_COLUMNS, TABLE, Puts, cut
 
-TABLE = "store_chunks"
-
-ChunkRow = tuple[bytes, str, int, int, str, bytes]
-"""One upsert row of the chunk table: name, kind, references to add, size, codec, data."""
-
-OFF_LOOP_BYTES = 256 << 10
-"""Values weighing this much and more are cut on a worker thread (:func:`cut`)."""
-
-OWNER_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("rec_messages", "body_chunk"),
-    ("rec_interactions", "canonical_chunk"),
-    ("responses", "input_chunk"),
-    ("responses", "response_chunk"),
-)
-"""Every column that holds a chunk name: the roots of reference counting."""
+__all__ = ["OWNER_COLUMNS", "TABLE", "ContentStore", "SqlitePuts", "cut"]
 
 
 class ContentStore:
@@ -65,8 +52,8 @@ class ContentStore:
             self._ready = await has_chunks(db)
         return self._ready
 
-    def session(self) -> Puts:
-        return Puts(self.bases)
+    def session(self) -> SqlitePuts:
+        return SqlitePuts(self.bases)
 
     async def release(self, db: aiosqlite.Connection, names: Iterable[bytes | None]) -> None:
         """Drop one reference per name given (``None`` skipped); delete what nothing uses."""
@@ -87,34 +74,8 @@ class ContentStore:
                 counts.update(content.children_of(blob_codec.decode(row[2], row[3])))
 
 
-class Puts:
-    """The values one applier call stores, cut at once (:meth:`put`, no database) and written
-    in two statements (:meth:`commit`): one query for which chunks exist (and, given
-    :meth:`replacing`, which chunks the rows about to be replaced hold), one upsert of the
-    new chunks and the counts of the others. A round trip to the database thread costs more
-    than cutting a turn's value, so nothing is written one by one."""
-
-    def __init__(self, bases: Bases) -> None:
-        self.bases = bases
-        self._encoded: list[content.Encoded] = []
-        self._replacing: tuple[str, tuple[Any, ...]] | None = None
-        self.replaced: list[bytes | None] = []
-        """After :meth:`commit`: the chunks the replaced rows held (one per row and column,
-        ``None`` where a row had none), to :meth:`ContentStore.release` once they are gone.
-        Released after the new references are counted, a chunk both hold never drops to 0."""
-
-    def replacing(self, sql: str, params: tuple[Any, ...]) -> None:
-        """Also run ``sql`` (one column of chunk names) in the commit's query."""
-        self._replacing = (sql, params)
-
-    def put(self, lane: str, data: bytes) -> bytes:
-        """The chunk name ``data`` will have, with one reference, once committed."""
-        base, prefix, suffix = content.best_base(data, self.bases.candidates(lane))
-        encoded = content.encode(data, base, prefix, suffix)
-        self._encoded.append(encoded)
-        depth = base.depth + 1 if encoded.base is not None and base is not None else 0
-        self.bases.remember(lane, encoded.name, data, depth)
-        return encoded.name
+class SqlitePuts(Puts):
+    """:class:`~llmitm.store.content_chunks.Puts` committed to SQLite."""
 
     async def commit(self, db: aiosqlite.Connection) -> bool:
         """Write the chunks and counts; ``False`` (nothing written, the recent values
@@ -131,42 +92,6 @@ class Puts:
                 rows,
             )
         return True
-
-    def wanted(self) -> set[bytes]:
-        """The chunks whose presence decides what :meth:`rows` writes."""
-        return {e.name for e in self._encoded} | {c for e in self._encoded for c in e.children}
-
-    def rows(self, stored: set[bytes]) -> list[ChunkRow] | None:
-        """The upsert rows ``(name, kind, refs, size, codec, data)`` given which of
-        :meth:`wanted` are ``stored``: new chunks whole, stored ones as a count to add (the
-        conflict path); ``None`` (the recent values forgotten) when a value needs a chunk
-        that is neither stored nor put here. Backend-neutral: every backend's commit."""
-        new: dict[bytes, tuple[content.Chunk, int]] = {}
-        more: Counter[bytes] = Counter()
-        for encoded in self._encoded:
-            if encoded.name in stored or encoded.name in new:
-                more[encoded.name] += 1
-                continue
-            by_name = {chunk.name: chunk for chunk in encoded.chunks}
-            if encoded.name not in by_name:  # the same value as its base: the base itself
-                self.bases.clear()
-                return None
-            new[encoded.name] = (by_name[encoded.name], 1)
-            for child, count in Counter(encoded.children).items():
-                if child in stored or child in new:
-                    more[child] += count
-                elif child in by_name:
-                    new[child] = (by_name[child], count)
-                else:
-                    self.bases.clear()
-                    return None
-        rows: list[ChunkRow] = [
-            (chunk.name, chunk.kind, refs + more.pop(chunk.name, 0), len(chunk.data),
-             *blob_codec.encode(chunk.data))
-            for chunk, refs in new.values()
-        ]  # fmt: skip
-        rows += [(name, LEAF, count, 0, "", b"") for name, count in more.items()]
-        return rows
 
     async def _query(self, db: aiosqlite.Connection, names: set[bytes]) -> set[bytes]:
         """Which of ``names`` are stored; fills :attr:`replaced` on the way."""
@@ -189,18 +114,6 @@ class Puts:
                     else:
                         found.add(bytes(name))
         return found
-
-
-async def cut[T](weight: int, make: Callable[..., T], *args: Any) -> T:
-    """``make(*args)`` — an applier's rows, its values cut into chunks by :meth:`Puts.put` —
-    on a worker thread when the values weigh ``weight`` bytes or more. Cutting scans and
-    hashes what a value adds (~3 ms a MB of new text), which on the event loop every flow
-    would wait for; the writer task awaits it here instead, the only task that touches the
-    recent values, so nothing else runs beside it. Lighter values are cut at once: the hop
-    to a thread and back would cost more than they do."""
-    if weight < OFF_LOOP_BYTES:
-        return make(*args)
-    return await asyncio.to_thread(make, *args)
 
 
 _WRITERS: weakref.WeakKeyDictionary[aiosqlite.Connection, ContentStore] = (

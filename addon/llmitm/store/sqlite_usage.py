@@ -6,12 +6,12 @@ Owns the SQL of the ``usage`` table (created by migration 1); ``store.sqlite`` c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 import aiosqlite
 
 from llmitm.exchange.usage import UsageRecord
-from llmitm.store.api import GROUP_BY, GroupBy, UsageRow
+from llmitm.store.api import GROUP_BY, GroupBy, UsageRow, to_us
 
 # Fixed SQL per grouping: the column expression is chosen from this table, never formatted
 # from the caller's value.
@@ -27,15 +27,6 @@ _INSERT = """
                        input_tokens, cached_tokens, output_tokens, reasoning_tokens)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 """
-
-
-def to_us(at: datetime) -> int:
-    """UTC microseconds since the epoch; a naive datetime counts as UTC."""
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-    delta = at - datetime(1970, 1, 1, tzinfo=UTC)
-    # Exact integer arithmetic: timestamp() goes through a float.
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 async def apply_usage(db: aiosqlite.Connection, records: Sequence[UsageRecord]) -> None:
