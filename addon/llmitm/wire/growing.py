@@ -159,11 +159,11 @@ class GrowingBodies:
         item_bytes: list[bytes] | None = None
         if self.checked:
             # Compared with their serialisation when first parsed: a caller changed none.
-            item_bytes = [orjson.dumps(item) for item in items]
-            if item_bytes != kept.item_bytes:
+            if [orjson.dumps(item) for item in items] != kept.item_bytes:
                 self._drop(kept)
                 return None
-            item_bytes += [orjson.dumps(item) for item in added]
+            # The kept bytes themselves: their hashes are cached (a memo looks them up).
+            item_bytes = [*(kept.item_bytes or ()), *(orjson.dumps(item) for item in added)]
         whole = items + added
         fields = {
             name: whole if name == kept.name else value for name, value in kept.fields.items()
