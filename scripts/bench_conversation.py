@@ -132,26 +132,27 @@ def thread_cpu(pid: int) -> dict[int, float]:
     return out
 
 
-THREADS: dict[str, list[dict[int, float]]] = {}
-"""Per llmitm process (``--threads``), per turn of every run: CPU seconds by thread id."""
+THREADS: dict[str, list[list[dict[int, float]]]] = {}
+"""Per llmitm process (``--threads``), per run, per turn: CPU seconds by thread id."""
 
 
 def thread_report() -> list[str]:
-    """Each thread's mean CPU per turn, turns 2–11 → the last ten, threads numbered by id."""
+    """Each thread's mean CPU per turn over all runs, turns 2–11 → the last ten; threads
+    numbered in the order they started in their run (thread ids grow)."""
     lines = []
-    for name, turns in THREADS.items():
-        tids = sorted({tid for turn in turns for tid in turn})
-        head = [t for i, t in enumerate(turns) if 1 <= i % TURNS_PER_RUN[0] <= 10]
-        tail = [t for i, t in enumerate(turns) if i % TURNS_PER_RUN[0] >= TURNS_PER_RUN[0] - 10]
-        for number, tid in enumerate(tids, 1):
-            early = statistics.mean(t.get(tid, 0.0) for t in head) * 1000
-            late = statistics.mean(t.get(tid, 0.0) for t in tail) * 1000
-            if early or late:
-                lines.append(f"{name} thread {number}: {early:.2f} → {late:.2f} ms a turn")
+    for name, runs in THREADS.items():
+        by_rank: dict[int, tuple[list[float], list[float]]] = {}
+        for turns in runs:
+            tids = sorted({tid for turn in turns for tid in turn})
+            for rank, tid in enumerate(tids, 1):
+                head, tail = by_rank.setdefault(rank, ([], []))
+                head += [turn.get(tid, 0.0) for turn in turns[1:11]]
+                tail += [turn.get(tid, 0.0) for turn in turns[-10:]]
+        for rank, (head, tail) in sorted(by_rank.items()):
+            early, late = statistics.mean(head) * 1000, statistics.mean(tail) * 1000
+            if early >= 0.05 or late >= 0.05:
+                lines.append(f"{name} thread {rank}: {early:.2f} → {late:.2f} ms a turn")
     return lines
-
-
-TURNS_PER_RUN = [0]
 
 
 def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]]]:
@@ -201,9 +202,10 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
                 figures[name].append((cpu, store_bytes(db) if db else 0))
                 if threads:
                     after = thread_cpu(pid)
-                    THREADS.setdefault(name, []).append(
-                        {tid: after[tid] - threads.get(tid, 0.0) for tid in after}
-                    )
+                    runs = THREADS.setdefault(name, [])
+                    if turn == 1:
+                        runs.append([])
+                    runs[-1].append({tid: after[tid] - threads.get(tid, 0.0) for tid in after})
             history.extend(answers["llmitm"]["output"])
             if turn % args.every == 0 or turn == 1:
                 bench.progress(f"run {run + 1} turn {turn}: request {len(body) / 1024:.0f} KiB")
@@ -328,7 +330,6 @@ def main() -> int:
         "--threads", action="store_true", help="each llmitm thread's CPU, first vs last turns"
     )
     args = parser.parse_args()
-    TURNS_PER_RUN[0] = args.turns
     if args.profile:
         bench.PROFILE_DIR = Path(args.profile).resolve()
         bench.PROFILE_DIR.mkdir(parents=True, exist_ok=True)

@@ -124,11 +124,11 @@ def test_spaced_and_small_bodies_are_parsed_whole() -> None:
 
 
 def test_kept_bodies_stay_within_the_budget() -> None:
-    bodies = GrowingBodies(budget=200_000)
+    bodies = GrowingBodies(budget=600_000)
     for conversation in range(40):
         items = [{"role": "user", "content": f"{conversation} {FILLER}"}] * 20
         bodies.parse(body(items))
-    assert len(bodies) > 0 and sum(len(k.data) for k in bodies._kept.values()) <= 200_000
+    assert len(bodies) > 0 and sum(3 * len(k.data) for k in bodies._kept.values()) <= 600_000
 
 
 values = st.recursive(

@@ -27,9 +27,10 @@ fields are fresh copies; a caller that never changes what it reads takes them as
 A caller may attach one value per item (:meth:`Grown.attach`), handed back beside the same
 items of the next body that extends this one.
 
-Bounded: :data:`BUDGET` bytes of kept bodies, the least recently used forgotten; a body
-under :data:`SMALLEST` bytes is parsed whole and not kept. One lock: the builder's worker and
-the event loop each have their own instance, but nothing stops a caller on another thread.
+Bounded: :data:`BUDGET` bytes of kept bodies and their parse, the least recently used
+forgotten; a body under :data:`SMALLEST` bytes is parsed whole and not kept. One lock: the
+builder's worker and the event loop each have their own instance, but nothing stops a
+caller on another thread.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ import orjson
 
 SEQUENCES = ("input", "messages")
 """The fields whose array is the conversation (the first one a body has is taken)."""
-BUDGET = 32 * 2**20
-"""Bytes of kept bodies, roughly."""
+BUDGET = 48 * 2**20
+"""Bytes kept bodies may hold, roughly: each :data:`WEIGHT` times its length (its bytes and
+its parse). A hit replaces the body it extends, so one conversation holds one body."""
+WEIGHT = 3
 SMALLEST = 8 * 1024
 """A body under this many bytes is parsed whole: nothing to gain."""
 HEAD = 512
@@ -240,7 +243,7 @@ class GrowingBodies:
         alike = self._heads.setdefault(head, [])
         alike.append(kept)
         self._kept[id(kept)] = kept
-        self._held += len(kept.data)
+        self._held += WEIGHT * len(kept.data)
         while len(alike) > PER_HEAD:
             self._drop(alike[0])
         while self._held > self.budget and self._kept:
@@ -249,7 +252,7 @@ class GrowingBodies:
     def _drop(self, kept: _Kept) -> None:
         if self._kept.pop(id(kept), None) is None:
             return
-        self._held -= len(kept.data)
+        self._held -= WEIGHT * len(kept.data)
         head = kept.data[:HEAD]
         alike = self._heads.get(head)
         if alike is not None:
