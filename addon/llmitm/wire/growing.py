@@ -3,13 +3,15 @@
 An agent resends its whole history on every turn: the body of turn N is turn N−1's bytes
 with a few items appended to its conversation array (a Responses call's ``input``, a chat
 call's ``messages``) and everything around that array the same. ``orjson.loads`` of such a
-body costs about 2 ms a MB, every turn. :class:`GrowingBodies` keeps a recent body's bytes
+body costs 1–2 ms a MB, every turn. :class:`GrowingBodies` keeps a recent body's bytes
 and its parse; a body that starts with the kept bytes up to the array's last item and ends
 with the kept bytes from the array's closing bracket on is the kept one plus what lies
 between, and only that is parsed (wrapped so that it is parsed at the depth and in the state
 it has in the body). The result is ``orjson.loads(content)``'s, value for value:
 
-- The kept body's split point is proven, not guessed: the body up to it, followed by
+- The kept body's split point is found by spelling the fields after the array as orjson
+  does (a compact client's body; a spaced one is parsed whole every time), and proven
+  before it is used: the body up to it, followed by
   ``,0]}``, parses to the same object with the sentinel appended to its array — the parser
   is in that array (the one the key's value is taken from, duplicate keys included), after
   an item, and nothing before the split is left open. A body whose split is not proven is
