@@ -19,7 +19,11 @@ and each figure is the median over runs.
 
     python scripts/bench_conversation.py [--turns 50] [--new-bytes 4096] [--runs 1]
                                          [--before ../other-checkout] [--every 5]
-                                         [--store-only] [--profile DIR]
+                                         [--store-only] [--profile DIR] [--threads]
+
+``--threads`` also prints, per llmitm process, each thread's CPU per turn (means of turns
+2–11 and of the last ten; threads numbered in the order they started, 1 the event loop):
+which of them grows with the history.
 
 ``--store-only`` plays the same conversation without proxies, straight into two stores in
 this process (this schema, and schema 7's layout, before shared chunks): the store's own
@@ -32,6 +36,7 @@ import argparse
 import http.client
 import importlib.util
 import itertools
+import os
 import random
 import shutil
 import sqlite3
@@ -115,6 +120,41 @@ def store_bytes(db: Path) -> int:
     return (pages - free) * size
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of ``pid`` by thread id (``/proc/<pid>/task/*/schedstat``)."""
+    out: dict[int, float] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat", "rb") as schedstat:
+                out[int(task)] = int(schedstat.read().split()[0]) / 1e9
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return out
+
+
+THREADS: dict[str, list[list[dict[int, float]]]] = {}
+"""Per llmitm process (``--threads``), per run, per turn: CPU seconds by thread id."""
+
+
+def thread_report() -> list[str]:
+    """Each thread's mean CPU per turn over all runs, turns 2–11 → the last ten; threads
+    numbered in the order they started in their run (thread ids grow)."""
+    lines = []
+    for name, runs in THREADS.items():
+        by_rank: dict[int, tuple[list[float], list[float]]] = {}
+        for turns in runs:
+            tids = sorted({tid for turn in turns for tid in turn})
+            for rank, tid in enumerate(tids, 1):
+                head, tail = by_rank.setdefault(rank, ([], []))
+                head += [turn.get(tid, 0.0) for turn in turns[1:11]]
+                tail += [turn.get(tid, 0.0) for turn in turns[-10:]]
+        for rank, (head, tail) in sorted(by_rank.items()):
+            early, late = statistics.mean(head) * 1000, statistics.mean(tail) * 1000
+            if early >= 0.05 or late >= 0.05:
+                lines.append(f"{name} thread {rank}: {early:.2f} → {late:.2f} ms a turn")
+    return lines
+
+
 def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]]]:
     """One conversation; per proxy, per turn: (CPU seconds, store bytes)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-conversation-"))
@@ -154,11 +194,18 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
             answers = {}
             for name in order:
                 port, pid, db = proxies[name]
+                threads = thread_cpu(pid) if args.threads and db else {}
                 before = bench.cpu_seconds(pid)
                 answers[name] = post(port, body)
                 time.sleep(SETTLE_S)
                 cpu = bench.cpu_seconds(pid) - before - SETTLE_S * 0  # idle settle costs ~0
                 figures[name].append((cpu, store_bytes(db) if db else 0))
+                if threads:
+                    after = thread_cpu(pid)
+                    runs = THREADS.setdefault(name, [])
+                    if turn == 1:
+                        runs.append([])
+                    runs[-1].append({tid: after[tid] - threads.get(tid, 0.0) for tid in after})
             history.extend(answers["llmitm"]["output"])
             if turn % args.every == 0 or turn == 1:
                 bench.progress(f"run {run + 1} turn {turn}: request {len(body) / 1024:.0f} KiB")
@@ -279,6 +326,9 @@ def main() -> int:
         help="no proxies: write the turns straight into this schema's store and schema 7's",
     )
     parser.add_argument("--profile", metavar="DIR", help="run llmitm under cProfile into DIR")
+    parser.add_argument(
+        "--threads", action="store_true", help="each llmitm thread's CPU, first vs last turns"
+    )
     args = parser.parse_args()
     if args.profile:
         bench.PROFILE_DIR = Path(args.profile).resolve()
@@ -322,6 +372,8 @@ def main() -> int:
         if n != "mitmdump":
             size = median(n, args.turns - 1, 1) - median(f"_empty:{n}", 0, 1)
             line += f"; store grew {size / 2**20:.2f} MiB = {size / new:.2f}× the new content"
+        print(line)
+    for line in thread_report():
         print(line)
     return 0
 

@@ -4,14 +4,17 @@ earlier turns had, and come out exactly as the whole-body functions make them.""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmitm.replay.capture import ClientRequest, see_request
 from llmitm.replay.keys import KeyOptions, match_key
 from llmitm.replay.memo import RequestMemo
+from llmitm.wire import growing
 from llmitm.wire.bytes_lru import ENTRY
 from llmitm.wire.depth import MAX_DEPTH
 from llmitm.wire.redact import PLACEHOLDER, redact_body
@@ -115,6 +118,16 @@ def conversations(draw: st.DrawFn) -> list[bytes]:
             top["temperature"] = draw(st.sampled_from([1, 1.0, True, 0.5]))
         bodies.append(spell(top, draw(SPELLINGS)))
     return bodies
+
+
+@pytest.fixture(autouse=True, scope="module", params=["whole", "grown"])
+def parse_growing_bodies(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test twice: with bodies parsed whole, and with every body (however small) parsed
+    from the last one it extends (:mod:`llmitm.wire.growing`)."""
+    smallest = growing.SMALLEST
+    growing.SMALLEST = 0 if request.param == "grown" else smallest
+    yield
+    growing.SMALLEST = smallest
 
 
 def request(content: bytes) -> ClientRequest:

@@ -42,7 +42,12 @@ from llmitm.responses_api import answers, remote_runs
 from llmitm.responses_api.answers import TERMINAL_STATUSES, LocalAnswer
 from llmitm.responses_api.background import BackgroundRun
 from llmitm.responses_api.conversations import inline_conversation
-from llmitm.responses_api.create import HISTORY_IDS_MARKER, CreateCall, prepare_create
+from llmitm.responses_api.create import (
+    HISTORY_IDS_MARKER,
+    SEALED_TYPES,
+    CreateCall,
+    prepare_create,
+)
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
 from llmitm.responses_api.records import (
     ResponseDeleted,
@@ -57,6 +62,7 @@ from llmitm.translate.errors import TranslationError
 from llmitm.translate.seen_items import ItemMemo
 from llmitm.translate.validation import validate_request
 from llmitm.wire.errors import ApiError
+from llmitm.wire.growing import GrowingBodies
 from llmitm.wire.paths import classify_path
 
 logger = logging.getLogger(__name__)
@@ -71,6 +77,10 @@ class LlmResponsesApi:
         self.state = state
         # A resent history's items, checked and given ids on an earlier turn.
         self._items = ItemMemo()
+        # The last turns' bodies, parsed: a body that extends one is parsed where it is new.
+        # What this request path rewrites in place (sealed reasoning and compaction items)
+        # is handed out as copies; anything else it changed is found next turn.
+        self._bodies = GrowingBodies(checked=True, copied=SEALED_TYPES)
 
     def load(self, loader: Loader) -> None:
         loader.add_option(
@@ -168,12 +178,15 @@ class LlmResponsesApi:
     async def _before_create(self, flow: http.HTTPFlow) -> None:
         content = flow.request.get_content(strict=False) or b""
         try:
-            body = orjson.loads(content)
+            grown = self._bodies.parse(content)
         except orjson.JSONDecodeError:
             return  # the router answers the 400
+        body = grown.body
         if not isinstance(body, dict):
             return
-        seen = self._items.see(body.get("input"))
+        seen = self._items.see(
+            body.get("input"), grown.item_bytes if grown.name == "input" else None
+        )
         try:
             validate_request(body, "responses", seen)
         except TranslationError:

@@ -32,6 +32,7 @@ import orjson
 
 from llmitm.wire import depth
 from llmitm.wire.paths import classify_path
+from llmitm.wire.prefix_hash import PrefixHasher
 from llmitm.wire.redact import redact_body, redact_json
 
 MATCH_KEY_VERSION = 1
@@ -284,6 +285,10 @@ def volatile_values(body: Any, options: KeyOptions) -> list[tuple[str, str]]:
     return [(value, f"<{kind}:{number}>") for (kind, value), number in numbering.seen.items()]
 
 
+_FORMS = PrefixHasher()
+"""The sha256 states of recent keys' texts (their next turn's is hashed from there)."""
+
+
 def match_key(
     method: str,
     url_path: str,
@@ -342,7 +347,9 @@ def match_key(
     if options.match_host:
         fields["host"] = host.lower()
     form = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
-    digest = hashlib.sha256(form).hexdigest()[:16]  # the bytes of the text: hashed once
+    # The bytes of the text, hashed from where they differ from a recent key's (a resent
+    # history's text is the last turn's with a few items more).
+    digest = _FORMS.digest(form).hex()[:16]
     return MatchKey(digest, method, route, model, stream, form.decode())
 
 

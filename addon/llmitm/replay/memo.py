@@ -50,6 +50,7 @@ from llmitm.replay.keys import (
 )
 from llmitm.wire import depth
 from llmitm.wire.bytes_lru import BytesLru
+from llmitm.wire.growing import GrowingBodies, Grown
 from llmitm.wire.redact import (
     PLACEHOLDER,
     may_hold_secret,
@@ -113,6 +114,9 @@ class RequestMemo:
     def __init__(self, budget: int = BUDGET) -> None:
         self._parts: BytesLru[_Part] = BytesLru(budget)
         self._lock = threading.Lock()
+        # The last turn's body, parsed: the next turn's is parsed where it differs only,
+        # and its resent items come with their parts (nothing here changes what it parsed).
+        self._bodies = GrowingBodies()
 
     def redact(self, content: bytes | None) -> bytes | None:
         """:func:`~llmitm.wire.redact.redact_body` of ``content``, or ``None`` when the memo
@@ -127,21 +131,23 @@ class RequestMemo:
         if not content or content.lstrip()[:1] != b"{":
             return None
         try:
-            body = orjson.loads(content)
+            grown = self._bodies.parse(content)
         except orjson.JSONDecodeError:
             return None
+        body = grown.body
         sequence = next((name for name in SEQUENCES if isinstance(body.get(name), list)), None)
         if sequence is None or (options is not None and not _per_item(options, sequence)):
             return None
         with self._lock:
             layout: list[tuple[str, Any]] = [
-                (name, [(item, self._part(name, True, item)) for item in value])
+                (name, self._items(name, value, grown))
                 if name == sequence
                 else (name, (value, self._part(name, False, value)))
                 for name, value in body.items()
             ]
             parts = [p for _, v in layout for _, p in (v if isinstance(v, list) else [v])]
             if any(part.too_deep for part in parts):
+                grown.forget()
                 return None
             redacted = {
                 name: [_redacted(*pair) for pair in value]
@@ -153,12 +159,25 @@ class RequestMemo:
             self._parts.trim()
         changed = any(part.changed for part in parts)
         named = any(part.named for part in parts)
+        if changed or named:
+            grown.forget()  # its bytes may hold a credential: not kept past this body
         if changed != named and not (b"\\u" in content or may_hold_secret(content)):
             # redact_body tells a change by its copy's value when a string may hold a
             # credential and by a secret-named field's presence when none can; the two
             # disagree only where such a field holds the placeholder already.
             changed = named
         return Seen(orjson.dumps(redacted) if changed else content, redacted, canonical)
+
+    def _items(self, name: str, items: list[Any], grown: Grown) -> list[tuple[Any, _Part]]:
+        """Each item of the conversation array with its part: a resent item's is the part
+        it had last turn (the same object, parsed from the same bytes), a new one's looked
+        up or made."""
+        kept = grown.previous if grown.name == name else None
+        reused = grown.reused if kept is not None else 0
+        pairs = list(zip(items[:reused], kept[:reused], strict=True)) if kept else []
+        pairs += [(item, self._part(name, True, item)) for item in items[reused:]]
+        grown.attach([part for _, part in pairs])
+        return pairs
 
     def _part(self, name: str, item: bool, value: Any) -> _Part:
         try:

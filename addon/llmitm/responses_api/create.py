@@ -122,7 +122,7 @@ async def prepare_create(
             elif owner is not None or await reader.response(previous) is not None:
                 create.previous_foreign = True
     items = body.get("input")
-    if isinstance(items, list) and _holds(items, _SEALED, "encrypted_content"):
+    if isinstance(items, list) and _holds(items, SEALED_TYPES, "encrypted_content"):
         opened = await seal()
         changed = restore_reasoning(body["input"], opened) > 0 or changed
         changed = restore_compactions(body["input"], opened) > 0 or changed
@@ -130,8 +130,8 @@ async def prepare_create(
 
 
 _REFERENCE = frozenset({"item_reference"})
-_SEALED = frozenset({"reasoning", *COMPACTION_ITEM_TYPES})
-"""The item types whose ``encrypted_content`` llmitm may have sealed."""
+SEALED_TYPES = frozenset({"reasoning", *COMPACTION_ITEM_TYPES})
+"""The item types whose ``encrypted_content`` llmitm may have sealed (and opens in place)."""
 
 
 def _holds(items: list[Any], types: frozenset[str], key: str | None = None) -> bool:

@@ -95,20 +95,26 @@ class ItemMemo:
         self._items: BytesLru[_Item] = BytesLru(budget)
         self.lock = threading.Lock()
 
-    def see(self, items: Any) -> SeenItems | None:
-        """``items`` (a request's ``input``) with their bytes; ``None`` when not an array."""
+    def see(self, items: Any, serialised: list[bytes] | None = None) -> SeenItems | None:
+        """``items`` (a request's ``input``) with their bytes (``serialised``: each item's
+        ``orjson.dumps``, made already); ``None`` when not an array."""
         if type(items) is not list:
             return None
+        if serialised is not None and len(serialised) != len(items):
+            serialised = None
         kept: dict[int, tuple[Any, bytes, _Item]] = {}
         cache = self._items
         with self.lock:
-            for item in items:
+            for index, item in enumerate(items):
                 if type(item) is not dict or id(item) in kept:
                     continue
-                try:
-                    data = orjson.dumps(item)
-                except orjson.JSONEncodeError:  # nested past orjson's limit: refused anyway
-                    continue
+                if serialised is not None:
+                    data = serialised[index]
+                else:
+                    try:
+                        data = orjson.dumps(item)
+                    except orjson.JSONEncodeError:  # nested past orjson's limit: refused anyway
+                        continue
                 entry = cache.get(_TAG, data)
                 if entry is None:
                     entry = _Item()

@@ -1,0 +1,282 @@
+"""A request body that extends a recent one, parsed in proportion to what it adds.
+
+An agent resends its whole history on every turn: the body of turn N is turn N−1's bytes
+with a few items appended to its conversation array (a Responses call's ``input``, a chat
+call's ``messages``) and everything around that array the same. ``orjson.loads`` of such a
+body costs 1–2 ms a MB, every turn. :class:`GrowingBodies` keeps a recent body's bytes
+and its parse; a body that starts with the kept bytes up to the array's last item and ends
+with the kept bytes from the array's closing bracket on is the kept one plus what lies
+between, and only that is parsed (wrapped so that it is parsed at the depth and in the state
+it has in the body). The result is ``orjson.loads(content)``'s, value for value:
+
+- The kept body's split point is found by spelling the fields after the array as orjson
+  does (a compact client's body; a spaced one is parsed whole every time), and proven
+  before it is used: the body up to it, followed by
+  ``,0]}``, parses to the same object with the sentinel appended to its array — the parser
+  is in that array (the one the key's value is taken from, duplicate keys included), after
+  an item, and nothing before the split is left open. A body whose split is not proven is
+  parsed whole and not kept.
+- What lies between is parsed after a sentinel item, in an array inside another
+  (``[[0`` … ``]]``: the depth it has in the body), and must come back as one array in the
+  outer one: had it closed the array, the outer one would hold more or fail to parse; it
+  did not, so the bytes after it parse as they did before.
+- The split lies on an ASCII byte, so UTF-8 is checked where orjson checks it.
+
+What a caller gets shares the kept body's objects (old items, the fields around the array):
+a caller that may change them in place asks for ``checked`` bodies, whose old items are
+compared, by their serialisation, with what they were when first parsed, and whose other
+fields are fresh copies; a caller that never changes what it reads takes them as they are.
+A caller may attach one value per item (:meth:`Grown.attach`), handed back beside the same
+items of the next body that extends this one.
+
+Bounded: :data:`BUDGET` bytes of kept bodies and their parse, the least recently used
+forgotten; a body under :data:`SMALLEST` bytes is parsed whole and not kept. One lock: the
+builder's worker and the event loop each have their own instance, but nothing stops a
+caller on another thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+SEQUENCES = ("input", "messages")
+"""The fields whose array is the conversation (the first one a body has is taken)."""
+BUDGET = 48 * 2**20
+"""Bytes kept bodies may hold, roughly: each :data:`WEIGHT` times its length (its bytes and
+its parse). A hit replaces the body it extends, so one conversation holds one body."""
+WEIGHT = 3
+SMALLEST = 8 * 1024
+"""A body under this many bytes is parsed whole: nothing to gain."""
+HEAD = 512
+"""The leading bytes that name a kept body's candidates."""
+PER_HEAD = 8
+"""Kept bodies under one head (conversations that start alike: one agent's prompt)."""
+
+
+@dataclass(slots=True, eq=False)
+class _Kept:
+    data: bytes
+    """The body's bytes."""
+    close: int
+    """Where its array's closing bracket is (``data[close:]`` is the tail)."""
+    tail: bytes
+    fields: dict[str, Any]
+    """The body as parsed (its array's value among them)."""
+    name: str
+    items: list[Any]
+    item_bytes: list[bytes] | None
+    """Each item's ``orjson.dumps`` when first parsed (``checked`` bodies only)."""
+    proven: bool
+    attached: list[Any] | None = None
+
+
+@dataclass(slots=True)
+class Grown:
+    """A body parsed: ``body`` is ``orjson.loads(content)``."""
+
+    body: Any
+    name: str | None = None
+    """The conversation array's field, when the body is kept for the next turn."""
+    reused: int = 0
+    """Leading items of ``body[name]`` that are the kept body's objects."""
+    previous: list[Any] | None = None
+    """What was attached to the kept body's items (its first ``reused`` are theirs)."""
+    item_bytes: list[bytes] | None = None
+    """Each item's ``orjson.dumps`` (``checked`` bodies)."""
+    _kept: _Kept | None = field(default=None, repr=False)
+    _owner: GrowingBodies | None = field(default=None, repr=False)
+
+    def attach(self, values: list[Any]) -> None:
+        """Keep ``values`` (one per item) beside this body's items for the next turn."""
+        if self._kept is not None:
+            self._kept.attached = values
+
+    def forget(self) -> None:
+        """Do not keep this body (it may hold what must not stay in memory)."""
+        if self._kept is not None and self._owner is not None:
+            with self._owner._lock:
+                self._owner._drop(self._kept)
+            self._kept = None
+
+
+class GrowingBodies:
+    """Recent bodies with their parse, to parse the next turn's in proportion to its news."""
+
+    def __init__(
+        self, budget: int = BUDGET, checked: bool = False, copied: frozenset[str] = frozenset()
+    ) -> None:
+        self.budget = budget
+        self.checked = checked
+        self.copied = copied
+        """``checked`` bodies: item types the caller rewrites in place, handed out as copies
+        (so that the kept items stay as they were parsed)."""
+        self._kept: OrderedDict[int, _Kept] = OrderedDict()
+        self._heads: dict[bytes, list[_Kept]] = {}
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def parse(self, content: bytes) -> Grown:
+        """``content`` parsed (raises ``orjson.JSONDecodeError`` as ``orjson.loads`` does)."""
+        if len(content) < SMALLEST:
+            return Grown(orjson.loads(content))
+        with self._lock:
+            for kept in reversed(self._heads.get(content[:HEAD], ())):
+                grown = self._extend(kept, content)
+                if grown is not None:
+                    return grown
+        return self._whole(content)
+
+    # -- a body that extends a kept one ---------------------------------------------------
+
+    def _extend(self, kept: _Kept, content: bytes) -> Grown | None:
+        tail = kept.tail
+        end = len(content) - len(tail)
+        if end < kept.close or not content.endswith(tail):
+            return None
+        if not content.startswith(memoryview(kept.data)[: kept.close]):
+            return None
+        if not kept.proven:
+            if not _proven(kept):
+                self._drop(kept)
+                return None
+            kept.proven = True
+        try:
+            between = orjson.loads(b"".join((b"[[0", content[kept.close : end], b"]]")))
+        except orjson.JSONDecodeError:
+            return None  # not this body's continuation: the caller parses it whole
+        if len(between) != 1 or type(between[0]) is not list:
+            return None
+        added = between[0]
+        if type(added[0]) is not int:
+            return None
+        added = added[1:]
+        if any(type(item) is not dict for item in added):
+            return None
+        items = kept.items
+        item_bytes: list[bytes] | None = None
+        if self.checked:
+            # Compared with their serialisation when first parsed: a caller changed none.
+            if [orjson.dumps(item) for item in items] != kept.item_bytes:
+                self._drop(kept)
+                return None
+            # The kept bytes themselves: their hashes are cached (a memo looks them up).
+            item_bytes = [*(kept.item_bytes or ()), *(orjson.dumps(item) for item in added)]
+        whole = items + added
+        fields = {
+            name: whole if name == kept.name else value for name, value in kept.fields.items()
+        }
+        following = _Kept(content, end, tail, fields, kept.name, whole, item_bytes, True)
+        self._drop(kept)
+        self._keep(following)
+        body = dict(fields)
+        body[kept.name] = self._handed(whole, item_bytes)
+        if self.checked:
+            # The fields around the array are the caller's to change: fresh copies.
+            others = {name: value for name, value in fields.items() if name != kept.name}
+            body.update(orjson.loads(orjson.dumps(others)))
+        return Grown(body, kept.name, len(items), kept.attached, item_bytes, following, self)
+
+    # -- a body parsed whole --------------------------------------------------------------
+
+    def _whole(self, content: bytes) -> Grown:
+        body = orjson.loads(content)
+        if type(body) is not dict:
+            return Grown(body)
+        name = next((name for name in SEQUENCES if type(body.get(name)) is list), None)
+        if name is None:
+            return Grown(body)
+        items: list[Any] = body[name]
+        if not items or any(type(item) is not dict for item in items):
+            return Grown(body)
+        # The array's end: what follows it, in orjson's spelling (a compact client's): a
+        # guess, proven before it is used (``_proven``).
+        following = list(body)[list(body).index(name) + 1 :]
+        try:
+            tail = (
+                b"]"
+                + b"".join(b"," + orjson.dumps(k) + b":" + orjson.dumps(body[k]) for k in following)
+                + b"}"
+            )
+        except orjson.JSONEncodeError:
+            return Grown(body)
+        if not content.endswith(tail):
+            return Grown(body)
+        item_bytes = [orjson.dumps(item) for item in items] if self.checked else None
+        fields = dict(body)
+        fields[name] = list(items)
+        kept = _Kept(
+            content, len(content) - len(tail), tail, fields, name, fields[name], item_bytes, False
+        )
+        if item_bytes is not None and self.copied:
+            body[name] = self._handed(items, item_bytes)
+        if self.checked:
+            # The caller may change what it got: the fields around the array are kept as a
+            # private copy, the items as they are (the next turn compares them).
+            fields.update(
+                orjson.loads(orjson.dumps({k: v for k, v in fields.items() if k != name}))
+            )
+        with self._lock:
+            self._keep(kept)
+        return Grown(body, name, 0, None, item_bytes, kept, self)
+
+    def _handed(self, items: list[Any], item_bytes: list[bytes] | None) -> list[Any]:
+        """The items for the caller: a copy of the list, and of each item of a type the
+        caller rewrites in place."""
+        if item_bytes is None or not self.copied:
+            return list(items)
+        copied = self.copied
+        return [
+            orjson.loads(data) if item.get("type") in copied else item
+            for item, data in zip(items, item_bytes, strict=True)
+        ]
+
+    # -- what is kept ---------------------------------------------------------------------
+
+    def _keep(self, kept: _Kept) -> None:
+        head = kept.data[:HEAD]
+        alike = self._heads.setdefault(head, [])
+        alike.append(kept)
+        self._kept[id(kept)] = kept
+        self._held += WEIGHT * len(kept.data)
+        while len(alike) > PER_HEAD:
+            self._drop(alike[0])
+        while self._held > self.budget and self._kept:
+            self._drop(next(iter(self._kept.values())))
+
+    def _drop(self, kept: _Kept) -> None:
+        if self._kept.pop(id(kept), None) is None:
+            return
+        self._held -= WEIGHT * len(kept.data)
+        head = kept.data[:HEAD]
+        alike = self._heads.get(head)
+        if alike is not None:
+            alike[:] = [other for other in alike if other is not kept]
+            if not alike:
+                del self._heads[head]
+
+
+def _proven(kept: _Kept) -> bool:
+    """Whether ``kept.close`` is where its array ends: the body up to there with a sentinel
+    item and the closing brackets parses to its fields with the sentinel in the array."""
+    try:
+        head = orjson.loads(b"".join((memoryview(kept.data)[: kept.close], b",0]}")))
+    except orjson.JSONDecodeError:
+        return False
+    if type(head) is not dict or list(head) != list(kept.fields)[: len(head)]:
+        return False
+    array = head.get(kept.name)
+    return (
+        type(array) is list
+        and len(array) == len(kept.items) + 1
+        and array[-1] == 0
+        and type(array[-1]) is int
+        and array[:-1] == kept.items
+    )

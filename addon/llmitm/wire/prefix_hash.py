@@ -1,0 +1,123 @@
+"""sha256 of texts that extend a recent one, hashed from where they differ.
+
+A recording's match key is the sha256 of the request's canonical text, and an agent's
+request on turn N is turn N−1's with a few items added: the text is the last one's up to
+the end of its conversation, then the new items, then the same closing fields. Hashing it
+whole costs the history's length every turn (sha256 runs at ~0.5–2 GB/s, so ~0.2–0.8 ms a
+turn at 400 KB). :class:`PrefixHasher` keeps, per recent text, the hash state at the point
+where the next turn's text will most likely start to differ — where the part this text
+shares at its end with the one before began — and resumes from it when a text starts with
+the bytes up to that point. The digest is the sha256 of the whole text either way: a state
+is only resumed for a text that starts with exactly the bytes it hashed.
+
+Bounded: :data:`BUDGET` bytes of kept texts, the least recently used forgotten. One lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+BUDGET = 16 * 2**20
+"""Bytes of kept texts."""
+SMALLEST = 16 * 1024
+"""Texts shorter than this are hashed whole and not kept."""
+HEAD = 256
+"""The leading bytes that name a kept text's candidates."""
+PER_HEAD = 8
+GUESS = 64 * 1024
+"""For a text with no predecessor: its state is kept this many bytes before its end."""
+
+
+@dataclass(slots=True, eq=False)
+class _Kept:
+    data: bytes
+    at: int
+    """Where ``state`` stopped: the sha256 of ``data[:at]``."""
+    state: Any
+
+
+class PrefixHasher:
+    """sha256 digests of texts, resumed from a recent text's kept state."""
+
+    def __init__(self, budget: int = BUDGET) -> None:
+        self.budget = budget
+        self._kept: OrderedDict[int, _Kept] = OrderedDict()
+        self._heads: dict[bytes, list[_Kept]] = {}
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def digest(self, data: bytes) -> bytes:
+        """``hashlib.sha256(data).digest()``."""
+        if len(data) < SMALLEST:
+            return hashlib.sha256(data).digest()
+        with self._lock:
+            base = None
+            for kept in self._heads.get(data[:HEAD], ()):
+                longer = base is None or kept.at > base.at
+                if (
+                    longer
+                    and kept.at <= len(data)
+                    and data.startswith(memoryview(kept.data)[: kept.at])
+                ):
+                    base = kept
+            if base is not None:
+                self._drop(base)
+                at = len(data) - _shared_tail(data, base.data, len(data) - base.at)
+                hasher = base.state.copy()
+                hasher.update(memoryview(data)[base.at : at])
+            else:
+                at = max(0, len(data) - GUESS)
+                hasher = hashlib.sha256(memoryview(data)[:at])
+            self._keep(_Kept(data, at, hasher.copy()))
+        hasher.update(memoryview(data)[at:])
+        return hasher.digest()
+
+    def _keep(self, kept: _Kept) -> None:
+        alike = self._heads.setdefault(kept.data[:HEAD], [])
+        alike.append(kept)
+        self._kept[id(kept)] = kept
+        self._held += len(kept.data)
+        while len(alike) > PER_HEAD:
+            self._drop(alike[0])
+        while self._held > self.budget and self._kept:
+            self._drop(next(iter(self._kept.values())))
+
+    def _drop(self, kept: _Kept) -> None:
+        if self._kept.pop(id(kept), None) is None:
+            return
+        self._held -= len(kept.data)
+        head = kept.data[:HEAD]
+        alike = self._heads.get(head)
+        if alike is not None:
+            alike[:] = [other for other in alike if other is not kept]
+            if not alike:
+                del self._heads[head]
+
+
+def _shared_tail(a: bytes, b: bytes, limit: int) -> int:
+    """How many bytes ``a`` and ``b`` share at their ends, at most ``limit``: compared as
+    memory, in doubling blocks, then halving inside the block that differs."""
+    limit = min(limit, len(a), len(b))
+    view = memoryview(b)
+    low, step = 0, 256
+    while low < limit:
+        high = min(limit, low + step)
+        if not a.endswith(view[len(b) - high : len(b) - low], 0, len(a) - low):
+            break
+        low, step = high, step * 2
+    else:
+        return limit
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a.endswith(view[len(b) - middle : len(b) - low], 0, len(a) - low):
+            low = middle
+        else:
+            high = middle
+    return low

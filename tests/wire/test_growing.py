@@ -1,0 +1,170 @@
+"""A body that extends a kept one parses to exactly what ``orjson.loads`` makes of it, turn
+after turn, whatever lies between and around the conversation array, and only a body that
+really extends the kept one reuses its parse."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmitm.wire.growing import GrowingBodies
+
+FILLER = "words of a long history " * 200
+
+
+def item(n: int) -> dict[str, Any]:
+    return {"role": "user" if n % 2 else "assistant", "content": f"{n} {FILLER}"}
+
+
+def body(items: list[Any], **around: Any) -> bytes:
+    return orjson.dumps({"model": "m", "input": items, "tools": [{"type": "function"}], **around})
+
+
+def same(grown: Any, content: bytes) -> bool:
+    return orjson.dumps(grown.body) == orjson.dumps(orjson.loads(content))
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_a_growing_conversation_reuses_the_last_turns_items(checked: bool) -> None:
+    bodies = GrowingBodies(checked=checked)
+    items: list[Any] = []
+    for turn in range(30):
+        items += [item(2 * turn), item(2 * turn + 1)]
+        content = body(items)
+        grown = bodies.parse(content)
+        assert same(grown, content)
+        assert grown.name == "input"
+        # The first turn is parsed whole; the second proves the first's split and reuses it.
+        assert grown.reused == (0 if turn == 0 else 2 * turn)
+        if checked:
+            assert grown.item_bytes == [orjson.dumps(i) for i in items]
+        grown.attach([turn] * len(items))
+        if turn:
+            assert grown.previous == [turn - 1] * (2 * turn)
+
+
+def test_a_caller_that_changed_an_item_gets_a_whole_parse_next_turn() -> None:
+    bodies = GrowingBodies(checked=True)
+    items = [item(n) for n in range(20)]
+    first = bodies.parse(body(items))
+    first.body["input"][3]["content"] = "changed in place"
+    first.body["tools"].append("changed too")
+    items.append(item(20))
+    content = body(items)
+    grown = bodies.parse(content)
+    assert same(grown, content) and grown.reused == 0
+    grown.body["tools"].append("changed")  # the kept fields are a private copy
+    items.append(item(21))
+    content = body(items)
+    again = bodies.parse(content)
+    assert same(again, content) and again.reused == 21
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        b'],"input":[{"a":1}',  # closes the array and opens the key again
+        b"]],[[0",  # closes the wrapper's arrays
+        b"],[0",
+        b",0.5",
+        b",{}]}",
+        b',"tail"',
+        b",1",
+    ],
+)
+def test_what_lies_between_is_parsed_where_it_lies(between: bytes) -> None:
+    bodies = GrowingBodies()
+    items = [item(n) for n in range(20)]
+    kept = body(items)
+    bodies.parse(kept)
+    tail = b'],"tools":[{"type":"function"}]}'
+    assert kept.endswith(tail)
+    content = kept[: -len(tail)] + between + tail
+    try:
+        expected = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        with pytest.raises(orjson.JSONDecodeError):
+            bodies.parse(content)
+        return
+    grown = bodies.parse(content)
+    assert orjson.dumps(grown.body) == orjson.dumps(expected)
+
+
+def test_a_split_that_is_not_the_arrays_end_is_never_used() -> None:
+    # The key after the array repeats an earlier one whose array ends where the guess does.
+    items = [item(n) for n in range(20)]
+    tricky = (
+        b'{"x":1,"input":'
+        + orjson.dumps(items)
+        + b',"x":['
+        + orjson.dumps(items)[1:-1]
+        + b'],"tools":[1]}'
+    )
+    bodies = GrowingBodies()
+    assert same(bodies.parse(tricky), tricky)
+    longer = tricky[: -len(b'],"tools":[1]}')] + b"," + orjson.dumps(item(99)) + b'],"tools":[1]}'
+    grown = bodies.parse(longer)
+    assert same(grown, longer)
+
+
+def test_spaced_and_small_bodies_are_parsed_whole() -> None:
+    bodies = GrowingBodies()
+    items = [item(n) for n in range(20)]
+    spaced = json.dumps({"model": "m", "input": items, "tools": []}).encode()
+    assert same(bodies.parse(spaced), spaced) and len(bodies) == 0
+    small = body([item(1)])[:100]
+    with pytest.raises(orjson.JSONDecodeError):
+        bodies.parse(small)
+    assert bodies.parse(b'{"input":[]}').body == {"input": []}
+
+
+def test_kept_bodies_stay_within_the_budget() -> None:
+    bodies = GrowingBodies(budget=600_000)
+    for conversation in range(40):
+        items = [{"role": "user", "content": f"{conversation} {FILLER}"}] * 20
+        bodies.parse(body(items))
+    assert len(bodies) > 0 and sum(3 * len(k.data) for k in bodies._kept.values()) <= 600_000
+
+
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=30),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+items_st = st.dictionaries(
+    st.sampled_from(["role", "content", "type", "id", "x"]), values, min_size=1
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    turns=st.lists(st.lists(items_st, min_size=0, max_size=3), min_size=1, max_size=6),
+    around=st.dictionaries(
+        st.sampled_from(["tools", "store", "metadata", "input"]), values, max_size=3
+    ),
+    spaced=st.booleans(),
+    checked=st.booleans(),
+)
+def test_random_growing_conversations_parse_as_orjson_does(
+    turns: list[list[dict[str, Any]]], around: dict[str, Any], spaced: bool, checked: bool
+) -> None:
+    bodies = GrowingBodies(checked=checked)
+    history: list[Any] = [{"content": FILLER * 2}]
+    for added in turns:
+        history += added
+        fields = {"model": "m", **around, "input": history, "tools": around.get("tools")}
+        content = (
+            json.dumps(fields, separators=(", ", ": ")).encode() if spaced else orjson.dumps(fields)
+        )
+        assert same(bodies.parse(content), content)
