@@ -18,8 +18,16 @@ processes, one per ``llmitm_record`` setting):
                streams (translated to chat for llmitm), in rising order on fresh processes,
                and RSS once they ended
 
+With ``--split``, the big bodies go to a stamping upstream instead (this script run with
+``--stamped-upstream``: a thread per connection that answers every request at once with a
+small chat completion or Response and notes when its first and last bytes came), and each
+request's wall time is told in two: from the client's first byte to the upstream's first
+(the body read, the proxy's request path, the upstream connection) and from the upstream's
+answer to the client's last byte (the answer's path back). Clocks are comparable: every
+process reads the same monotonic clock.
+
     python scripts/bench_big_request.py [--sizes 0.2,1,5] [--runs 7] [--streams 1,64,256]
-                                        [--skip-memory] [--skip-big] [--before PATH]
+                                        [--skip-memory] [--skip-big] [--before PATH] [--split]
 
 Requests of all setups are interleaved round by round, every other round in reverse order.
 """
@@ -32,6 +40,7 @@ import contextlib
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -108,6 +117,13 @@ def big_request(port: int, model: str, megabytes: float) -> bytes:
 def exchange(port: int, request: bytes) -> tuple[float, int, bytes]:
     """Send ``request`` on a new connection; the wall time from its first byte sent to the
     answer's last byte read, the status and the body."""
+    sent, ended, status, body = timed_exchange(port, request)
+    return ended - sent, status, body
+
+
+def timed_exchange(port: int, request: bytes) -> tuple[float, float, int, bytes]:
+    """:func:`exchange`, with the monotonic times of the first byte sent and the answer's
+    last byte read."""
     with socket.create_connection(("127.0.0.1", port), timeout=REQUEST_TIMEOUT_S) as sock:
         sent = time.perf_counter()
         sock.sendall(request)
@@ -130,7 +146,118 @@ def exchange(port: int, request: bytes) -> tuple[float, int, bytes]:
             if not piece:
                 raise ConnectionError("closed before the answer's end")
             body += piece
-        return time.perf_counter() - sent, status, body
+        return sent, time.perf_counter(), status, body
+
+
+# --- the stamping upstream (--split) ----------------------------------------------------------
+
+_CHAT_ANSWER = orjson.dumps(
+    {
+        "id": "chatcmpl-stamped",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "stamped",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+)
+_RESPONSES_ANSWER = orjson.dumps(
+    {
+        "id": "resp_stamped",
+        "object": "response",
+        "created_at": 1,
+        "model": "stamped",
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_stamped",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+            }
+        ],
+        "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+    }
+)
+
+
+def serve_stamped(port_file: Path) -> None:
+    """The stamping upstream: prints ``first last answered`` (monotonic seconds) per request."""
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port_file.write_text(str(listener.getsockname()[1]))
+
+    def serve(conn: socket.socket) -> None:
+        buffer = b""
+        with conn:
+            while True:
+                first = None
+                while b"\r\n\r\n" not in buffer:
+                    piece = conn.recv(1 << 20)
+                    if not piece:
+                        return
+                    first = first or time.perf_counter()
+                    buffer += piece
+                first = first or time.perf_counter()
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                length = next(
+                    (int(v) for k, _, v in (x.partition(":") for x in lines[1:])
+                     if k.strip().lower() == "content-length"),
+                    0,
+                )  # fmt: skip
+                while len(buffer) < length:
+                    piece = conn.recv(1 << 20)
+                    if not piece:
+                        return
+                    buffer += piece
+                buffer = buffer[length:]
+                last = time.perf_counter()
+                answer = _RESPONSES_ANSWER if "/responses" in lines[0] else _CHAT_ANSWER
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n" % len(answer) + answer
+                )
+                print(f"{first:.6f} {last:.6f} {time.perf_counter():.6f}", flush=True)
+
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+def start_stamped(procs: bp.Processes) -> tuple[int, Path]:
+    """The stamping upstream's port and the file its stamps go to."""
+    port_file, stamps = procs.tmp / "stamped.port", procs.tmp / "stamped.txt"
+    with stamps.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, __file__, "--stamped-upstream", str(port_file)],
+            stdout=out,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    procs.running.append(("stamped", process))
+
+    def ready() -> int | None:
+        text = port_file.read_text().strip() if port_file.exists() else ""
+        return int(text) if text else None
+
+    return procs.wait_ready("stamped", process, ready), stamps  # type: ignore[return-value]
+
+
+def last_stamp(stamps: Path, after: float) -> tuple[float, float, float]:
+    """The stamping upstream's last ``(first, last, answered)``, once it is past ``after``."""
+    deadline = time.monotonic() + SETTLE_LIMIT_S
+    while time.monotonic() < deadline:
+        lines = stamps.read_text().split()
+        if len(lines) >= 3 and float(lines[-3]) > after:
+            first, last, answered = (float(value) for value in lines[-3:])
+            return first, last, answered
+        time.sleep(0.005)
+    raise RuntimeError("the stamping upstream noted no request")
 
 
 def settled_cpu(pid: int) -> float:
@@ -155,6 +282,10 @@ class BigSetup:
     pid: int = 0
     walls: dict[float, list[float]] = field(default_factory=dict)
     cpus: dict[float, list[float]] = field(default_factory=dict)
+    to_upstream: dict[float, list[float]] = field(default_factory=dict)
+    """``--split``: from the client's first byte to the upstream's first."""
+    back: dict[float, list[float]] = field(default_factory=dict)
+    """``--split``: from the upstream's answer to the client's last byte."""
 
 
 def big_setups(before: bool = False) -> list[BigSetup]:
@@ -173,7 +304,9 @@ def big_setups(before: bool = False) -> list[BigSetup]:
     ]
 
 
-def run_big(setups: list[BigSetup], sizes: list[float], runs: int) -> None:
+def run_big(
+    setups: list[BigSetup], sizes: list[float], runs: int, stamps: Path | None = None
+) -> None:
     for size in sizes:
         requests = {s.label: big_request(s.port, s.model, size) for s in setups}
         bp.progress(f"big body {size} MB ({len(next(iter(requests.values()))) / 1e6:.2f} MB)")
@@ -181,13 +314,17 @@ def run_big(setups: list[BigSetup], sizes: list[float], runs: int) -> None:
             order = setups if rnd % 2 else setups[::-1]
             for setup in order:
                 before = settled_cpu(setup.pid)
-                wall, status, body = exchange(setup.port, requests[setup.label])
+                sent, ended, status, body = timed_exchange(setup.port, requests[setup.label])
                 if status != 200:
                     raise RuntimeError(f"{setup.label}: HTTP {status}: {body[:500]!r}")
                 cpu = settled_cpu(setup.pid) - before
                 if rnd:
-                    setup.walls.setdefault(size, []).append(wall)
+                    setup.walls.setdefault(size, []).append(ended - sent)
                     setup.cpus.setdefault(size, []).append(cpu)
+                if rnd and stamps is not None:
+                    first, _, answered = last_stamp(stamps, sent)
+                    setup.to_upstream.setdefault(size, []).append(first - sent)
+                    setup.back.setdefault(size, []).append(ended - answered)
 
 
 def report_big(setups: list[BigSetup], sizes: list[float]) -> list[str]:
@@ -212,6 +349,21 @@ def report_big(setups: list[BigSetup], sizes: list[float]) -> list[str]:
             f"{' / '.join(f'{c:.1f}' for c in cpus)} | {ratios} | "
             f"{met if setup is not base else '–'} |"
         )
+    if base.to_upstream:
+        lines += [
+            "",
+            "Split (--split): medians (ms) from the client's first byte to the upstream's "
+            "first, and from the upstream's answer to the client's last byte",
+            "| setup | to the upstream | answer back |",
+            "| --- | --- | --- |",
+        ]
+        for setup in setups:
+            ahead = [statistics.median(setup.to_upstream[s]) * 1e3 for s in sizes]
+            back = [statistics.median(setup.back[s]) * 1e3 for s in sizes]
+            lines.append(
+                f"| {setup.label} | {' / '.join(f'{a:.1f}' for a in ahead)} | "
+                f"{' / '.join(f'{b:.1f}' for b in back)} |"
+            )
     return lines
 
 
@@ -295,6 +447,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--before", metavar="PATH", help="another checkout whose llmitm also translates"
     )
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="big bodies to a stamping upstream: time to the upstream and back, apart",
+    )
+    parser.add_argument("--stamped-upstream", metavar="PORT_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.sizes = [float(size) for size in args.sizes.split(",")]
     args.streams = [int(level) for level in args.streams.split(",")]
@@ -303,6 +461,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.stamped_upstream:
+        serve_stamped(Path(args.stamped_upstream))
+        return 0
     if args.profile:
         bp.PROFILE_DIR = Path(args.profile).resolve()
         bp.PROFILE_DIR.mkdir(parents=True, exist_ok=True)
@@ -312,9 +473,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_big:
         procs = bp.Processes(tmp)
         setups = big_setups(before=bool(args.before))
+        stamps: Path | None = None
         try:
-            both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
-            chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
+            if args.split:
+                port, stamps = start_stamped(procs)
+                both = chat = f"http://127.0.0.1:{port}"
+            else:
+                both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
+                chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
             config = bp.CONFIG.format(both=both, chat=chat, responses=both)
             where = {
                 "mitmdump": bp.start_mitmdump(procs, both),
@@ -337,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             for setup in setups:
                 setup.port, setup.pid = where[setup.via]
-            run_big(setups, args.sizes, args.runs)
+            run_big(setups, args.sizes, args.runs, stamps)
         finally:
             with contextlib.suppress(KeyboardInterrupt):
                 procs.stop_all()

@@ -71,3 +71,35 @@ def test_the_real_trim_and_resident_size_are_there_on_linux() -> None:
     assert memory._libc_trim() is not None
     resident = memory.resident_mb()
     assert resident is not None and resident > 1
+
+
+async def test_no_trim_while_a_request_is_on_its_way(heap: FakeHeap) -> None:
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=True)
+        heap.resident += memory.GROWTH_MB
+        arriving = tflow.tflow()
+        addon.requestheaders(arriving)  # the next turn, sent as the last one ended
+        await ended(addon, 1)
+        await asyncio.sleep(0.05)
+        assert heap.trims == 0  # held while the request is open
+        addon.response(arriving)  # its answer is out: the trim may run now
+        await asyncio.sleep(0.05)
+        assert heap.trims == 1
+
+
+async def test_a_flow_open_for_long_holds_the_trim_off_for_trim_wait_s_only(
+    heap: FakeHeap, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory, "TRIM_WAIT_S", 0.2)
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=True)
+        heap.resident += memory.GROWTH_MB
+        stream = tflow.tflow()
+        addon.requestheaders(stream)  # a stream that stays open
+        await ended(addon, 1)
+        assert heap.trims == 0
+        await asyncio.sleep(0.25)
+        assert heap.trims == 1
+        assert stream in addon._open

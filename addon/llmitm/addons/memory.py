@@ -11,6 +11,13 @@ of 20 MiB events RSS stayed at 147–209 MiB instead of 188–269, at no cost in
 huge event 10–30 % slower (every large allocation a fresh mapping), so ``llmitm run`` sets
 neither (``scripts/bench_big_event.py --waves 7``).
 
+Never between a request's last byte and its answer: a trim takes the event loop for a few
+milliseconds (~4 ms of CPU after 5 MB requests), and an agent sends its next turn soon after
+the last one ended — in ``scripts/bench_big_request.py`` about every other 5 MB request met
+the trim of the one before on its way upstream. So the look waits while a flow is open (its
+request seen, its response or error not yet), :data:`TRIM_DELAY_S` at a time, at most
+:data:`TRIM_WAIT_S` in all: a proxy that always has a stream open still trims.
+
 Option ``llmitm_malloc_trim`` (on by default) turns it off; where the C library has no
 ``malloc_trim`` (not glibc) it does nothing.
 """
@@ -21,6 +28,8 @@ import asyncio
 import ctypes
 import logging
 import os
+import time
+import weakref
 from collections.abc import Callable, Set
 
 from mitmproxy import ctx, http
@@ -33,6 +42,8 @@ GROWTH_MB = 64
 TRIM_DELAY_S = 0.5
 """How long after a flow's end the resident size is looked at (one look for all the flows
 that end meanwhile)."""
+TRIM_WAIT_S = 10.0
+"""The longest the look waits for the proxy to have no flow open."""
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1 << 20) if hasattr(os, "sysconf") else 0.0
 
 
@@ -62,6 +73,11 @@ class LlmMemoryTrim:
         self._trim: Callable[[int], int] | None = None
         self._baseline: float | None = None
         self._pending: asyncio.TimerHandle | None = None
+        self._due = 0.0
+        """When the pending look stops waiting for open flows (monotonic)."""
+        # Flows whose request came and whose response or error has not: weak, so a flow
+        # mitmproxy drops without either hook does not hold a trim off.
+        self._open: weakref.WeakSet[http.HTTPFlow] = weakref.WeakSet()
 
     def load(self, loader: Loader) -> None:
         loader.add_option(
@@ -84,16 +100,22 @@ class LlmMemoryTrim:
         self._trim = _libc_trim() if ctx.options.llmitm_malloc_trim else None
         self._baseline = resident_mb() if self._trim is not None else None
 
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        if self._trim is not None:
+            self._open.add(flow)
+
     def response(self, flow: http.HTTPFlow) -> None:
-        self._ended()
+        self._ended(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        self._ended()
+        self._ended(flow)
 
-    def _ended(self) -> None:
+    def _ended(self, flow: http.HTTPFlow) -> None:
+        self._open.discard(flow)
         if self._trim is None or self._baseline is None or self._pending is not None:
             return
         # After the hooks: the flow's bodies are only freed once mitmproxy has let go of it.
+        self._due = time.monotonic() + TRIM_WAIT_S
         self._pending = asyncio.get_running_loop().call_later(TRIM_DELAY_S, self._check)
 
     def done(self) -> None:
@@ -104,6 +126,10 @@ class LlmMemoryTrim:
     def _check(self) -> None:
         self._pending = None
         if self._trim is None or self._baseline is None:
+            return
+        if self._open and time.monotonic() < self._due:
+            # A request on its way (or a stream): look again once it may have ended.
+            self._pending = asyncio.get_running_loop().call_later(TRIM_DELAY_S, self._check)
             return
         rss = resident_mb()
         if rss is None or rss < self._baseline + GROWTH_MB:

@@ -50,6 +50,7 @@ other field
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -65,7 +66,7 @@ from llmitm.translate.content_parts import (
 )
 from llmitm.translate.context import MappedRequest, TranslateOptions, TranslationContext
 from llmitm.translate.errors import TranslationError
-from llmitm.translate.input_config import CONFIG_ITEM_TYPES, read_input_config
+from llmitm.translate.input_config import CONFIG_ITEM_TYPES, is_config_item, read_input_config
 from llmitm.translate.tools import (
     chat_function_name,
     custom_call_arguments,
@@ -169,13 +170,15 @@ def responses_request_to_chat(
 
 def _located_items(
     body: dict[str, Any], history: list[dict[str, Any]] | None
-) -> list[tuple[str, Any]]:
-    """The conversation's items with where each is, history first."""
-    located = [(f"history[{index}]", item) for index, item in enumerate(history or [])]
-    items = body.get("input")
-    if isinstance(items, list):
-        located += [(f"input[{index}]", item) for index, item in enumerate(items)]
-    return located
+) -> Iterator[tuple[str, Any]]:
+    """The conversation's configuring items with where each is, history first (only they
+    are read for their configuration: an agent's history has thousands of items, each
+    spelt out here for nothing)."""
+    for name, items in (("history", history), ("input", body.get("input"))):
+        if isinstance(items, list):
+            for index, item in enumerate(items):
+                if is_config_item(item):
+                    yield f"{name}[{index}]", item
 
 
 def _require_history(body: dict[str, Any], history: list[dict[str, Any]] | None) -> None:
@@ -258,7 +261,7 @@ class _MessageBuilder:
         kind = item.get("type")
         if kind is None and "role" in item:
             kind = "message"
-        if kind not in _OUTPUT_TYPES:
+        if self._tool_media and kind not in _OUTPUT_TYPES:
             self._flush_tool_media()
         if kind == "message":
             self._message(item, where)
@@ -338,6 +341,11 @@ class _MessageBuilder:
     def _user(self, content: Any, where: str) -> str | list[dict[str, Any]]:
         if content is None or isinstance(content, str):
             return content or ""
+        if type(content) is list and len(content) == 1:
+            # The common turn: one text part, which becomes the message's text.
+            (part,) = content
+            if type(part) is dict and part.get("type") in TEXT_PART_TYPES:
+                return part_text(part)
         parts = [
             mapped
             for index, part in enumerate(_parts(content, where))

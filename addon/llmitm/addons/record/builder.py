@@ -9,6 +9,15 @@ tap hands each finished flow's plain values here, one worker thread builds the
 loop, where the recorder queues it for the store. Nothing is written before it is redacted:
 the worker only ever hands on redacted records.
 
+Started after the answer: the tap submits a build from the flow's ``response`` hook, which
+mitmproxy runs before it writes the answer (a non-streamed body, a stream's end) to the
+client, in the same step of the event loop. A worker that started at once took the GIL from
+that step, and a CPU from the client reading its answer (on a 2-core machine running the
+client too, a 5 MB request's answer reached it ~20 ms later with recording on than off): so
+a build reaches the worker from the loop's next step (:meth:`RecordBuilder._hand_over`),
+once the answer is written, and starts :data:`GRACE_S` after its flow ended — a build that
+waited that long behind others starts at once, so the worker keeps its pace under load.
+
 Paced by the store: a record holds its flow's bodies in full until the store's writer has
 written it, while a build waiting here holds its stream's legs compressed — so the worker
 builds the next record only once fewer than :data:`STORE_AHEAD` writes wait for the store
@@ -43,6 +52,8 @@ STORE_AHEAD = 8
 PACE_S = 2.0
 """The longest the worker waits for the store before building anyway."""
 PACE_STEP_S = 0.005
+GRACE_S = 0.05
+"""How long after its flow ended a build may start: the client reads its answer first."""
 
 Build = Callable[[], Interaction | None]
 
@@ -61,6 +72,8 @@ class RecordBuilder:
         self._closing = False
         self._executor: ThreadPoolExecutor | None = None
         self._built: deque[Interaction | None] = deque()
+        self._pending: deque[tuple[Build, asyncio.AbstractEventLoop, float]] = deque()
+        """Builds submitted in this step of the loop, for the worker in the next."""
         self._waiting = 0
         self._lock = threading.Lock()
 
@@ -72,14 +85,22 @@ class RecordBuilder:
         if loop is None or self._waiting >= BACKLOG:
             self._deliver(self._run(build))
             return
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="llmitm-record")
         with self._lock:
             self._waiting += 1
-        self._executor.submit(self._work, build, loop)
+        if not self._pending:
+            loop.call_soon(self._hand_over)
+        self._pending.append((build, loop, time.monotonic() + GRACE_S))
+
+    def _hand_over(self) -> None:
+        """The builds submitted in the loop's last step, to the worker."""
+        if self._pending and self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="llmitm-record")
+        while self._pending:
+            self._executor.submit(self._work, *self._pending.popleft())  # type: ignore[union-attr]
 
     def flush(self) -> None:
         """Wait for every build submitted and deliver its record (at shutdown)."""
+        self._hand_over()  # submitted in this step, without the loop running since
         executor, self._executor = self._executor, None
         if executor is not None:
             self._closing = True  # the store's writer cannot run while this waits
@@ -92,7 +113,10 @@ class RecordBuilder:
         """Builds submitted and not delivered yet."""
         return self._waiting
 
-    def _work(self, build: Build, loop: asyncio.AbstractEventLoop) -> None:
+    def _work(self, build: Build, loop: asyncio.AbstractEventLoop, start: float) -> None:
+        early = start - time.monotonic()
+        if early > 0 and not self._closing:
+            time.sleep(early)
         waited = 0.0
         while not self._closing and waited < PACE_S and self.store_behind() >= STORE_AHEAD:
             time.sleep(PACE_STEP_S)
