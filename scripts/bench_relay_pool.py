@@ -17,6 +17,13 @@ and the TLS handshakes the upstream saw per 100 requests. ``--twin-code CHECKOUT
 same setups through a second llmitm running an older checkout's code (e.g. a worktree of the
 commit before the pool), with upstreams of its own.
 
+On a loaded machine the wall TTFB is mostly waiting for a CPU (every process that wakes
+queues behind the others), which says little about the path. So each request also reads the
+kernel's scheduler counters (``/proc/<pid>/task/*/schedstat``) at its start and right after
+its first byte: the proxy's CPU time up to the first byte (``CPU to 1st byte``), and the
+TTFB less the time the proxy and this process spent runnable but waiting for a CPU
+(``TTFB net``, an estimate of the TTFB on an idle machine). Medians of the 2nd..Nth request.
+
     python scripts/bench_relay_pool.py [--requests N] [--events E] [--http2]
                                        [--twin-code ../before]
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import sys
 import tempfile
@@ -80,11 +88,37 @@ class Setup:
     connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
     ttfb: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    cpu_first: list[float] = field(default_factory=list)
+    ttfb_net: list[float] = field(default_factory=list)
     handshakes_before: int = 0
 
 
-async def one_request(setup: Setup, events: int) -> tuple[float, float]:
-    """One streamed request on the setup's kept-alive connection: (TTFB, proxy CPU)."""
+def sched(pid: int) -> tuple[float, float]:
+    """Seconds a process's threads have run on a CPU, and waited runnable for one."""
+    ran = waited = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat", "rb") as schedstat:
+                fields = schedstat.read().split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended between listdir and open
+        ran += int(fields[0])
+        waited += int(fields[1])
+    return ran / 1e9, waited / 1e9
+
+
+@dataclass
+class Sample:
+    ttfb: float
+    cpu: float
+    cpu_first: float
+    """The proxy's CPU from the request's start to its first byte."""
+    ttfb_net: float
+    """The TTFB less the proxy's and this process's waits for a CPU meanwhile."""
+
+
+async def one_request(setup: Setup, events: int) -> Sample:
+    """One streamed request on the setup's kept-alive connection."""
     if setup.connection is None:
         setup.connection = await asyncio.open_connection("127.0.0.1", setup.port)
     reader, writer = setup.connection
@@ -100,6 +134,9 @@ async def one_request(setup: Setup, events: int) -> tuple[float, float]:
         f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
     ).encode()
     cpu = cpu_seconds(setup.pid)
+    own = os.getpid()
+    ran, waited = sched(setup.pid)
+    own_waited = sched(own)[1]
     started = time.perf_counter()
     writer.write(head + body)
     response_head = await reader.readuntil(b"\r\n\r\n")
@@ -110,6 +147,9 @@ async def one_request(setup: Setup, events: int) -> tuple[float, float]:
         raise RuntimeError(f"{setup.name}: not chunked: {response_head!r}")
     size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
     ttfb = time.perf_counter() - started
+    ran_first, waited_first = sched(setup.pid)
+    own_waited_first = sched(own)[1]
+    net = ttfb - (waited_first - waited) - (own_waited_first - own_waited)
     data = await reader.readexactly(size + 2)
     while size:
         size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
@@ -117,7 +157,7 @@ async def one_request(setup: Setup, events: int) -> tuple[float, float]:
     if b"[DONE]" not in data:
         raise RuntimeError(f"{setup.name}: the stream did not end with [DONE]")
     await asyncio.sleep(SETTLE_S)
-    return ttfb, cpu_seconds(setup.pid) - cpu
+    return Sample(ttfb, cpu_seconds(setup.pid) - cpu, ran_first - ran, net)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -131,10 +171,12 @@ async def measure(setups: list[Setup], requests: int, events: int) -> None:
     for index in range(requests):
         order = setups if index % 2 == 0 else list(reversed(setups))
         for setup in order:
-            ttfb, cpu = await one_request(setup, events)
+            sample = await one_request(setup, events)
             if index:  # the 2nd..Nth request: the first pays the connections' set-up
-                setup.ttfb.append(ttfb)
-                setup.cpu.append(cpu)
+                setup.ttfb.append(sample.ttfb)
+                setup.cpu.append(sample.cpu)
+                setup.cpu_first.append(sample.cpu_first)
+                setup.ttfb_net.append(sample.ttfb_net)
     for setup in setups:
         if setup.connection is not None:
             setup.connection[1].close()
@@ -142,25 +184,35 @@ async def measure(setups: list[Setup], requests: int, events: int) -> None:
 
 def report(setups: list[Setup], requests: int) -> list[str]:
     lines = [
-        f"{'setup':<22} {'TTFB p50 ms':>11} {'p90 ms':>7} {'vs direct':>10} "
-        f"{'CPU ms/req':>10} {'handshakes/100':>14} {'protocol':>9}"
+        f"{'setup':<16} {'TTFB p50':>8} {'p90':>6} {'added':>6} {'net p50':>7} {'added':>6} "
+        f"{'CPU 1st byte':>12} {'added':>6} {'CPU/req':>7} {'handshakes/100':>14} "
+        f"{'protocol':>8}   (ms)"
     ]
-    direct: dict[str, float] = {}
+    direct: dict[str, tuple[float, float, float]] = {}
     for setup in setups:
-        p50 = statistics.median(setup.ttfb) * 1000
+        ms = {
+            "ttfb": statistics.median(setup.ttfb) * 1000,
+            "net": statistics.median(setup.ttfb_net) * 1000,
+            "first": statistics.median(setup.cpu_first) * 1000,
+        }
         twin = setup.name.partition(" ")[2]
         if setup.name.startswith("direct"):
-            direct[twin] = p50
-        base = direct.get(twin)
-        added = f"{p50 - base:+.2f}" if base is not None and setup.name != "direct" else ""
-        if setup.name.startswith("direct"):
-            added = ""
+            direct[twin] = (ms["ttfb"], ms["net"], ms["first"])
+            added = ["", "", ""]
+        else:
+            base = direct.get(twin)
+            added = (
+                [f"{ms[k] - b:+.2f}" for k, b in zip(("ttfb", "net", "first"), base, strict=True)]
+                if base is not None
+                else ["", "", ""]
+            )
         handshakes = setup.upstream.handshakes - setup.handshakes_before
         protocols = ",".join(sorted(setup.upstream.protocols)) or "-"
         lines.append(
-            f"{setup.name:<22} {p50:>11.2f} {percentile(setup.ttfb, 0.9) * 1000:>7.2f} "
-            f"{added:>10} {statistics.median(setup.cpu) * 1000:>10.2f} "
-            f"{handshakes * 100 / requests:>14.1f} {protocols:>9}"
+            f"{setup.name:<16} {ms['ttfb']:>8.2f} {percentile(setup.ttfb, 0.9) * 1000:>6.2f} "
+            f"{added[0]:>6} {ms['net']:>7.2f} {added[1]:>6} {ms['first']:>12.2f} {added[2]:>6} "
+            f"{statistics.median(setup.cpu) * 1000:>7.2f} "
+            f"{handshakes * 100 / requests:>14.1f} {protocols:>8}"
         )
     return lines
 
