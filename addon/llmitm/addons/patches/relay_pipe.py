@@ -29,7 +29,7 @@ from typing import Any
 from llmitm.addons.patches.fallback import degrade
 
 try:
-    from mitmproxy.proxy import server as _server
+    import mitmproxy.proxy.server as _server
 except ImportError as exc:  # moved in this mitmproxy
     _server = None
     MISSING: str | None = str(exc)
