@@ -19,13 +19,12 @@ commit before the pool), with upstreams of its own.
 
 On a loaded machine the wall TTFB is mostly waiting for a CPU (every process that wakes
 queues behind the others), which says little about the path. So each request also reads the
-kernel's scheduler counters (``/proc/<pid>/task/*/schedstat``) at its start and right after
-its first byte: the proxy's CPU time up to the first byte (``CPU to 1st byte``), and the
-TTFB less the time the proxy and this process spent runnable but waiting for a CPU
-(``TTFB net``, an estimate of the TTFB on an idle machine). Medians of the 2nd..Nth request.
+proxy's CPU time (``/proc/<pid>/task/*/schedstat``) at its start and right after its first
+byte (``CPU 1st byte``): with ``--event-delay-ms`` longer than the proxy's work on an event,
+nothing but the path to the first byte runs in between, on an idle machine or a loaded one.
 
-    python scripts/bench_relay_pool.py [--requests N] [--events E] [--http2]
-                                       [--twin-code ../before]
+    python scripts/bench_relay_pool.py [--requests N] [--events E] [--event-delay-ms D]
+                                       [--http2] [--twin-code ../before]
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import statistics
 import sys
 import tempfile
@@ -89,22 +87,7 @@ class Setup:
     ttfb: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     cpu_first: list[float] = field(default_factory=list)
-    ttfb_net: list[float] = field(default_factory=list)
     handshakes_before: int = 0
-
-
-def sched(pid: int) -> tuple[float, float]:
-    """Seconds a process's threads have run on a CPU, and waited runnable for one."""
-    ran = waited = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat", "rb") as schedstat:
-                fields = schedstat.read().split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # the thread ended between listdir and open
-        ran += int(fields[0])
-        waited += int(fields[1])
-    return ran / 1e9, waited / 1e9
 
 
 @dataclass
@@ -113,8 +96,6 @@ class Sample:
     cpu: float
     cpu_first: float
     """The proxy's CPU from the request's start to its first byte."""
-    ttfb_net: float
-    """The TTFB less the proxy's and this process's waits for a CPU meanwhile."""
 
 
 async def one_request(setup: Setup, events: int) -> Sample:
@@ -134,9 +115,6 @@ async def one_request(setup: Setup, events: int) -> Sample:
         f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
     ).encode()
     cpu = cpu_seconds(setup.pid)
-    own = os.getpid()
-    ran, waited = sched(setup.pid)
-    own_waited = sched(own)[1]
     started = time.perf_counter()
     writer.write(head + body)
     response_head = await reader.readuntil(b"\r\n\r\n")
@@ -147,9 +125,7 @@ async def one_request(setup: Setup, events: int) -> Sample:
         raise RuntimeError(f"{setup.name}: not chunked: {response_head!r}")
     size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
     ttfb = time.perf_counter() - started
-    ran_first, waited_first = sched(setup.pid)
-    own_waited_first = sched(own)[1]
-    net = ttfb - (waited_first - waited) - (own_waited_first - own_waited)
+    cpu_first = cpu_seconds(setup.pid) - cpu
     data = await reader.readexactly(size + 2)
     while size:
         size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
@@ -157,7 +133,7 @@ async def one_request(setup: Setup, events: int) -> Sample:
     if b"[DONE]" not in data:
         raise RuntimeError(f"{setup.name}: the stream did not end with [DONE]")
     await asyncio.sleep(SETTLE_S)
-    return Sample(ttfb, cpu_seconds(setup.pid) - cpu, ran_first - ran, net)
+    return Sample(ttfb, cpu_seconds(setup.pid) - cpu, cpu_first)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -176,7 +152,6 @@ async def measure(setups: list[Setup], requests: int, events: int) -> None:
                 setup.ttfb.append(sample.ttfb)
                 setup.cpu.append(sample.cpu)
                 setup.cpu_first.append(sample.cpu_first)
-                setup.ttfb_net.append(sample.ttfb_net)
     for setup in setups:
         if setup.connection is not None:
             setup.connection[1].close()
@@ -184,33 +159,24 @@ async def measure(setups: list[Setup], requests: int, events: int) -> None:
 
 def report(setups: list[Setup], requests: int) -> list[str]:
     lines = [
-        f"{'setup':<16} {'TTFB p50':>8} {'p90':>6} {'added':>6} {'net p50':>7} {'added':>6} "
-        f"{'CPU 1st byte':>12} {'added':>6} {'CPU/req':>7} {'handshakes/100':>14} "
-        f"{'protocol':>8}   (ms)"
+        f"{'setup':<16} {'TTFB p50':>8} {'p90':>6} {'added':>6} {'CPU 1st byte':>12} "
+        f"{'added':>6} {'CPU/req':>7} {'handshakes/100':>14} {'protocol':>8}   (ms)"
     ]
-    direct: dict[str, tuple[float, float, float]] = {}
+    direct: dict[str, tuple[float, float]] = {}
     for setup in setups:
-        ms = {
-            "ttfb": statistics.median(setup.ttfb) * 1000,
-            "net": statistics.median(setup.ttfb_net) * 1000,
-            "first": statistics.median(setup.cpu_first) * 1000,
-        }
+        ttfb = statistics.median(setup.ttfb) * 1000
+        first = statistics.median(setup.cpu_first) * 1000
         twin = setup.name.partition(" ")[2]
+        added = ["", ""]
         if setup.name.startswith("direct"):
-            direct[twin] = (ms["ttfb"], ms["net"], ms["first"])
-            added = ["", "", ""]
-        else:
-            base = direct.get(twin)
-            added = (
-                [f"{ms[k] - b:+.2f}" for k, b in zip(("ttfb", "net", "first"), base, strict=True)]
-                if base is not None
-                else ["", "", ""]
-            )
+            direct[twin] = (ttfb, first)
+        elif twin in direct:
+            added = [f"{ttfb - direct[twin][0]:+.2f}", f"{first - direct[twin][1]:+.2f}"]
         handshakes = setup.upstream.handshakes - setup.handshakes_before
         protocols = ",".join(sorted(setup.upstream.protocols)) or "-"
         lines.append(
-            f"{setup.name:<16} {ms['ttfb']:>8.2f} {percentile(setup.ttfb, 0.9) * 1000:>6.2f} "
-            f"{added[0]:>6} {ms['net']:>7.2f} {added[1]:>6} {ms['first']:>12.2f} {added[2]:>6} "
+            f"{setup.name:<16} {ttfb:>8.2f} {percentile(setup.ttfb, 0.9) * 1000:>6.2f} "
+            f"{added[0]:>6} {first:>12.2f} {added[1]:>6} "
             f"{statistics.median(setup.cpu) * 1000:>7.2f} "
             f"{handshakes * 100 / requests:>14.1f} {protocols:>8}"
         )
@@ -222,8 +188,9 @@ async def run(args: argparse.Namespace, procs: Processes) -> list[str]:
     twins = [("", None)] + ([("before", args.twin_code)] if args.twin_code else [])
     bundle = procs.tmp / "upstream-cas.pem"
     for suffix, code in twins:
-        direct = TlsUpstream(http2=args.http2, events=args.events)
-        failover = TlsUpstream(http2=args.http2, events=args.events)
+        delay = args.event_delay_ms / 1000
+        direct = TlsUpstream(http2=args.http2, events=args.events, event_delay=delay)
+        failover = TlsUpstream(http2=args.http2, events=args.events, event_delay=delay)
         await direct.start()
         await failover.start()
         cas = b"".join(Path(u.ca_file).read_bytes() for u in (direct, failover))
@@ -252,6 +219,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200, help="requests per setup")
     parser.add_argument("--events", type=int, default=20, help="text deltas per stream")
     parser.add_argument("--http2", action="store_true", help="the upstreams offer HTTP/2")
+    parser.add_argument(
+        "--event-delay-ms",
+        type=float,
+        default=0.0,
+        help="the upstreams wait this long between events (after the first)",
+    )
     parser.add_argument(
         "--twin-code",
         metavar="CHECKOUT",
