@@ -17,8 +17,14 @@ and the TLS handshakes the upstream saw per 100 requests. ``--twin-code CHECKOUT
 same setups through a second llmitm running an older checkout's code (e.g. a worktree of the
 commit before the pool), with upstreams of its own.
 
-    python scripts/bench_relay_pool.py [--requests N] [--events E] [--http2]
-                                       [--twin-code ../before]
+On a loaded machine the wall TTFB is mostly waiting for a CPU (every process that wakes
+queues behind the others), which says little about the path. So each request also reads the
+proxy's CPU time (``/proc/<pid>/task/*/schedstat``) at its start and right after its first
+byte (``CPU 1st byte``): with ``--event-delay-ms`` longer than the proxy's work on an event,
+nothing but the path to the first byte runs in between, on an idle machine or a loaded one.
+
+    python scripts/bench_relay_pool.py [--requests N] [--events E] [--event-delay-ms D]
+                                       [--http2] [--twin-code ../before]
 """
 
 from __future__ import annotations
@@ -80,11 +86,20 @@ class Setup:
     connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
     ttfb: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
+    cpu_first: list[float] = field(default_factory=list)
     handshakes_before: int = 0
 
 
-async def one_request(setup: Setup, events: int) -> tuple[float, float]:
-    """One streamed request on the setup's kept-alive connection: (TTFB, proxy CPU)."""
+@dataclass
+class Sample:
+    ttfb: float
+    cpu: float
+    cpu_first: float
+    """The proxy's CPU from the request's start to its first byte."""
+
+
+async def one_request(setup: Setup, events: int) -> Sample:
+    """One streamed request on the setup's kept-alive connection."""
     if setup.connection is None:
         setup.connection = await asyncio.open_connection("127.0.0.1", setup.port)
     reader, writer = setup.connection
@@ -110,6 +125,7 @@ async def one_request(setup: Setup, events: int) -> tuple[float, float]:
         raise RuntimeError(f"{setup.name}: not chunked: {response_head!r}")
     size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
     ttfb = time.perf_counter() - started
+    cpu_first = cpu_seconds(setup.pid) - cpu
     data = await reader.readexactly(size + 2)
     while size:
         size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
@@ -117,7 +133,7 @@ async def one_request(setup: Setup, events: int) -> tuple[float, float]:
     if b"[DONE]" not in data:
         raise RuntimeError(f"{setup.name}: the stream did not end with [DONE]")
     await asyncio.sleep(SETTLE_S)
-    return ttfb, cpu_seconds(setup.pid) - cpu
+    return Sample(ttfb, cpu_seconds(setup.pid) - cpu, cpu_first)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -131,10 +147,11 @@ async def measure(setups: list[Setup], requests: int, events: int) -> None:
     for index in range(requests):
         order = setups if index % 2 == 0 else list(reversed(setups))
         for setup in order:
-            ttfb, cpu = await one_request(setup, events)
+            sample = await one_request(setup, events)
             if index:  # the 2nd..Nth request: the first pays the connections' set-up
-                setup.ttfb.append(ttfb)
-                setup.cpu.append(cpu)
+                setup.ttfb.append(sample.ttfb)
+                setup.cpu.append(sample.cpu)
+                setup.cpu_first.append(sample.cpu_first)
     for setup in setups:
         if setup.connection is not None:
             setup.connection[1].close()
@@ -142,25 +159,26 @@ async def measure(setups: list[Setup], requests: int, events: int) -> None:
 
 def report(setups: list[Setup], requests: int) -> list[str]:
     lines = [
-        f"{'setup':<22} {'TTFB p50 ms':>11} {'p90 ms':>7} {'vs direct':>10} "
-        f"{'CPU ms/req':>10} {'handshakes/100':>14} {'protocol':>9}"
+        f"{'setup':<16} {'TTFB p50':>8} {'p90':>6} {'added':>6} {'CPU 1st byte':>12} "
+        f"{'added':>6} {'CPU/req':>7} {'handshakes/100':>14} {'protocol':>8}   (ms)"
     ]
-    direct: dict[str, float] = {}
+    direct: dict[str, tuple[float, float]] = {}
     for setup in setups:
-        p50 = statistics.median(setup.ttfb) * 1000
+        ttfb = statistics.median(setup.ttfb) * 1000
+        first = statistics.median(setup.cpu_first) * 1000
         twin = setup.name.partition(" ")[2]
+        added = ["", ""]
         if setup.name.startswith("direct"):
-            direct[twin] = p50
-        base = direct.get(twin)
-        added = f"{p50 - base:+.2f}" if base is not None and setup.name != "direct" else ""
-        if setup.name.startswith("direct"):
-            added = ""
+            direct[twin] = (ttfb, first)
+        elif twin in direct:
+            added = [f"{ttfb - direct[twin][0]:+.2f}", f"{first - direct[twin][1]:+.2f}"]
         handshakes = setup.upstream.handshakes - setup.handshakes_before
         protocols = ",".join(sorted(setup.upstream.protocols)) or "-"
         lines.append(
-            f"{setup.name:<22} {p50:>11.2f} {percentile(setup.ttfb, 0.9) * 1000:>7.2f} "
-            f"{added:>10} {statistics.median(setup.cpu) * 1000:>10.2f} "
-            f"{handshakes * 100 / requests:>14.1f} {protocols:>9}"
+            f"{setup.name:<16} {ttfb:>8.2f} {percentile(setup.ttfb, 0.9) * 1000:>6.2f} "
+            f"{added[0]:>6} {first:>12.2f} {added[1]:>6} "
+            f"{statistics.median(setup.cpu) * 1000:>7.2f} "
+            f"{handshakes * 100 / requests:>14.1f} {protocols:>8}"
         )
     return lines
 
@@ -170,8 +188,9 @@ async def run(args: argparse.Namespace, procs: Processes) -> list[str]:
     twins = [("", None)] + ([("before", args.twin_code)] if args.twin_code else [])
     bundle = procs.tmp / "upstream-cas.pem"
     for suffix, code in twins:
-        direct = TlsUpstream(http2=args.http2, events=args.events)
-        failover = TlsUpstream(http2=args.http2, events=args.events)
+        delay = args.event_delay_ms / 1000
+        direct = TlsUpstream(http2=args.http2, events=args.events, event_delay=delay)
+        failover = TlsUpstream(http2=args.http2, events=args.events, event_delay=delay)
         await direct.start()
         await failover.start()
         cas = b"".join(Path(u.ca_file).read_bytes() for u in (direct, failover))
@@ -200,6 +219,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200, help="requests per setup")
     parser.add_argument("--events", type=int, default=20, help="text deltas per stream")
     parser.add_argument("--http2", action="store_true", help="the upstreams offer HTTP/2")
+    parser.add_argument(
+        "--event-delay-ms",
+        type=float,
+        default=0.0,
+        help="the upstreams wait this long between events (after the first)",
+    )
     parser.add_argument(
         "--twin-code",
         metavar="CHECKOUT",

@@ -29,6 +29,7 @@ from llmitm.addons.patches import (
     headers,
     hooks,
     options,
+    relay_pipe,
 )
 from llmitm.addons.patches import master as master_patch
 from llmitm.addons.patches.coalesce import coalesce_client_writes
@@ -365,3 +366,45 @@ def test_option_reads_without_the_option_class_leave_mitmproxy_as_it_is(
         assert not options.install()
         assert not options.install()
     assert len(_warnings(caplog, options.PATCH)) == 1
+
+
+# --- mitmproxy's connections to the relay, in memory -----------------------------------------
+
+
+async def test_the_relays_address_is_reached_in_memory_and_any_other_by_tcp() -> None:
+    from mitmproxy.proxy import server as proxy_server
+
+    from llmitm.relay.pipe import PipeTransport
+    from llmitm.relay.server import RelayServer
+
+    assert relay_pipe.MISSING is None
+    relay = RelayServer()
+    await relay.start()
+    try:
+        assert relay_pipe.serve(relay.address, relay.connect)
+        assert relay_pipe.install()  # idempotent
+        opened = proxy_server.asyncio.open_connection  # what mitmproxy's server module calls
+        _, writer = await opened(*relay.address, local_addr=None)
+        assert isinstance(writer.transport, PipeTransport)
+        assert writer.get_extra_info("peername") == relay.address
+        writer.close()
+        relay_pipe.stop(relay.address)
+        _, writer = await opened(*relay.address)  # no longer served: the relay's listener
+        assert not isinstance(writer.transport, PipeTransport)
+        writer.close()
+    finally:
+        relay_pipe.stop(relay.address)
+        relay.close()
+
+
+def test_without_mitmproxys_server_module_the_relay_is_reached_by_tcp(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "mitmproxy.proxy.server", None)
+    copy = _fresh_copy(relay_pipe, "llmitm_relay_pipe_without_server")
+    assert copy.MISSING
+    with caplog.at_level(logging.WARNING):
+        assert not copy.serve(("127.0.0.1", 1), lambda: None)
+        assert not copy.install()
+    (warning,) = _warnings(caplog, copy.PATCH)
+    assert "loopback TCP" in warning

@@ -12,6 +12,9 @@ handed down as plain :class:`~llmitm.relay.client.UpstreamSettings`: TLS verifie
 certifi or the bundle of ``ssl_verify_upstream_trusted_ca`` (and ``_confdir``), not at all
 with ``ssl_insecure``; the ``client_certs`` file, or a folder's ``<host>.pem``; HTTP/2 unless
 ``http2`` is off; and in ``upstream:`` mode, through that proxy (``upstream_auth`` too).
+
+mitmproxy reaches the relay in memory (:mod:`llmitm.addons.patches.relay_pipe`): no loopback
+socket between the two, which run on one event loop; over TCP where that patch cannot apply.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 from mitmproxy.proxy import mode_specs
 
+from llmitm.addons.patches import relay_pipe
 from llmitm.relay.client import UpstreamProxy, UpstreamSettings
 from llmitm.relay.server import RelayServer
 
@@ -143,6 +147,8 @@ class LlmRelay:
             logger.error("llmitm: cannot start the relay: %s", exc)
             return
         self.server = server
+        # mitmproxy's connections to it are in memory, not loopback TCP, where the patch holds.
+        relay_pipe.serve(server.address, server.connect)
 
     def listening(self) -> RelayServer | None:
         """The running server, ``None`` while it is not listening (never waits)."""
@@ -184,4 +190,5 @@ class LlmRelay:
     def done(self) -> None:
         server, self.server = self.server, None
         if server is not None:
+            relay_pipe.stop(server.address)
             server.close()

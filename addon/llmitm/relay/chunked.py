@@ -3,7 +3,8 @@
 h11 decodes a chunked body by appending every read to its receive buffer, slicing each
 chunk's data out of it and handing it on as a ``bytearray``, which the relay then joins into
 ``bytes``: four copies of every byte, which a 20 MiB event pays in full. :class:`ChunkedBody`
-takes the framing over where h11 stands (between or inside chunks, nothing buffered) and
+takes the framing over where h11 stands (right after the head: what h11 read beyond it is
+:attr:`ChunkedBody.pending`, decoded before the next read) and
 returns each read's data as slices of that read — the read itself when it lies inside one
 chunk, the common case for a large event. When the body ends, the relay hands h11 a last
 chunk of its own, so h11, and with it httpcore's pool, sees the message end as it would have.
@@ -30,7 +31,7 @@ class ChunkError(TransportError, ValueError):
 class ChunkedBody:
     """The framing state of one chunked body, from where h11 left it."""
 
-    __slots__ = ("_carry", "_crlf", "_left", "_trailer", "ended", "rest")
+    __slots__ = ("_carry", "_crlf", "_left", "_trailer", "ended", "pending", "rest")
 
     def __init__(self, left: int = 0, crlf: bytes = b"") -> None:
         self._left = left
@@ -44,6 +45,8 @@ class ChunkedBody:
         self.ended = False
         self.rest = b""
         """Bytes read after the body's end (h11 gets them, as it would have)."""
+        self.pending = b""
+        """Bytes of the body already read (h11 held them), to decode before the next read."""
 
     def feed(self, data: bytes) -> list[bytes]:
         """The data in ``data``, the next bytes read; ``[]`` when it holds framing only.

@@ -19,12 +19,12 @@ connection (the upstream closed it while idle) is sent again once, on a fresh co
 The body is the per-event hot path (one read per event of every relayed stream). An HTTP/1.1
 body is read straight from the pooled connection's reader, not through httpcore's three nested
 async generators: a chunked one's framing is decoded from each read as it came
-(:mod:`llmitm.relay.chunked`, which spares a large event h11's copies) once h11 has nothing of
-it buffered, any other by the connection's own h11 state; every chunk one read brings is
-relayed in one write; the idle limit is one timer per body, re-armed only when it
-fires early, instead of a timeout armed and cancelled around every read. httpcore still owns
-the connection: the body's end (or its abandonment) is handed back to it, so it returns the
-connection to the pool only when h11 saw the whole body.
+(:mod:`llmitm.relay.chunked`, which spares a large event h11's copies) from its first byte,
+what h11 read with the head included, any other by the connection's own h11 state; every
+chunk one read brings is relayed in one write; the idle limit is one timer per body, re-armed
+only when it fires early, instead of a timeout armed and cancelled around every read.
+httpcore still owns the connection: the body's end (or its abandonment) is handed back to it,
+so it returns the connection to the pool only when h11 saw the whole body.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import h2.exceptions
 import h11
 import httpcore
 from h11._readers import ChunkedReader
+from h11._receivebuffer import ReceiveBuffer
 
 from llmitm.errors import TransportError
 from llmitm.relay.chunked import ChunkedBody, ChunkError
@@ -302,8 +303,8 @@ class UpstreamResponse:
         self._h11, self._reader = _http11_parts(answer.stream)
         self._chunks: Any = None  # httpcore's body iterator, started only without h11's
         self._chunked: ChunkedBody | bool = self._h11 is not None
-        """The chunked framing once read without h11; ``True``: it may be, once h11 has none
-        of the body buffered; ``False``: h11 reads the whole body."""
+        """The chunked framing once read without h11 (from its first byte, h11's buffer
+        included); ``True``: not taken over yet; ``False``: h11 reads the whole body."""
         self._done = False
         self._closed = False
 
@@ -476,16 +477,24 @@ def _http11_parts(stream: object) -> tuple[h11.Connection | None, asyncio.Stream
 
 
 def _take_over(state: h11.Connection) -> ChunkedBody | bool:
-    """The chunked framing where h11 stands, taken from it (h11 is left between two chunks);
-    ``True`` while h11 still holds bytes of the body (a later read may take over), ``False``
-    when the body is not chunked or h11's reader is not the one this code knows."""
+    """The chunked framing where h11 stands, taken from it with whatever of the body h11 holds
+    (handed to the new framing as its first read: the first events, which came in the read
+    that brought the head, are not decoded through h11's events); ``True`` while h11 reads a
+    trailer (a later read may take over), ``False`` when the body is not chunked, h11 has
+    seen the connection's end, or its reader is not the one this code knows."""
     body = getattr(state, "_reader", None)
-    if type(body) is not ChunkedReader:
+    if type(body) is not ChunkedReader or getattr(state, "_receive_buffer_closed", True):
         return False
-    if body._reading_trailer or len(state._receive_buffer):
+    if body._reading_trailer:
         return True
+    buffer = getattr(state, "_receive_buffer", None)
+    if type(buffer) is not ReceiveBuffer:
+        return False
     chunked = ChunkedBody(body._bytes_in_chunk, body._bytes_to_discard)
     body._bytes_in_chunk, body._bytes_to_discard = 0, b""
+    if len(buffer):
+        # ``_extract`` empties h11's buffer as its own reads do (its line searches reset).
+        chunked.pending = bytes(buffer._extract(len(buffer)))
     return chunked
 
 
@@ -497,7 +506,11 @@ async def _chunk_pieces(
 ) -> list[bytes]:
     """:meth:`UpstreamResponse._pieces` for a chunked body read without h11."""
     while True:
-        data = await reader.read(BLOCK_READ)
+        data = chunked.pending
+        if data:
+            chunked.pending = b""
+        else:
+            data = await reader.read(BLOCK_READ)
         if not data:
             raise h11.RemoteProtocolError(
                 "peer closed connection without sending complete message body "

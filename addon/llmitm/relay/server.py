@@ -20,12 +20,17 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import h11
 
 from llmitm.relay.client import UpstreamClient, UpstreamRequest, UpstreamSettings
 from llmitm.relay.jobs import RelayJob, RelayReply, SocketJob, UpstreamJob
+from llmitm.relay.pipe import stream_pipe
+from llmitm.relay.request_head import plain_head
+
+type Header = tuple[bytes, bytes]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +57,8 @@ class RelayServer:
         self._connections = 0  # relay connections serving a request now
         self._kept = 0  # relay connections kept open for mitmproxy's next request
         self._accepted = 0
+        self._piped: set[asyncio.Task[None]] = set()
+        """The tasks serving in-memory connections (kept referenced while they run)."""
         self._server: asyncio.Server | None = None
         self._ready = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()
@@ -61,6 +68,22 @@ class RelayServer:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A new in-memory connection to this server (:mod:`llmitm.relay.pipe`): the caller's
+        end, as ``asyncio.open_connection`` returns it; the server serves the other end as
+        it serves a connection accepted over TCP."""
+        loop = asyncio.get_running_loop()
+        # No port on the caller's side: it has no socket (mitmproxy only shows its address).
+        near, far = stream_pipe(loop, ("127.0.0.1", 0), self.address)
+        task = loop.create_task(self._handle(*far), name="llmitm relay connection")
+        self._piped.add(task)
+        task.add_done_callback(self._piped.discard)
+        return near
 
     async def ready(self) -> None:
         await self._ready.wait()
@@ -128,9 +151,9 @@ class RelayServer:
                 finally:
                     self._connections -= 1
                     self._kept += 1
-                if not kept:
+                if kept is None:
                     return
-                received = request.received
+                received = request.received + kept
         except (ConnectionError, OSError):
             pass  # mitmproxy went away (the client aborted): nothing to answer
         finally:
@@ -141,24 +164,26 @@ class RelayServer:
 
     async def _serve(
         self, request: _Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> bool:
-        """Answer one request; whether the connection can serve the next one."""
+    ) -> bytes | None:
+        """Answer one request; ``None`` when the connection cannot serve the next one, else
+        what was read of the next request meanwhile (mostly nothing)."""
         reply = RelayReply(writer, close=request.close)
         job = self._jobs.pop(request.token, None) if request.token is not None else None
         try:
             if job is None:
                 reply.close = True
                 await reply.error(404, "Unknown or used llmitm relay token.", code="not_found")
-                return False
+                return None
             if isinstance(job, SocketJob):
                 await job.serve_socket(request.headers, reader, writer)
-                return False
-            if await _serve_until_abort(job, reply, reader):
-                return False  # mitmproxy sent something mid-reply: nothing is left to trust
+                return None
+            early = await _serve_until_abort(job, reply, reader)
+            if early is None:
+                return None  # mitmproxy sent something mid-reply: nothing is left to trust
             if not reply.started:
                 reply.close = True
                 await reply.error(500, "llmitm's relay job gave no answer.")
-                return False
+                return None
             await reply.finish()
         except (ConnectionError, OSError):
             raise
@@ -168,13 +193,52 @@ class RelayServer:
                 if not reply.started:
                     reply.close = True
                     await reply.error(500, "llmitm's relay failed; see the proxy's log.")
-            return False
-        return not reply.close and not reply.gone
+            return None
+        return None if reply.close or reply.gone else early
 
     async def _read_request(self, reader: asyncio.StreamReader, received: bytes) -> _Request | None:
         """The next request on the connection, its body read and dropped (the job has its
         own); ``None`` once mitmproxy closes the connection or leaves it idle for
-        :data:`IDLE_TIMEOUT`. ``received`` is what the previous request's read took beyond it."""
+        :data:`IDLE_TIMEOUT`. ``received`` is what the previous request's read took beyond it.
+        A plain head (:mod:`llmitm.relay.request_head`) is read here; any other by h11."""
+        data = received
+        while True:
+            end = data.find(b"\r\n\r\n")
+            if end >= 0 or len(data) > MAX_HEAD_BYTES:
+                break
+            try:
+                if not data:
+                    async with asyncio.timeout(IDLE_TIMEOUT):
+                        more = await reader.read(65536)
+                else:
+                    more = await reader.read(65536)
+            except TimeoutError:
+                return None
+            if not more:
+                return None
+            data += more
+        head = plain_head(data, end + 4) if end >= 0 else None
+        if head is None:
+            return await self._read_request_h11(reader, data)
+        request = _Request.of(head.method, head.target, head.http_version, head.headers)
+        if request.token is None:
+            return request  # answered 404 and closed: its body does not matter
+        # Read the body mitmproxy sends along: closing a socket with unread data resets it,
+        # and mitmproxy would lose the answer.
+        rest = data[head.head_length :]
+        left = head.body_length - len(rest)
+        while left > 0:
+            rest = await reader.read(65536)
+            if not rest:
+                return None
+            left -= len(rest)
+        request.received = rest[len(rest) + left :] if left < 0 else b""
+        return request
+
+    async def _read_request_h11(
+        self, reader: asyncio.StreamReader, received: bytes
+    ) -> _Request | None:
+        """:meth:`_read_request` by h11, for a head that is not plain."""
         connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         if received:
             connection.receive_data(received)
@@ -182,24 +246,15 @@ class RelayServer:
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
-                try:
-                    if request is None:
-                        async with asyncio.timeout(IDLE_TIMEOUT):
-                            data = await reader.read(65536)
-                    else:
-                        data = await reader.read(65536)
-                except TimeoutError:
-                    return None
+                data = await reader.read(65536)
                 if not data:
                     return None
                 connection.receive_data(data)
             elif isinstance(event, h11.Request):
-                request = _Request.of(event)
+                request = _Request.of(event.method, event.target, event.http_version, event.headers)
                 if request.token is None:
                     return request  # answered 404 and closed: its body does not matter
             elif isinstance(event, h11.EndOfMessage) and request is not None:
-                # Read the body mitmproxy sends along: closing a socket with unread data
-                # resets it, and mitmproxy would lose the answer.
                 request.received = connection.trailing_data[0]
                 return request
             elif not isinstance(event, h11.Data):
@@ -219,32 +274,37 @@ class _Request:
     received: bytes = b""
 
     @classmethod
-    def of(cls, event: h11.Request) -> _Request:
-        target = event.target.decode("latin-1")
+    def of(
+        cls, method: bytes, raw_target: bytes, http_version: bytes, headers: Sequence[Header]
+    ) -> _Request:
+        target = raw_target.decode("latin-1")
         if target.startswith("http://"):
             # Absolute form: mitmproxy in upstream mode writes its requests for a proxy,
             # also the ones it sends straight here.
             target = "/" + target.removeprefix("http://").partition("/")[2]
         token = target[len(PATH_PREFIX) :] if target.startswith(PATH_PREFIX) else None
-        close = event.http_version != b"1.1" or event.method == b"HEAD"
-        for name, value in event.headers:
+        close = http_version != b"1.1" or method == b"HEAD"
+        for name, value in headers:
             if name == b"connection" and b"close" in value.lower():
                 close = True
-        return cls(token, list(event.headers), close)
+        return cls(token, list(headers), close)
 
 
 async def _serve_until_abort(
     job: RelayJob, reply: RelayReply, reader: asyncio.StreamReader
-) -> bool:
+) -> bytes | None:
     """Serve ``job``; cancel it when mitmproxy closes the connection (the client went away),
     so a job waiting for an upstream, a backoff or a free slot lets go at once and its
-    ``finally`` releases what it holds. True when mitmproxy sent something while the job
-    ran (it never does between a request and its answer): the connection is not reused."""
+    ``finally`` releases what it holds. ``None`` when mitmproxy sent something while the job
+    ran (it never does between a request and its answer): the connection is not reused.
+    Otherwise what was read of mitmproxy's next request once the answer had ended (the
+    in-memory connection delivers it within the same loop turn that ended the answer)."""
     loop = asyncio.get_running_loop()
     # Started eagerly: the job runs up to its first wait (the upstream request written) now,
     # not one turn of the event loop later, on the time to first byte of every relayed flow.
     serving = asyncio.Task(_serve_and_end(job, reply), loop=loop, eager_start=True)
     watching = asyncio.Task(reader.read(1), loop=loop, eager_start=True)
+    early: bytes | None = b""
     try:
         await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -255,14 +315,17 @@ async def _serve_until_abort(
         if not watching.cancelled():
             # A reset reads as an error here: retrieved, or asyncio logs it as an unhandled
             # task error (one traceback per client that aborted).
-            watching.exception()
+            failed = watching.exception() is not None
+            early = None if failed else watching.result()
         if not serving.done():
             serving.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await serving
             raise ConnectionResetError("mitmproxy closed the relay connection")
     serving.result()  # re-raise what the job raised
-    return not watching.cancelled()
+    if early and not reply.finished:
+        return None  # bytes while the answer was still under way
+    return early
 
 
 async def _serve_and_end(job: RelayJob, reply: RelayReply) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from mitmproxy import ctx
 from mitmproxy.addonmanager import Loader
 
-from llmitm.addons.patches import connections, cut_streams, headers, hooks, options
+from llmitm.addons.patches import connections, cut_streams, headers, hooks, options, relay_pipe
 
 
 class LlmPatches:
@@ -27,6 +27,7 @@ class LlmPatches:
         cut_streams.install()
         hooks.install()
         options.install()
+        relay_pipe.install()
         headers.check()
 
     def running(self) -> None:
