@@ -16,7 +16,8 @@ processes, one per ``llmitm_record`` setting):
                does after answering (read once the proxy's CPU has settled)
   memory       peak RSS (VmHWM) of each proxy after ``--streams`` concurrent paced Responses
                streams (translated to chat for llmitm), in rising order on fresh processes,
-               and RSS once they ended
+               and RSS once they ended; ``--memory-runs`` rounds, medians; with
+               ``--before``, the llmitm setups also through that checkout
 
 With ``--split``, the big bodies go to a stamping upstream instead (this script run with
 ``--stamped-upstream``: a thread per connection that answers every request at once with a
@@ -28,6 +29,7 @@ process reads the same monotonic clock.
 
     python scripts/bench_big_request.py [--sizes 0.2,1,5] [--runs 7] [--streams 1,64,256]
                                         [--skip-memory] [--skip-big] [--before PATH] [--split]
+                                        [--memory-runs 1]
 
 Requests of all setups are interleaved round by round, every other round in reverse order.
 """
@@ -382,57 +384,80 @@ async def concurrent_streams(setup: bp.Setup, count: int) -> None:
     await asyncio.gather(*(bp.stream(setup, STREAM_EVENTS) for _ in range(count)))
 
 
-def run_memory(tmp: Path, levels: list[int]) -> list[str]:
-    """Peak RSS per proxy at each level of concurrent streams, on fresh processes."""
-    rows: dict[str, list[tuple[int, int]]] = {}
-    kinds = [
-        ("mitmdump", "bench-pass", None, ()),
-        ("llmitm, recording on", "bench-over-chat", "chat-only", ()),
-        ("llmitm, recording off", "bench-over-chat", "chat-only", ("llmitm_record=off",)),
+def run_memory(tmp: Path, levels: list[int], before: str | None = None, runs: int = 1) -> list[str]:
+    """Peak RSS per proxy at each level of concurrent streams, on fresh processes; with
+    ``before``, the llmitm setups again through that checkout; ``runs`` rounds of every
+    proxy, interleaved (every other round in reverse order), reported as medians."""
+    kinds: list[tuple[str, str, str | None, tuple[str, ...], str | None]] = [
+        ("mitmdump", "bench-pass", None, (), None),
+        ("llmitm, recording on", "bench-over-chat", "chat-only", (), None),
+        ("llmitm, recording off", "bench-over-chat", "chat-only", ("llmitm_record=off",), None),
     ]
-    for label, model, endpoint, extra in kinds:
-        procs = bp.Processes(tmp / f"memory-{len(rows)}")
-        procs.tmp.mkdir()
-        try:
-            both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
-            if label == "mitmdump":
-                port, pid = bp.start_mitmdump(procs, both)
-            else:
-                chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
-                config = bp.CONFIG.format(both=both, chat=chat, responses=both)
-                port, pid = bp.start_llmitm(procs, both, config, extra=extra)
-            setup = bp.Setup(label, label, "responses", "llmitm", model, endpoint, None)
-            setup.port, setup.pid, setup.delay_ms = port, pid, STREAM_DELAY_MS
-            asyncio.run(concurrent_streams(setup, 2))  # warm up: imports, first connections
-            for level in levels:
-                bp.progress(f"memory: {label}, {level} concurrent streams")
-                asyncio.run(concurrent_streams(setup, level))
-                time.sleep(0.3)
-                rows.setdefault(label, []).append(
-                    (memory_kib(pid, "VmHWM"), memory_kib(pid, "VmRSS"))
-                )
-        finally:
-            procs.stop_all()
+    if before:
+        kinds += [
+            ("before: llmitm, recording on", "bench-over-chat", "chat-only", (), before),
+            (
+                "before: llmitm, recording off",
+                "bench-over-chat",
+                "chat-only",
+                ("llmitm_record=off",),
+                before,
+            ),
+        ]
+    rows: dict[str, list[list[tuple[int, int]]]] = {kind[0]: [] for kind in kinds}
+    started = 0
+    for rnd in range(runs):
+        for label, model, endpoint, extra, code in kinds if rnd % 2 == 0 else kinds[::-1]:
+            started += 1
+            procs = bp.Processes(tmp / f"memory-{started}")
+            procs.tmp.mkdir()
+            values: list[tuple[int, int]] = []
+            try:
+                both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
+                if label == "mitmdump":
+                    port, pid = bp.start_mitmdump(procs, both)
+                else:
+                    chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
+                    config = bp.CONFIG.format(both=both, chat=chat, responses=both)
+                    port, pid = bp.start_llmitm(procs, both, config, extra=extra, code=code)
+                setup = bp.Setup(label, label, "responses", "llmitm", model, endpoint, None)
+                setup.port, setup.pid, setup.delay_ms = port, pid, STREAM_DELAY_MS
+                asyncio.run(concurrent_streams(setup, 2))  # warm up: imports, first connections
+                for level in levels:
+                    bp.progress(f"memory, round {rnd + 1}: {label}, {level} concurrent streams")
+                    asyncio.run(concurrent_streams(setup, level))
+                    time.sleep(0.3)
+                    values.append((memory_kib(pid, "VmHWM"), memory_kib(pid, "VmRSS")))
+            finally:
+                procs.stop_all()
+            rows[label].append(values)
     levels_text = " / ".join(map(str, levels))
     lines = [
         f"Memory: peak RSS (MiB) at {levels_text} concurrent streams "
-        f"({STREAM_EVENTS} events, one per {STREAM_DELAY_MS} ms), and RSS after them",
-        "| proxy | peak RSS | per stream, first → last level | RSS after the last |",
-        "| --- | --- | --- | --- |",
+        f"({STREAM_EVENTS} events, one per {STREAM_DELAY_MS} ms), RSS after them, and the "
+        f"growth per stream from {levels[0]} to each later level; medians of {runs} run(s)",
+        "| proxy | peak RSS | KiB per stream | RSS after the last | each run's per stream |",
+        "| --- | --- | --- | --- | --- |",
     ]
-    per_stream: dict[str, float] = {}
-    for label, values in rows.items():
-        peaks = [peak / 1024 for peak, _ in values]
-        grown = (values[-1][0] - values[0][0]) / max(1, levels[-1] - levels[0])
-        per_stream[label] = grown
+    per_stream: dict[str, list[float]] = {}
+    for label, runs_values in rows.items():
+        peaks = [statistics.median(v[i][0] for v in runs_values) / 1024 for i in range(len(levels))]
+        after = statistics.median(v[-1][1] for v in runs_values) / 1024
+        grown = [
+            [(v[i][0] - v[0][0]) / max(1, levels[i] - levels[0]) for v in runs_values]
+            for i in range(1, len(levels))
+        ]
+        per_stream[label] = [statistics.median(g) for g in grown]
+        each = "; ".join(" / ".join(f"{g[r]:.0f}" for g in grown) for r in range(runs))
         lines.append(
-            f"| {label} | {' / '.join(f'{p:.1f}' for p in peaks)} | {grown:.0f} KiB | "
-            f"{values[-1][1] / 1024:.1f} |"
+            f"| {label} | {' / '.join(f'{p:.1f}' for p in peaks)} | "
+            f"{' / '.join(f'{g:.0f}' for g in per_stream[label])} | {after:.1f} | {each} |"
         )
-    base = per_stream.get("mitmdump") or 1.0
+    base = per_stream.get("mitmdump") or [1.0] * (len(levels) - 1)
     for label, grown in per_stream.items():
         if label != "mitmdump":
-            lines.append(f"{label}: {grown / base:.2f}× mitmdump's growth per stream")
+            ratios = " / ".join(f"{g / b:.2f}×" for g, b in zip(grown, base, strict=True))
+            lines.append(f"{label}: {ratios} mitmdump's growth per stream")
     return lines
 
 
@@ -441,6 +466,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sizes", default="0.2,1,5", help="MB of input per request")
     parser.add_argument("--runs", type=int, default=7, help="measured rounds per size")
     parser.add_argument("--streams", default="1,64,256", help="levels of concurrent streams")
+    parser.add_argument(
+        "--memory-runs", type=int, default=1, help="rounds of the memory probe (medians)"
+    )
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-big", action="store_true")
     parser.add_argument("--profile", metavar="DIR", help="run llmitm under cProfile into DIR")
@@ -509,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
                 procs.stop_all()
         lines += report_big(setups, args.sizes)
     if not args.skip_memory:
-        lines += ["", *run_memory(tmp, args.streams)]
+        lines += ["", *run_memory(tmp, args.streams, args.before, args.memory_runs)]
     print(f"{os.cpu_count()} CPUs; {bp.describe_llmitm()}")
     print("\n".join(lines))
     return 0

@@ -24,6 +24,7 @@ from llmitm.routing.plan import Plan
 from llmitm.routing.wait import SlotTaker, over_cap_error, take_slot
 from llmitm.translate.context import TranslateOptions
 from llmitm.wire.errors import ApiError, openai_error_body
+from llmitm.wire.sized import right_sized
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,8 @@ def point_at_endpoint(
     """Rewrite the flow for the endpoint mitmproxy forwards it to; the flow's state."""
     flow.request.url = plan.url
     rewrite_headers(flow.request.headers, plan, new_body=True)
-    flow.request.content = prepared.content
+    # The flow keeps this body to its end: not in orjson's oversized buffer.
+    flow.request.content = right_sized(prepared.content)
     routed.endpoint = plan.endpoint.name
     state = FlowState(
         plan, prepared.context, prepared.stream, strip_usage=prepared.strip_usage, routed=routed

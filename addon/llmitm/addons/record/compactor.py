@@ -15,8 +15,12 @@ from typing import Protocol
 
 EVERY = 0.02
 """Seconds between compactions (a busy proxy relays a few hundred chunks in that time)."""
-AT_LEAST = 192
-"""Notes a tap must hold to be compacted (64 chunks of a translated stream)."""
+AT_LEAST = 24
+"""Notes a tap must hold to be compacted (8 chunks of a translated stream). Small: what a
+live recorded stream holds is mostly its chunks not compacted yet (a few hundred bytes each,
+and each kept alive among the proxy's short-lived objects), while 8 events still compress
+about 8×. At 64 chunks a time a recorded stream grew the proxy's peak RSS by ~120 KiB at 64
+concurrent streams; at 8, ~95 KiB (``scripts/bench_big_request.py``, docs/speed.md)."""
 
 
 class Compactable(Protocol):

@@ -18,6 +18,7 @@ from llmitm.replay.memo import RequestMemo
 from llmitm.replay.model import Message
 from llmitm.replay.pool import Hit
 from llmitm.replay.tap import StreamTap
+from llmitm.wire.redact import redact_headers, redact_url
 
 
 def now_us() -> int:
@@ -27,6 +28,17 @@ def now_us() -> int:
 def fields(headers: http.Headers) -> RawHeaders:
     """``headers`` as they are now, decoded only when read (a reference, not a copy)."""
     return RawHeaders(headers.fields)
+
+
+@dataclass(frozen=True, slots=True)
+class SentRequest:
+    """The request the router sent upstream, as references to the flow's own values; made
+    the recording's ``upstream_req`` leg (head redacted) by :meth:`Capture.see_sent`."""
+
+    method: str
+    url: str
+    headers: Headers
+    content: bytes | None
 
 
 @dataclass(slots=True)
@@ -44,6 +56,9 @@ class Capture:
     hit: Hit | None = None
     forwarded: bool = False
     upstream_req: Message | None = None
+    """The upstream leg, its head redacted (made of :attr:`upstream_sent` by
+    :meth:`see_sent`; the body is redacted when the record is built)."""
+    upstream_sent: SentRequest | None = None
     upstream_status: int = 0
     upstream_headers: Headers = ()
     upstream_body: bytes | None = None
@@ -73,6 +88,18 @@ class Capture:
         seen = see_request(request, options, self.fingerprint_key, self.memo)
         self.key, self.client_req = seen.key, seen.message
         self.request_clean, self.credential = seen.clean, seen.credential
+
+    def see_sent(self) -> None:
+        """Make :attr:`upstream_req` of what was sent upstream (off the event loop, with
+        :meth:`see`; a no-op once done)."""
+        sent, self.upstream_sent = self.upstream_sent, None
+        if sent is not None:
+            self.upstream_req = Message(
+                headers=redact_headers(sent.headers),
+                content=sent.content,
+                method=sent.method,
+                url=redact_url(sent.url),
+            )
 
 
 # Per-flow state lives beside the flow, not in flow.metadata: mitmproxy serialises metadata

@@ -21,13 +21,12 @@ from mitmproxy import http
 
 from llmitm.addons.patches.cut_streams import gateway_answer
 from llmitm.addons.record.compactor import TapCompactor
-from llmitm.addons.record.flows import Capture, capture_of, fields
+from llmitm.addons.record.flows import Capture, SentRequest, capture_of, fields
 from llmitm.addons.state import FlowState, flow_mint, flow_state
 from llmitm.addons.streams import flow_stream
 from llmitm.replay.capture import ClientResponse, FlowEnd, build_interaction, relayed_request
-from llmitm.replay.model import Interaction, Message, new_id
+from llmitm.replay.model import Interaction, new_id
 from llmitm.replay.tap import Leg, StreamTap, pieces
-from llmitm.wire.redact import redact_headers, redact_url
 
 if TYPE_CHECKING:
     from llmitm.addons.record.recorder import LlmFlowRecorder
@@ -60,11 +59,13 @@ class LlmRecordTap:
             return  # answered locally (a bad request): nothing went upstream
         capture.forwarded = True
         request = flow.request
-        capture.upstream_req = Message(
-            headers=redact_headers(fields(request.headers)),
-            content=request.get_content(strict=False),  # redacted at the flow's end
-            method=request.method,
-            url=redact_url(request.pretty_url),
+        # References to the request the router built, its head decoded and redacted with its
+        # body by the record's builder (a dozen strings per flow less while it streams).
+        capture.upstream_sent = SentRequest(
+            request.method,
+            request.pretty_url,
+            fields(request.headers),
+            request.get_content(strict=False),
         )
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -105,6 +106,7 @@ class LlmRecordTap:
 
         def build() -> Interaction:
             capture.see()
+            capture.see_sent()
             streamed = end if legs is None else with_pieces(end, *legs)
             return build_interaction(
                 capture,
