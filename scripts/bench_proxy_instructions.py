@@ -16,6 +16,7 @@ hit. They show what the Python code of a path does, which is what these setups d
     python scripts/bench_proxy_instructions.py [--setups a,b] [--events N] [--rounds R]
                                                [--streams S] [--concurrency C]
                                                [--before ../older-checkout]
+                                               [--ready-timeout SECONDS]
 
 ``--before`` runs a second process with the llmitm of another checkout (one that knows the
 same configuration), each setup streamed through both in turn: before and after in one run.
@@ -122,6 +123,12 @@ def main() -> int:
         "--concurrency", type=int, default=0, help="also this many streams at once per round"
     )
     parser.add_argument("--before", metavar="CHECKOUT", help="also measure this checkout's code")
+    parser.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=600.0,
+        help="seconds a proxy may take to start under valgrind (more on a loaded machine)",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         parser.error("needs valgrind (callgrind and callgrind_control)")
@@ -134,7 +141,7 @@ def main() -> int:
     for setup in setups:
         if BASELINE[setup.api] not in keys:
             parser.error(f"{setup.key} needs its baseline {BASELINE[setup.api]} in --setups")
-    bench.READY_TIMEOUT_S = 600.0  # the proxy starts ~50 times slower
+    bench.READY_TIMEOUT_S = args.ready_timeout  # the proxy starts ~50 times slower
     tmp = Path(tempfile.mkdtemp(prefix="llmitm-bench-instructions-"))
     procs = bench.Processes(tmp)
     try:

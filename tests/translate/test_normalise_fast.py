@@ -751,3 +751,67 @@ def test_plain_literals_are_kept_as_bytes_and_the_rest_as_text() -> None:
     assert [bytes([b]) for b in range(256) if PLAIN[b] == b] == [
         bytes([b]) for b in range(0x20, 0x80) if b not in b'"\\'
     ]
+
+
+# --- numbered endings kept by the process -------------------------------------------------------
+
+
+def _numbered_stream(texts: list[str], layout: str, step: int | None = None) -> list[bytes]:
+    """A message item streaming ``texts`` with the number in the frame's fixed end (the fake
+    upstream's and OpenRouter's layout, or OpenAI's with an obfuscation value); the delta at
+    ``step`` numbered one ahead of its place."""
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress",
+            "content": []}  # fmt: skip
+    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+    head = [
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
+    ]
+    frames = [frame({**event, "sequence_number": k}) for k, event in enumerate(head)]
+    for k, text in enumerate(texts, start=len(head)):
+        number = k + (k - len(head) == step)
+        if layout == "openai":
+            event = {"type": "response.output_text.delta", "content_index": 0, "delta": text,
+                     "item_id": "msg_1", "logprobs": [], "obfuscation": "Zq9",
+                     "output_index": 0, "sequence_number": number}  # fmt: skip
+        else:
+            event = {"type": "response.output_text.delta", **ids, "delta": text,
+                     "logprobs": [], "sequence_number": number}  # fmt: skip
+        frames.append(frame(event))
+    return frames
+
+
+@pytest.mark.parametrize("layout", ["number last", "openai"])
+def test_numbered_endings_are_kept_once_for_the_streams_of_a_layout(
+    layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream's numbered frame ends are the process's, each ``ending % n`` at index ``n``
+    up to the bound (beyond it a frame's end is formatted for it); the next stream of the
+    layout relays its deltas from them, and a number out of step is still not relayed."""
+    monkeypatch.setattr(normalise_fast, "_ENDINGS", {})
+    monkeypatch.setattr(normalise_fast, "ENDINGS_NUMBERS", 9)
+    texts = [f"w{k}" for k in range(12)]  # numbered 3..14: beyond the bound of 9
+    for _stream in range(2):
+        frames = _numbered_stream(texts, layout)
+        pipeline = StreamPipeline("normalise-responses", context())
+        outs = [pipeline.feed(chunk) for chunk in frames]
+        assert all(out is chunk for out, chunk in zip(outs[3:], frames[3:], strict=True))
+        ((ending, endings),) = normalise_fast._ENDINGS.items()
+        assert endings == [ending % n for n in range(9)]
+    stepped = _numbered_stream(texts, layout, step=4)
+    body = b"".join(stepped)
+    out = pipeline_output(stepped)
+    assert_as_general(out, general_path(body), body)
+    assert events_of(out)[7] != stepped[7]  # renumbered, not relayed as it came
+    assert pipeline_output([body]) == out
+
+
+def test_only_the_last_layouts_endings_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(normalise_fast, "_ENDINGS", {})
+    monkeypatch.setattr(normalise_fast, "ENDINGS_KEPT", 1)
+    for layout in ("number last", "openai"):
+        pipeline_output(_numbered_stream(["a", "b", "c"], layout))
+    ((ending, endings),) = normalise_fast._ENDINGS.items()
+    assert b'"obfuscation"' not in ending and len(endings) == 6  # numbers 0..5
+    assert ending.startswith(b'","output_index":0,"sequence_number":%d}')

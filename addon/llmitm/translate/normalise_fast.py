@@ -215,6 +215,32 @@ class DeltaTemplate:
 _QUOTE = b'"'
 _BACKSLASH = b"\\"
 
+ENDINGS_KEPT = 8
+"""How many layouts' numbered endings the process keeps (see :func:`numbered_endings`)."""
+ENDINGS_NUMBERS = 4096
+"""How many of a layout's numbered endings are kept: 0..4095 (an event beyond formats its own).
+At most ``ENDINGS_KEPT * ENDINGS_NUMBERS`` short bytes, about 3 MB."""
+_ENDINGS: dict[bytes, list[bytes]] = {}
+
+
+def numbered_endings(ending: bytes) -> list[bytes]:
+    """The process's list of ``ending % n`` for n = 0, 1, ... as far as streams have got: the
+    fixed end of a delta frame with its sequence number formatted in, shared by the streams
+    of every upstream that writes this layout (OpenAI's and OpenRouter's end holds no id).
+
+    Formatting the number was a thousand instructions of each relayed delta; a stream that
+    finds its numbers here takes one list item instead (a stream that gets ahead of the
+    others appends them, in order). Kept for the last :data:`ENDINGS_KEPT` layouts asked for,
+    the oldest dropped first. Only the event loop's one thread relays, so ``n`` is always the
+    item at index ``n``: a list is extended from its length on, in one step.
+    """
+    endings = _ENDINGS.get(ending)
+    if endings is None:
+        if len(_ENDINGS) >= ENDINGS_KEPT:
+            del _ENDINGS[next(iter(_ENDINGS))]
+        endings = _ENDINGS[ending] = []
+    return endings
+
 
 def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
     """The template's two hot paths, ``(scan, relay)``, for the layouts upstreams write: the
@@ -236,9 +262,13 @@ def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
     backslash is checked in C; escapes go to :meth:`match`. The obfuscation value must be
     ASCII letters and digits, as OpenAI's are.
 
-    Every call on these paths is one event of a conformant stream: slices compared with
-    ``==`` cost less than ``startswith`` with an offset, and ``relay`` is the one Python
-    call the proxy makes for such an event.
+    Every call on these paths is one event of a conformant stream, and ``relay`` is the one
+    Python call the proxy makes for such an event. Its checks are the cheapest C calls that
+    make them (counted in instructions): ``removeprefix``/``removesuffix`` compare a fixed
+    end in place and hand on the rest (a slice compared with ``==`` builds a slice object and
+    a copy; ``startswith`` parses its arguments the slow way), ``partition`` splits at the
+    fixed bytes between two literals, and ``translate`` of a plain literal returns the very
+    object, so ``is`` compares it.
     """
     line, parts, tail, keep = template.line, template.parts, template.tail, template.sink.append
     strings = [kind for _constant, _size, kind, _closer in parts if kind != _SEQ]
@@ -316,38 +346,59 @@ def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
     if counter is None:
         return scan, None
 
+    # The fixed end with the number formatted in, from the process's list where it is there
+    # (an end without a number is the same for every event).
+    endings = numbered_endings(final) if final_n else []
+    bound = ENDINGS_NUMBERS
+
+    def ending(seq: int) -> bytes:
+        """``final % seq``, kept in ``endings`` with those before it (the events before a
+        stream's first delta were numbered too) when it is within the bound."""
+        if seq >= bound:
+            return final % seq
+        endings.extend([final % n for n in range(len(endings), seq + 1)])
+        return endings[seq]
+
     def relay(chunk: bytes) -> bool:
         seq = counter.next_sequence
         before = head % seq if head_n else head
-        after = final % seq if final_n else final
-        begin = len(before)
-        end = len(chunk) - len(after)
-        if chunk[:begin] != before or chunk[end:] != after:
+        if not final_n:
+            after = final
+        elif seq < len(endings):
+            after = endings[seq]
+        else:
+            after = ending(seq)
+        # Both fixed ends at once, no slice of them: each ``remove*`` is one C call that
+        # compares its bytes in place, and the lengths say whether both were there.
+        rest = chunk.removeprefix(before).removesuffix(after)
+        if len(chunk) - len(rest) != len(before) + len(after):
             return False
-        usual = True
         if two:
-            close = chunk.find(quote, begin, end)
-            between = mid % seq if mid_n else mid
-            begin2 = close + len(between)
-            if delta_first:
-                other, end = chunk[begin2:end], close
-            else:
-                other, begin = chunk[begin:close], begin2
-            usual = close >= 0 and chunk[close:begin2] == between and other.isalnum()
-        if usual and end >= begin:
-            body = chunk[begin:end]
-            if body.translate(plain) == body:
-                keep(body)  # its own text (see PLAIN)
-                counter.next_sequence = seq + 1
-                return True
+            # The first literal ends where the fixed bytes between them start: a plain
+            # literal holds no quote, and an obfuscation value is letters and digits.
+            first, between, second = rest.partition(mid % seq if mid_n else mid)
+            body, other = (first, second) if delta_first else (second, first)
+            if not between or not other.isalnum():
+                # An escaped quote in the first literal, or an unusual obfuscation value:
+                # spelled as orjson would, or not.
+                return fitting(chunk, seq)
+        else:
+            body = rest
+        if body.translate(plain) is body:  # unchanged: the very object (see PLAIN)
+            keep(body)  # its own text
+            counter.next_sequence = seq + 1
+            return True
+        return read(chunk, body, seq)
+
+    def read(chunk: bytes, body: bytes, seq: int) -> bool:
+        """The relay of a frame whose delta literal ``body`` is not plain: read with orjson,
+        which proves it valid and, without escapes, orjson's spelling; else :meth:`match`."""
         try:
-            text = loads(chunk[begin - 1 : end + 1]) if usual else None
+            text = loads(quote + body + quote)
         except decode_error:
-            text = None
-        if text is None or (len(text) != end - begin and chunk.find(backslash, begin, end) >= 0):
-            # An escaped quote in the first literal, other escapes, or an unusual obfuscation
-            # value: spelled as orjson would, or not.
             return fitting(chunk, seq)
+        if len(text) != len(body) and body.find(backslash) >= 0:
+            return fitting(chunk, seq)  # escapes: spelled as orjson would, or not
         keep(text)
         counter.next_sequence = seq + 1
         return True
@@ -369,24 +420,14 @@ def _fast_paths(template: DeltaTemplate, counter: Any) -> tuple[Any, Any]:
 
     def relay_one(chunk: bytes) -> bool:
         seq = counter.next_sequence
-        after = final % seq
-        end = len(chunk) - len(after)
-        if chunk[:begin_at] != head or chunk[end:] != after:
+        after = endings[seq] if seq < len(endings) else ending(seq)
+        body = chunk.removeprefix(head).removesuffix(after)
+        if len(chunk) - len(body) != begin_at + len(after):
             return False
-        if end >= begin_at:  # (else the fixed start and end overlap)
-            body = chunk[begin_at:end]
-            if body.translate(plain) == body:
-                keep(body)  # its own text (see PLAIN)
-                counter.next_sequence = seq + 1
-                return True
-        try:
-            text = loads(chunk[begin_at - 1 : end + 1])
-        except decode_error:
-            return fitting(chunk, seq)
-        if len(text) != end - begin_at and chunk.find(backslash, begin_at, end) >= 0:
-            return fitting(chunk, seq)
-        keep(text)
-        counter.next_sequence = seq + 1
-        return True
+        if body.translate(plain) is body:  # unchanged: the very object (see PLAIN)
+            keep(body)  # its own text
+            counter.next_sequence = seq + 1
+            return True
+        return read(chunk, body, seq)
 
     return scan, relay_one
