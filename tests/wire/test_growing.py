@@ -65,6 +65,24 @@ def test_a_caller_that_changed_an_item_gets_a_whole_parse_next_turn() -> None:
     assert same(again, content) and again.reused == 21
 
 
+def test_items_of_any_type_are_handed_out_copied_by_their_type() -> None:
+    """A ``type`` that is not a string (a list, an object: bad input the validator answers
+    with a 400 later) is handed out as it is, never a crash."""
+    bodies = GrowingBodies(checked=True, copied=frozenset({"reasoning"}))
+    items = [
+        item(0),
+        {"type": [], "content": FILLER},
+        {"type": {"a": 1}, "content": FILLER},
+        {"type": "reasoning", "content": FILLER},
+    ]
+    for turn in range(3):
+        content = body(items)
+        grown = bodies.parse(content)
+        assert same(grown, content)
+        assert grown.body["input"][3] is not grown._kept.items[3]  # type: ignore[union-attr]
+        items.append(item(turn + 1))
+
+
 @pytest.mark.parametrize(
     "between",
     [

@@ -233,8 +233,10 @@ class GrowingBodies:
         if item_bytes is None or not self.copied:
             return list(items)
         copied = self.copied
+        # A client's ``type`` may be anything JSON holds (the validator refuses it later):
+        # only a string can name a copied type, and a list or object is not hashable.
         return [
-            orjson.loads(data) if item.get("type") in copied else item
+            orjson.loads(data) if type(kind := item.get("type")) is str and kind in copied else item
             for item, data in zip(items, item_bytes, strict=True)
         ]
 
