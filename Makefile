@@ -3,7 +3,8 @@
 # Two install levels: `make run` installs llmitm and its runtime dependencies only; the test,
 # lint and bench targets add the dev and e2e extras (pytest, the real clients, llama.cpp and
 # its model) on top. The run level skips compiling every installed module up front (about
-# half of its time on a warm cache): Python compiles what it imports when it first does.
+# half of its time on a warm cache): Python compiles what it imports when it first does and
+# keeps it, unless PYTHONDONTWRITEBYTECODE is set, in which case every start compiles again.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -29,6 +30,12 @@ NODE_STAMP := .e2e/node/.installed-codex-$(CODEX_VERSION)-openai-$(OPENAI_NODE_V
 # in one process with nothing else running, so the other workers' load cannot move their
 # times. Either run failing fails the target.
 TEST_WORKERS ?= 4
+# The tests start hundreds of Python processes (mitmdump, llmitm, the SDK clients). Where the
+# environment sets PYTHONDONTWRITEBYTECODE (some CI images do), none of them could keep what it
+# compiled, so each start compiled mitmproxy and llmitm again (~3 s of CPU) and pytest rewrote
+# every test module in each worker: the suite took twice as long. The test targets, and the
+# installs they start, let Python keep its bytecode (an empty value is "unset" to Python).
+test unit: export PYTHONDONTWRITEBYTECODE :=
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not timing"
 PYTEST_ALONE    := -p no:xdist -m timing
 
