@@ -146,7 +146,7 @@ def test_kept_bodies_stay_within_the_budget() -> None:
     for conversation in range(40):
         items = [{"role": "user", "content": f"{conversation} {FILLER}"}] * 20
         bodies.parse(body(items))
-    assert len(bodies) > 0 and sum(3 * len(k.data) for k in bodies._kept.values()) <= 600_000
+    assert len(bodies) > 0 and sum(3 * len(k.data) for k in bodies._kept.entries()) <= 600_000
 
 
 values = st.recursive(

@@ -33,7 +33,7 @@ def test_a_growing_text_is_hashed_from_where_it_grew() -> None:
         items.append(bytes(rng.randrange(97, 123) for _byte in range(2000)))
         text = b'{"body":{"input":[' + b",".join(items) + b'],"tools":"' + b"t" * 3000 + b'"}}'
         assert hasher.digest(text) == hashlib.sha256(text).digest()
-        kept = [k for k in hasher._kept.values() if k.data is text]
+        kept = [k for k in hasher._kept.entries() if k.data is text]
         if len(text) >= prefix_hash.SMALLEST + 4000:  # the one before was kept too
             # Where the tail it shares with the last text starts (an item may end alike).
             tail = len(b'],"tools":"' + b"t" * 3000 + b'"}}')
@@ -48,7 +48,7 @@ def test_kept_texts_stay_within_the_budget() -> None:
     for n in range(30):
         text = str(n).encode() * 20_000
         assert hasher.digest(text) == hashlib.sha256(text).digest()
-    assert sum(len(k.data) for k in hasher._kept.values()) <= 100_000
+    assert sum(len(k.data) for k in hasher._kept.entries()) <= 100_000
     small = b"small"
     assert hasher.digest(small) == hashlib.sha256(small).digest()
     assert len(small) < prefix_hash.SMALLEST

@@ -38,11 +38,12 @@ caller on another thread.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+from llmitm.wire.kept_by_head import KeptByHead
 
 SEQUENCES = ("input", "messages")
 """The fields whose array is the conversation (the first one a body has is taken)."""
@@ -100,7 +101,7 @@ class Grown:
         """Do not keep this body (it may hold what must not stay in memory)."""
         if self._kept is not None and self._owner is not None:
             with self._owner._lock:
-                self._owner._drop(self._kept)
+                self._owner._kept.drop(self._kept)
             self._kept = None
 
 
@@ -110,14 +111,11 @@ class GrowingBodies:
     def __init__(
         self, budget: int = BUDGET, checked: bool = False, copied: frozenset[str] = frozenset()
     ) -> None:
-        self.budget = budget
         self.checked = checked
         self.copied = copied
         """``checked`` bodies: item types the caller rewrites in place, handed out as copies
         (so that the kept items stay as they were parsed)."""
-        self._kept: OrderedDict[int, _Kept] = OrderedDict()
-        self._heads: dict[bytes, list[_Kept]] = {}
-        self._held = 0
+        self._kept: KeptByHead[_Kept] = KeptByHead(budget, HEAD, PER_HEAD, WEIGHT)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -128,7 +126,7 @@ class GrowingBodies:
         if len(content) < SMALLEST:
             return Grown(orjson.loads(content))
         with self._lock:
-            for kept in reversed(self._heads.get(content[:HEAD], ())):
+            for kept in reversed(self._kept.alike(content)):
                 grown = self._extend(kept, content)
                 if grown is not None:
                     return grown
@@ -145,7 +143,7 @@ class GrowingBodies:
             return None
         if not kept.proven:
             if not _proven(kept):
-                self._drop(kept)
+                self._kept.drop(kept)
                 return None
             kept.proven = True
         try:
@@ -165,7 +163,7 @@ class GrowingBodies:
         if self.checked:
             # Compared with their serialisation when first parsed: a caller changed none.
             if [orjson.dumps(item) for item in items] != kept.item_bytes:
-                self._drop(kept)
+                self._kept.drop(kept)
                 return None
             # The kept bytes themselves: their hashes are cached (a memo looks them up).
             item_bytes = [*(kept.item_bytes or ()), *(orjson.dumps(item) for item in added)]
@@ -174,8 +172,8 @@ class GrowingBodies:
             name: whole if name == kept.name else value for name, value in kept.fields.items()
         }
         following = _Kept(content, end, tail, fields, kept.name, whole, item_bytes, True)
-        self._drop(kept)
-        self._keep(following)
+        self._kept.drop(kept)
+        self._kept.keep(following)
         body = dict(fields)
         body[kept.name] = self._handed(whole, item_bytes)
         if self.checked:
@@ -224,7 +222,7 @@ class GrowingBodies:
                 orjson.loads(orjson.dumps({k: v for k, v in fields.items() if k != name}))
             )
         with self._lock:
-            self._keep(kept)
+            self._kept.keep(kept)
         return Grown(body, name, 0, None, item_bytes, kept, self)
 
     def _handed(self, items: list[Any], item_bytes: list[bytes] | None) -> list[Any]:
@@ -239,30 +237,6 @@ class GrowingBodies:
             orjson.loads(data) if type(kind := item.get("type")) is str and kind in copied else item
             for item, data in zip(items, item_bytes, strict=True)
         ]
-
-    # -- what is kept ---------------------------------------------------------------------
-
-    def _keep(self, kept: _Kept) -> None:
-        head = kept.data[:HEAD]
-        alike = self._heads.setdefault(head, [])
-        alike.append(kept)
-        self._kept[id(kept)] = kept
-        self._held += WEIGHT * len(kept.data)
-        while len(alike) > PER_HEAD:
-            self._drop(alike[0])
-        while self._held > self.budget and self._kept:
-            self._drop(next(iter(self._kept.values())))
-
-    def _drop(self, kept: _Kept) -> None:
-        if self._kept.pop(id(kept), None) is None:
-            return
-        self._held -= WEIGHT * len(kept.data)
-        head = kept.data[:HEAD]
-        alike = self._heads.get(head)
-        if alike is not None:
-            alike[:] = [other for other in alike if other is not kept]
-            if not alike:
-                del self._heads[head]
 
 
 def _proven(kept: _Kept) -> bool:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from llmitm.wire.kept_by_head import KeptByHead
 
 BUDGET = 16 * 2**20
 """Bytes of kept texts."""
@@ -44,10 +45,7 @@ class PrefixHasher:
     """sha256 digests of texts, resumed from a recent text's kept state."""
 
     def __init__(self, budget: int = BUDGET) -> None:
-        self.budget = budget
-        self._kept: OrderedDict[int, _Kept] = OrderedDict()
-        self._heads: dict[bytes, list[_Kept]] = {}
-        self._held = 0
+        self._kept: KeptByHead[_Kept] = KeptByHead(budget, HEAD, PER_HEAD)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -59,7 +57,7 @@ class PrefixHasher:
             return hashlib.sha256(data).digest()
         with self._lock:
             base = None
-            for kept in self._heads.get(data[:HEAD], ()):
+            for kept in self._kept.alike(data):
                 longer = base is None or kept.at > base.at
                 if (
                     longer
@@ -68,37 +66,16 @@ class PrefixHasher:
                 ):
                     base = kept
             if base is not None:
-                self._drop(base)
+                self._kept.drop(base)
                 at = len(data) - _shared_tail(data, base.data, len(data) - base.at)
                 hasher = base.state.copy()
                 hasher.update(memoryview(data)[base.at : at])
             else:
                 at = max(0, len(data) - GUESS)
                 hasher = hashlib.sha256(memoryview(data)[:at])
-            self._keep(_Kept(data, at, hasher.copy()))
+            self._kept.keep(_Kept(data, at, hasher.copy()))
         hasher.update(memoryview(data)[at:])
         return hasher.digest()
-
-    def _keep(self, kept: _Kept) -> None:
-        alike = self._heads.setdefault(kept.data[:HEAD], [])
-        alike.append(kept)
-        self._kept[id(kept)] = kept
-        self._held += len(kept.data)
-        while len(alike) > PER_HEAD:
-            self._drop(alike[0])
-        while self._held > self.budget and self._kept:
-            self._drop(next(iter(self._kept.values())))
-
-    def _drop(self, kept: _Kept) -> None:
-        if self._kept.pop(id(kept), None) is None:
-            return
-        self._held -= len(kept.data)
-        head = kept.data[:HEAD]
-        alike = self._heads.get(head)
-        if alike is not None:
-            alike[:] = [other for other in alike if other is not kept]
-            if not alike:
-                del self._heads[head]
 
 
 def _shared_tail(a: bytes, b: bytes, limit: int) -> int:
