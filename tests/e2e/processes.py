@@ -5,6 +5,7 @@ on exit."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -173,3 +174,33 @@ def fake_upstream(
         yield Upstream(process, port)
     finally:
         _stop(process)
+
+
+def llmitm_run(
+    tmp: Path,
+    config: str,
+    *command: str,
+    options: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``llmitm run --config <config> -- command`` as a user's shell starts it: an environment
+    without proxy variables or OpenAI/Codex settings (what would point the app elsewhere), plus
+    ``env``; the store off, mitmproxy's files in ``tmp``."""
+    path = tmp / "llmitm.toml"
+    path.write_text(config)
+    inherited = {
+        name: value
+        for name, value in os.environ.items()
+        if not re.fullmatch(r"(?i)(https?|all|no)_proxy|(OPENAI|CODEX)_\w+", name)
+    }
+    return subprocess.run(
+        [str(LLMITM), "run", "--config", str(path), "--set", f"confdir={tmp / 'confdir'}",
+         "--set", "llmitm_store=", "-q", *options, "--", *command],
+        capture_output=True, text=True, timeout=90, check=False,
+        env={**inherited, **(env or {})},
+    )  # fmt: skip
+
+
+def shown(result: subprocess.CompletedProcess[str]) -> str:
+    """The ends of a finished process's output, for an assertion's message."""
+    return f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"

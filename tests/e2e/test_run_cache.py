@@ -11,9 +11,6 @@ either API, never reaches the upstream.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +19,7 @@ import httpx2 as httpx
 import orjson
 import pytest
 
-from .processes import LLMITM, Upstream, fake_upstream
+from .processes import Upstream, fake_upstream, llmitm_run, shown
 
 pytestmark = pytest.mark.slow
 
@@ -80,22 +77,11 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
 def test_an_unmodified_apps_repeated_calls_are_answered_from_the_cache(
     tmp_path: Path, upstream: Upstream
 ) -> None:
-    config = tmp_path / "llmitm.toml"
-    config.write_text(CONFIG.format(url=upstream.url))
     app = tmp_path / "app.py"
     app.write_text(APP)
-    inherited = {
-        name: value
-        for name, value in os.environ.items()
-        if not re.fullmatch(r"(?i)(https?|all|no)_proxy|(OPENAI|CODEX)_\w+", name)
-    }
-    result = subprocess.run(
-        [str(LLMITM), "run", "--config", str(config), "--set", f"confdir={tmp_path / 'confdir'}",
-         "--set", "llmitm_store=", "-q", "--", sys.executable, str(app)],
-        capture_output=True, text=True, timeout=90, check=False, env=inherited,
-    )  # fmt: skip
-    shown = f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
-    assert result.returncode == 0, shown
+    result = llmitm_run(tmp_path, CONFIG.format(url=upstream.url), sys.executable, str(app))
+    output = shown(result)
+    assert result.returncode == 0, output
     assert result.stdout.splitlines() == [
         f"CHAT-STREAM miss {ANSWER}",
         f"CHAT-STREAM hit {ANSWER}",
@@ -104,7 +90,7 @@ def test_an_unmodified_apps_repeated_calls_are_answered_from_the_cache(
         f"RESPONSES-STREAM completed {ANSWER}",
         f"RESPONSES miss {ANSWER}",
         f"RESPONSES hit {ANSWER}",
-    ], shown
+    ], output
     seen = orjson.loads(httpx.get(f"{upstream.url}/_requests").content)
     # One chat stream (the SDK's helper asks exactly what the first call asked), one for the
     # streamed Responses calls, one for the plain ones: every repeat was a hit.
@@ -112,4 +98,4 @@ def test_an_unmodified_apps_repeated_calls_are_answered_from_the_cache(
         ("/v1/chat/completions", True),
         ("/v1/chat/completions", True),
         ("/v1/chat/completions", False),
-    ], shown
+    ], output

@@ -12,8 +12,6 @@ curl's test also reaches a loopback HTTPS server signed by a "corporate" CA that
 from __future__ import annotations
 
 import http.server
-import os
-import re
 import shutil
 import ssl
 import subprocess
@@ -31,7 +29,7 @@ from cryptography.hazmat.primitives import serialization
 from mitmproxy.certs import CertStore
 
 from .conftest import E2E_DIR, INSTALL_HINT
-from .processes import LLMITM, Upstream, fake_upstream
+from .processes import LLMITM, Upstream, fake_upstream, llmitm_run, shown
 
 pytestmark = pytest.mark.slow
 
@@ -83,23 +81,7 @@ def run_llmitm(
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     httpx.post(f"{upstream.url}/_reset")
-    config = tmp / "llmitm.toml"
-    config.write_text(CONFIG.format(url=upstream.url))
-    inherited = {
-        name: value
-        for name, value in os.environ.items()
-        if not re.fullmatch(r"(?i)(https?|all|no)_proxy|(OPENAI|CODEX)_\w+", name)
-    }
-    return subprocess.run(
-        [str(LLMITM), "run", "--config", str(config), "--set", f"confdir={tmp / 'confdir'}",
-         "--set", "llmitm_store=", "-q", *options, "--", *command],
-        capture_output=True, text=True, timeout=90, check=False,
-        env={**inherited, **(env or {})},
-    )  # fmt: skip
-
-
-def output(result: subprocess.CompletedProcess[str]) -> str:
-    return f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
+    return llmitm_run(tmp, CONFIG.format(url=upstream.url), *command, options=options, env=env)
 
 
 # --- Node ---------------------------------------------------------------------------------------
@@ -130,11 +112,11 @@ def test_openai_node_with_no_base_url_gets_a_translated_answer(
     sets; the CA comes from NODE_EXTRA_CA_CERTS. openai-node's stream helper checks the
     translated event order."""
     result = run_llmitm(tmp_path, upstream, str(node_24()), str(node_app(tmp_path)))
-    assert result.returncode == 0, output(result)
+    assert result.returncode == 0, shown(result)
     assert "NODE_USE_ENV_PROXY 1" in result.stdout
     assert "BASE https://api.openai.com/v1" in result.stdout
-    assert f"OUTPUT: {ANSWER}" in result.stdout, output(result)
-    assert f"STREAMED: {ANSWER} completed response.completed" in result.stdout, output(result)
+    assert f"OUTPUT: {ANSWER}" in result.stdout, shown(result)
+    assert f"STREAMED: {ANSWER} completed response.completed" in result.stdout, shown(result)
     requests = seen_by(upstream)
     assert [(r["path"], r["body"]["model"]) for r in requests] == [
         ("/v1/chat/completions", "gpt-5"),
@@ -162,10 +144,10 @@ def test_node_older_than_22_21_ignores_the_proxy_variables(
     online: OpenAI itself, with the app's key) although NODE_USE_ENV_PROXY=1 is set. Such
     apps need interception without proxy variables."""
     result = run_llmitm(tmp_path, upstream, old_node(), str(node_app(tmp_path)))
-    assert result.returncode != 0, output(result)
+    assert result.returncode != 0, shown(result)
     assert "NODE_USE_ENV_PROXY 1" in result.stdout
     assert "OUTPUT:" not in result.stdout
-    assert "Connection error" in result.stderr or "ENOTFOUND" in result.stderr, output(result)
+    assert "Connection error" in result.stderr or "ENOTFOUND" in result.stderr, shown(result)
     assert seen_by(upstream) == []
 
 
@@ -247,7 +229,7 @@ def test_curl_trusts_llmitm_and_keeps_the_machines_ca_bundle(
     )  # fmt: skip
     machine = {"CURL_CA_BUNDLE": str(bundle)}
     result = run_llmitm(tmp_path, upstream, "sh", "-c", script, env=machine)
-    assert result.returncode == 0, output(result)
+    assert result.returncode == 0, shown(result)
     completion, corporate = result.stdout.strip().splitlines()
     assert orjson.loads(completion)["choices"][0]["message"]["content"] == ANSWER
     assert corporate == "corporate server ok"
@@ -263,7 +245,7 @@ def test_socks5_mode_carries_the_command_through_all_proxy(
         tmp_path, upstream, *command, options=("--mode", "socks5"),
         env={"HTTPS_PROXY": "http://127.0.0.1:9"},  # inherited: would go around llmitm
     )  # fmt: skip
-    assert result.returncode == 0, output(result)
+    assert result.returncode == 0, shown(result)
     assert orjson.loads(result.stdout)["choices"][0]["message"]["content"] == ANSWER
     assert [r["path"] for r in seen_by(upstream)] == ["/v1/chat/completions"]
 
@@ -289,7 +271,7 @@ def test_python_requests_with_a_preset_ca_bundle(tmp_path: Path, upstream: Upstr
         tmp_path, upstream, sys.executable, str(app),
         env={"REQUESTS_CA_BUNDLE": str(system_bundle())},
     )  # fmt: skip
-    assert result.returncode == 0, output(result)
+    assert result.returncode == 0, shown(result)
     assert result.stdout.strip() == f"200 {ANSWER}"
     assert [r["path"] for r in seen_by(upstream)] == ["/v1/chat/completions"]
 
@@ -306,8 +288,8 @@ def test_git_trusts_llmitm_through_git_ssl_cainfo(tmp_path: Path, upstream: Upst
         env={"GIT_SSL_CAINFO": str(system_bundle()), "GIT_TERMINAL_PROMPT": "0"},
     )  # fmt: skip
     assert result.returncode != 0  # no such repository either way
-    assert "SSL" not in result.stderr and "certificate" not in result.stderr, output(result)
-    assert "The requested URL returned error" in result.stderr, output(result)
+    assert "SSL" not in result.stderr and "certificate" not in result.stderr, shown(result)
+    assert "The requested URL returned error" in result.stderr, shown(result)
 
 
 # --- modes --------------------------------------------------------------------------------------
@@ -320,7 +302,7 @@ def test_a_mode_that_cannot_carry_the_command_is_one_line(tmp_path: Path, mode: 
          "--mode", mode, "--", "sh", "-c", "echo the command ran"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
-    assert result.returncode == 2, output(result)
+    assert result.returncode == 2, shown(result)
     assert result.stdout == ""
     [line] = result.stderr.splitlines()
     # local mode: what stops mitmproxy's redirector here (or that it is machine-wide).
