@@ -45,6 +45,33 @@ routing call)."""
 
 _FAILURES = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
+_TAKING = "llmitm_fleet_take(id, $1, endpoint, model, cap, model_cap) AS taken"
+_TAKE = (
+    f"SELECT id, {_TAKING}"
+    " FROM unnest($2::text[], $3::text[], $4::text[], $5::integer[], $6::integer[])"
+    " WITH ORDINALITY AS t (id, endpoint, model, cap, model_cap, n) ORDER BY n"
+)
+"""Each slot's take, in the order given (a batch's statement)."""
+# A new conversation's pin goes in the same statement (and transaction) as its slot's take:
+# it costs no statement of its own. ``t`` is evaluated once (it is volatile), and the INSERT
+# runs whether or not the final SELECT reads it.
+_TAKE_AND_PIN = (
+    "WITH t AS MATERIALIZED ("
+    f" SELECT id, endpoint, pin_kind, pin_key, pin_ttl, n, {_TAKING}"
+    " FROM unnest($2::text[], $3::text[], $4::text[], $5::integer[], $6::integer[],"
+    " $7::text[], $8::text[], $9::float8[])"
+    " WITH ORDINALITY AS t (id, endpoint, model, cap, model_cap, pin_kind, pin_key, pin_ttl, n)),"
+    " pinned AS ("
+    " INSERT INTO llmitm_fleet_pins (kind, key, endpoint, expires_at)"
+    " SELECT DISTINCT ON (pin_kind, pin_key) pin_kind, pin_key, endpoint,"
+    " now() + make_interval(secs => pin_ttl)"
+    " FROM t WHERE taken > 0 AND pin_key IS NOT NULL"
+    " ORDER BY pin_kind, pin_key, n DESC"
+    " ON CONFLICT (kind, key) DO UPDATE"
+    " SET endpoint = excluded.endpoint, expires_at = excluded.expires_at)"
+    " SELECT id, taken FROM t ORDER BY n"
+)
+
 
 class PostgresFleet(FleetState):
     def __init__(self, dsn: str, *, lease: float, timeout: float) -> None:
@@ -187,49 +214,23 @@ class PostgresFleet(FleetState):
         return {slot_id: t > 0 for slot_id, t in taken.items()}
 
     async def _take(self, conn: asyncpg.Connection, slots: Sequence[Slot]) -> dict[str, int]:
-        if not any(s.pin is not None for s in slots):
-            rows = await conn.fetch(
-                "SELECT id, llmitm_fleet_take(id, $1, endpoint, model, cap, model_cap) AS taken"
-                " FROM unnest($2::text[], $3::text[], $4::text[], $5::integer[], $6::integer[])"
-                " WITH ORDINALITY AS t (id, endpoint, model, cap, model_cap, n) ORDER BY n",
-                self.proxy,
-                [s.id for s in slots],
-                [s.endpoint for s in slots],
-                [s.model for s in slots],
-                [s.cap for s in slots],
-                [s.model_cap for s in slots],
-            )
-            return {row["id"]: row["taken"] for row in rows}
-        # The pins of the slots taken go in the same statement (and transaction): a new
-        # conversation's pin costs no statement of its own. ``t`` is evaluated once (it is
-        # volatile), and the INSERT runs whether or not the final SELECT reads it.
-        rows = await conn.fetch(
-            "WITH t AS MATERIALIZED ("
-            " SELECT id, endpoint, pin_kind, pin_key, pin_ttl, n,"
-            " llmitm_fleet_take(id, $1, endpoint, model, cap, model_cap) AS taken"
-            " FROM unnest($2::text[], $3::text[], $4::text[], $5::integer[], $6::integer[],"
-            " $7::text[], $8::text[], $9::float8[])"
-            " WITH ORDINALITY AS t (id, endpoint, model, cap, model_cap,"
-            " pin_kind, pin_key, pin_ttl, n)),"
-            " pinned AS ("
-            " INSERT INTO llmitm_fleet_pins (kind, key, endpoint, expires_at)"
-            " SELECT DISTINCT ON (pin_kind, pin_key) pin_kind, pin_key, endpoint,"
-            " now() + make_interval(secs => pin_ttl)"
-            " FROM t WHERE taken > 0 AND pin_key IS NOT NULL"
-            " ORDER BY pin_kind, pin_key, n DESC"
-            " ON CONFLICT (kind, key) DO UPDATE"
-            " SET endpoint = excluded.endpoint, expires_at = excluded.expires_at)"
-            " SELECT id, taken FROM t ORDER BY n",
+        args: list[Any] = [
             self.proxy,
             [s.id for s in slots],
             [s.endpoint for s in slots],
             [s.model for s in slots],
             [s.cap for s in slots],
             [s.model_cap for s in slots],
-            [None if s.pin is None else s.pin.kind for s in slots],
-            [None if s.pin is None else _key(s.pin.key) for s in slots],
-            [None if s.pin is None else s.pin.ttl for s in slots],
-        )
+        ]
+        sql = _TAKE
+        if any(s.pin is not None for s in slots):
+            sql = _TAKE_AND_PIN
+            args += [
+                [None if s.pin is None else s.pin.kind for s in slots],
+                [None if s.pin is None else _key(s.pin.key) for s in slots],
+                [None if s.pin is None else s.pin.ttl for s in slots],
+            ]
+        rows = await conn.fetch(sql, *args)
         return {row["id"]: row["taken"] for row in rows}
 
     async def release(self, slots: Sequence[Slot]) -> None:
