@@ -45,6 +45,7 @@ from h11._readers import ChunkedReader
 from h11._receivebuffer import ReceiveBuffer
 
 from llmitm.errors import TransportError
+from llmitm.relay import fast_locks
 from llmitm.relay.chunked import ChunkedBody, ChunkError
 from llmitm.relay.network import OPENED, AsyncioBackend, AsyncioStream
 
@@ -144,6 +145,7 @@ class UpstreamClient:
     def __init__(self, settings: UpstreamSettings | None = None) -> None:
         self.settings = settings or UpstreamSettings()
         self._pools: dict[str, httpcore.AsyncConnectionPool] = {}
+        fast_locks.install()  # once per process: no forced loop turns per request
 
     def _pool(self, key: str) -> httpcore.AsyncConnectionPool:
         """The pool for ``key``: ``"via"`` (straight to a local proxy listener), a host with a
