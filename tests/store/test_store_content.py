@@ -141,26 +141,6 @@ def test_a_value_is_put_back_byte_for_byte_whatever_it_is() -> None:
     assert recipes and max(len(r) for r in recipes) < 2_500
 
 
-def test_shared_prefixes_and_suffixes_are_found_exactly() -> None:
-    # Against a byte-by-byte walk, on values of few symbols (long runs of equal bytes) and
-    # lengths around the block sizes the search doubles through.
-    rng = random.Random(3)
-    for _ in range(800):
-        a = bytes(rng.randrange(3) for _ in range(rng.randrange(0, 5000)))
-        b = a[: rng.randrange(0, len(a) + 1)] + bytes(
-            rng.randrange(3) for _ in range(rng.randrange(0, 3000))
-        )
-        prefix = 0
-        while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
-            prefix += 1
-        assert content.common_prefix(a, b) == prefix
-        limit = rng.randrange(0, 6000)
-        suffix = 0
-        while suffix < min(len(a), len(b), limit) and a[-1 - suffix] == b[-1 - suffix]:
-            suffix += 1
-        assert content.common_suffix(a, b, limit) == suffix
-
-
 async def test_a_conversation_stores_what_it_adds_and_reads_back_identical(
     backend: Backend,
 ) -> None:

@@ -6,23 +6,8 @@ from __future__ import annotations
 import hashlib
 import random
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from llmitm.wire import prefix_hash
-from llmitm.wire.prefix_hash import PrefixHasher, _shared_tail
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=40), st.binary(max_size=40), st.binary(max_size=60), st.integers(0, 200))
-def test_the_shared_tail_is_the_longest_common_suffix(
-    a: bytes, b: bytes, common: bytes, limit: int
-) -> None:
-    a, b = a + common, b + common
-    expected = 0
-    while expected < min(limit, len(a), len(b)) and a[-1 - expected] == b[-1 - expected]:
-        expected += 1
-    assert _shared_tail(a, b, limit) == expected
+from llmitm.wire.prefix_hash import PrefixHasher
 
 
 def test_a_growing_text_is_hashed_from_where_it_grew() -> None:

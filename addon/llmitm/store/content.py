@@ -33,6 +33,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from llmitm.wire.shared_bytes import common_prefix, common_suffix
+
 LEAF = "leaf"
 RECIPE = "recipe"
 RECIPE_MAGIC = b"LLMRCP\x01\xff"
@@ -105,55 +107,6 @@ def _ops(recipe: bytes) -> Iterator[tuple[bytes, bytes, int, int]]:
             at += _SLICE.size
         else:
             raise ValueError(f"bad recipe op {op!r}")
-
-
-def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the longest common prefix: blocks compared as memory, doubling, then a
-    binary search inside the first block that differs. ``bytes.startswith`` of a
-    ``memoryview`` compares in place; slicing both sides would copy them first, 60× slower."""
-    n = min(len(a), len(b))
-    view = memoryview(b)
-    lo, step = 0, 1024
-    while lo < n:
-        hi = min(n, lo + step)
-        if not a.startswith(view[lo:hi], lo):
-            break
-        lo, step = hi, step * 2
-    else:
-        return n
-    while hi - lo > 16:
-        mid = (lo + hi) // 2
-        if a.startswith(view[lo:mid], lo):
-            lo = mid
-        else:
-            hi = mid
-    while lo < hi and a[lo] == b[lo]:
-        lo += 1
-    return lo
-
-
-def common_suffix(a: bytes, b: bytes, limit: int) -> int:
-    """Length of the longest common suffix, at most ``limit``."""
-    n = min(len(a), len(b), limit)
-    la, lb = len(a), len(b)
-    view = memoryview(b)
-    lo, step = 0, 1024
-    while lo < n:
-        hi = min(n, lo + step)
-        if not a.startswith(view[lb - hi : lb - lo], la - hi):
-            break
-        lo, step = hi, step * 2
-    else:
-        return n
-    while hi - lo > 16:
-        mid = (lo + hi) // 2
-        if a.startswith(view[lb - mid : lb - lo], la - mid):
-            lo = mid
-        else:
-            hi = mid
-    while lo < hi and a[la - lo - 1] == b[lb - lo - 1]:
-        lo += 1
-    return lo
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmitm.wire.kept_by_head import KeptByHead
+from llmitm.wire.shared_bytes import common_suffix
 
 BUDGET = 16 * 2**20
 """Bytes of kept texts."""
@@ -67,7 +68,7 @@ class PrefixHasher:
                     base = kept
             if base is not None:
                 self._kept.drop(base)
-                at = len(data) - _shared_tail(data, base.data, len(data) - base.at)
+                at = len(data) - common_suffix(data, base.data, len(data) - base.at)
                 hasher = base.state.copy()
                 hasher.update(memoryview(data)[base.at : at])
             else:
@@ -76,25 +77,3 @@ class PrefixHasher:
             self._kept.keep(_Kept(data, at, hasher.copy()))
         hasher.update(memoryview(data)[at:])
         return hasher.digest()
-
-
-def _shared_tail(a: bytes, b: bytes, limit: int) -> int:
-    """How many bytes ``a`` and ``b`` share at their ends, at most ``limit``: compared as
-    memory, in doubling blocks, then halving inside the block that differs."""
-    limit = min(limit, len(a), len(b))
-    view = memoryview(b)
-    low, step = 0, 256
-    while low < limit:
-        high = min(limit, low + step)
-        if not a.endswith(view[len(b) - high : len(b) - low], 0, len(a) - low):
-            break
-        low, step = high, step * 2
-    else:
-        return limit
-    while high - low > 1:
-        middle = (low + high) // 2
-        if a.endswith(view[len(b) - middle : len(b) - low], 0, len(a) - low):
-            low = middle
-        else:
-            high = middle
-    return low
