@@ -647,20 +647,29 @@ NOTHING_PLAIN = bytes((b + 1) % 256 for b in range(256))
 comes, which is what the hot paths did for every delta before they kept plain bytes."""
 
 
+OPEN_ITEM = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress",
+             "content": []}  # fmt: skip
+TEXT_IDS = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+
+
+def _opening() -> list[bytes]:
+    """A stream's first three frames, numbered 0–2: created, one message item added, its text
+    part added (what the deltas of :data:`TEXT_IDS` then stream into)."""
+    head = [
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": OPEN_ITEM},
+        {"type": "response.content_part.added", **TEXT_IDS, "part": {"type": "output_text"}},
+    ]
+    return [frame({**event, "sequence_number": k}) for k, event in enumerate(head)]
+
+
 def _text_stream(texts: list[str], layout: str, spelling: str) -> list[bytes]:
     """One message item whose text streams as ``texts`` and which the upstream leaves open (so
     the normaliser writes its done events from what it kept), in one of the layouts upstreams
     write, each delta's literal spelled by orjson or otherwise."""
-    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress",
-            "content": []}  # fmt: skip
-    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
-    head = [
-        {"type": "response.created", "response": {"id": "resp_1"}},
-        {"type": "response.output_item.added", "output_index": 0, "item": item},
-        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
-    ]
-    frames = [frame({**event, "sequence_number": k}) for k, event in enumerate(head)]
-    for k, text in enumerate(texts, start=len(head)):
+    ids = TEXT_IDS
+    frames = _opening()
+    for k, text in enumerate(texts, start=len(frames)):
         marker = "\x00delta\x00"  # replaced by the literal as spelled
         event: Event = {"type": "response.output_text.delta"}
         if layout == "openai":
@@ -672,8 +681,8 @@ def _text_stream(texts: list[str], layout: str, spelling: str) -> list[bytes]:
         data = orjson.dumps(event).replace(orjson.dumps(marker), _spelled(text, spelling))
         frames.append(encode_typed(event["type"], data))
     closing = {"type": "response.output_item.added", "output_index": 1,
-               "item": {**item, "id": "msg_2"}}  # fmt: skip
-    frames.append(frame({**closing, "sequence_number": len(head) + len(texts)}))
+               "item": {**OPEN_ITEM, "id": "msg_2"}}  # fmt: skip
+    frames.append(frame({**closing, "sequence_number": len(frames)}))
     return frames
 
 
@@ -760,23 +769,15 @@ def _numbered_stream(texts: list[str], layout: str, step: int | None = None) -> 
     """A message item streaming ``texts`` with the number in the frame's fixed end (the fake
     upstream's and OpenRouter's layout, or OpenAI's with an obfuscation value); the delta at
     ``step`` numbered one ahead of its place."""
-    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress",
-            "content": []}  # fmt: skip
-    ids = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
-    head = [
-        {"type": "response.created", "response": {"id": "resp_1"}},
-        {"type": "response.output_item.added", "output_index": 0, "item": item},
-        {"type": "response.content_part.added", **ids, "part": {"type": "output_text"}},
-    ]
-    frames = [frame({**event, "sequence_number": k}) for k, event in enumerate(head)]
-    for k, text in enumerate(texts, start=len(head)):
-        number = k + (k - len(head) == step)
+    frames = _opening()
+    for n, text in enumerate(texts):
+        number = len(frames) + (n == step)
         if layout == "openai":
             event = {"type": "response.output_text.delta", "content_index": 0, "delta": text,
                      "item_id": "msg_1", "logprobs": [], "obfuscation": "Zq9",
                      "output_index": 0, "sequence_number": number}  # fmt: skip
         else:
-            event = {"type": "response.output_text.delta", **ids, "delta": text,
+            event = {"type": "response.output_text.delta", **TEXT_IDS, "delta": text,
                      "logprobs": [], "sequence_number": number}  # fmt: skip
         frames.append(frame(event))
     return frames
