@@ -6,8 +6,10 @@ same process (its work is the same in every setup), and reads each answer to its
 setup: the median over ``--runs`` of the process CPU per request and the event-loop turns
 per request (each turn runs every other ready callback first: on a busy proxy, latency).
 
-  shipped   httpcore's locks and events as httpcore ships them (anyio's forced turns)
-  fast      with ``relay.fast_locks`` installed, as ``llmitm run`` has it
+  shipped   httpcore's request path with its locks and events as shipped (anyio's turns)
+  fast      httpcore's request path with ``relay.fast_locks`` installed
+  idle      as ``llmitm run`` has it: the fast locks, and a request on an idle pooled
+            connection written and its answer's head read by ``relay.idle_http11``
   raw       the same request written and its answer read on a bare asyncio stream: the
             floor that any HTTP client adds to
 
@@ -74,11 +76,12 @@ async def measure(setup: str, requests: int) -> tuple[float, float]:
             await reader.readuntil(b"0\r\n\r\n")
 
     else:
-        from llmitm.relay import fast_locks
+        from llmitm.relay import fast_locks, idle_http11
         from llmitm.relay.client import UpstreamClient, UpstreamRequest
 
         # "shipped": taken as tried already, so the client's install leaves httpcore alone
-        fast_locks._installed = fast_locks._patch() if setup == "fast" else False
+        fast_locks._installed = fast_locks._patch() if setup != "shipped" else False
+        idle_http11.ENABLED = idle_http11.ENABLED and setup == "idle"
         client = UpstreamClient()
 
         async def one() -> None:
@@ -108,7 +111,7 @@ def main() -> int:
         cpu, turns = asyncio.run(measure(args.one, args.requests))
         print(cpu, turns)
         return 0
-    setups = ["shipped", "fast", "raw"]
+    setups = ["shipped", "fast", "idle", "raw"]
     figures: dict[str, list[tuple[float, float]]] = {s: [] for s in setups}
     for run in range(args.runs):
         for setup in setups if run % 2 == 0 else setups[::-1]:

@@ -16,6 +16,10 @@ end (cut, stall, the client leaving) never goes back to the pool: its HTTP/1.1 c
 closed, its HTTP/2 stream reset. A request that fails before any answer on a pooled
 connection (the upstream closed it while idle) is sent again once, on a fresh connection.
 
+A request that finds an idle HTTP/1.1 connection to its origin in the pool skips httpcore's
+request path (:mod:`llmitm.relay.idle_http11`): the same bytes written, the answer's head read
+by the connection's own h11 state, the connection handed back by httpcore's own rules.
+
 The body is the per-event hot path (one read per event of every relayed stream). An HTTP/1.1
 body is read straight from the pooled connection's reader, not through httpcore's three nested
 async generators: a chunked one's framing is decoded from each read as it came
@@ -35,7 +39,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import h2.errors
 import h2.exceptions
@@ -45,7 +49,7 @@ from h11._readers import ChunkedReader
 from h11._receivebuffer import ReceiveBuffer
 
 from llmitm.errors import TransportError
-from llmitm.relay import fast_locks
+from llmitm.relay import fast_locks, idle_http11
 from llmitm.relay.chunked import ChunkedBody, ChunkError
 from llmitm.relay.network import OPENED, AsyncioBackend, AsyncioStream
 
@@ -145,6 +149,7 @@ class UpstreamClient:
     def __init__(self, settings: UpstreamSettings | None = None) -> None:
         self.settings = settings or UpstreamSettings()
         self._pools: dict[str, httpcore.AsyncConnectionPool] = {}
+        self._origins: dict[tuple[str, str, int], httpcore.Origin] = {}
         fast_locks.install()  # once per process: no forced loop turns per request
 
     def _pool(self, key: str) -> httpcore.AsyncConnectionPool:
@@ -176,6 +181,18 @@ class UpstreamClient:
             pool = httpcore.AsyncConnectionPool(**common)
         self._pools[key] = pool
         return pool
+
+    def _origin(self, url: str, where: Proxy | SplitResult) -> httpcore.Origin:
+        """The origin httpcore's pool files ``url``'s connections under (``where``: the
+        proxy listener or the URL's parts, the key it is kept by)."""
+        if isinstance(where, Proxy):
+            key = ("http", where.host, where.port)
+        else:
+            key = (where.scheme, where.hostname or "", where.port or 0)
+        origin = self._origins.get(key)
+        if origin is None:
+            origin = self._origins[key] = httpcore.URL(url).origin
+        return origin
 
     def connections(self) -> int:
         """Connections the pools hold now (idle or busy)."""
@@ -232,6 +249,24 @@ class UpstreamClient:
         headers.append((b"content-length", str(len(request.body)).encode()))
         pool = self._pool(key)
         where = f"{host}:{port}"
+        try:
+            idle = await idle_http11.send(
+                pool,
+                self._origin(url, via or parts),
+                request.method,
+                extensions.get("target") or path,
+                headers,
+                request.body,
+                WRITE_TIMEOUT,
+            )
+        except idle_http11.Disconnected:
+            idle = None  # sent again below, on another connection
+        except httpcore.WriteTimeout:
+            raise UpstreamError(f"{where} did not take the request in time") from None
+        except (httpcore.RemoteProtocolError, httpcore.ReadError) as exc:
+            raise UpstreamError(f"the upstream's answer is not HTTP ({exc})") from None
+        if idle is not None:
+            return UpstreamResponse(idle)
         for attempt in (1, 2):
             opened = [0]
             token = OPENED.set(opened)
@@ -296,13 +331,16 @@ class UpstreamResponse:
         "status",
     )
 
-    def __init__(self, answer: httpcore.Response) -> None:
+    def __init__(self, answer: httpcore.Response | idle_http11.IdleAnswer) -> None:
         self._answer = answer
         self.status = answer.status
         self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in answer.headers]
         version = answer.extensions.get("http_version", b"HTTP/1.1")
         self.http_version = version.decode("ascii", "replace")
-        self._h11, self._reader = _http11_parts(answer.stream)
+        if type(answer) is idle_http11.IdleAnswer:
+            self._h11, self._reader = answer.state, answer.reader
+        else:
+            self._h11, self._reader = _http11_parts(answer.stream)
         self._chunks: Any = None  # httpcore's body iterator, started only without h11's
         self._chunked: ChunkedBody | bool = self._h11 is not None
         """The chunked framing once read without h11 (from its first byte, h11's buffer
