@@ -45,6 +45,9 @@ else:
     ENABLED = all(
         hasattr(AsyncHTTP11Connection, name)
         for name in ("_response_closed", "has_expired", "handle_async_request")
+    ) and all(
+        hasattr(httpcore.AsyncConnectionPool, name)
+        for name in ("_assign_requests_to_connections", "_close_connections")
     )
 """Whether idle connections are taken here; false when httpcore is not the code read here."""
 
@@ -78,11 +81,18 @@ class IdleAnswer:
     state: h11.Connection
     reader: asyncio.StreamReader
     connection: Any  # httpcore's AsyncHTTP11Connection
+    pool: httpcore.AsyncConnectionPool
     stream: None = None
 
     async def aclose(self) -> None:
-        """httpcore's own ending: pooled again if both messages are whole, else closed."""
+        """httpcore's own ending: the connection pooled again if both messages are whole,
+        else closed; then the pool's housekeeping, as after any of its own requests (idle
+        connections beyond what it keeps, and expired ones, closed)."""
         await self.connection._response_closed()
+        pool = self.pool
+        with pool._optional_thread_lock:
+            closing = pool._assign_requests_to_connections()
+        await pool._close_connections(closing)
 
 
 async def send(
@@ -115,7 +125,7 @@ async def send(
     connection = _take_idle(pool, origin)
     if connection is None:
         return None
-    return await _exchange(connection, verb, head, body, write_timeout)
+    return await _exchange(pool, connection, verb, head, body, write_timeout)
 
 
 def _take_idle(pool: httpcore.AsyncConnectionPool, origin: httpcore.Origin) -> Any:
@@ -152,7 +162,12 @@ def _take_idle(pool: httpcore.AsyncConnectionPool, origin: httpcore.Origin) -> A
 
 
 async def _exchange(
-    connection: Any, method: bytes, head: bytes, body: bytes, timeout: float
+    pool: httpcore.AsyncConnectionPool,
+    connection: Any,
+    method: bytes,
+    head: bytes,
+    body: bytes,
+    timeout: float,
 ) -> IdleAnswer:
     state: h11.Connection = connection._h11_state
     network: AsyncioStream = connection._network_stream
@@ -183,6 +198,7 @@ async def _exchange(
         state=state,
         reader=network.reader,
         connection=connection,
+        pool=pool,
     )
 
 
