@@ -29,7 +29,8 @@ The tree (a test keeps it equal to the classes)::
     │   ├── UpstreamCut
     │   │   └── UpstreamStall
     │   ├── ReplayCut
-    │   └── ChunkError
+    │   ├── ChunkError
+    │   └── IdleConnectionClosed
     ├── StoreError
     │   ├── UnreadableDatabase
     │   ├── SchemaTooNew

@@ -259,7 +259,7 @@ class UpstreamClient:
                 request.body,
                 WRITE_TIMEOUT,
             )
-        except idle_http11.Disconnected:
+        except idle_http11.IdleConnectionClosed:
             idle = None  # sent again below, on another connection
         except httpcore.WriteTimeout:
             raise UpstreamError(f"{where} did not take the request in time") from None

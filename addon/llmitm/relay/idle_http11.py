@@ -34,6 +34,7 @@ from typing import Any
 import h11
 import httpcore
 
+from llmitm.errors import TransportError
 from llmitm.relay.network import AsyncioStream
 
 try:
@@ -65,7 +66,7 @@ _END = h11.EndOfMessage()
 _STAND_INS: dict[bytes, h11.Request] = {}
 
 
-class Disconnected(Exception):
+class IdleConnectionClosed(TransportError):
     """The idle connection was closed before any of the answer came (an upstream closes idle
     connections when it likes): the request may be sent again on a fresh one."""
 
@@ -106,8 +107,8 @@ async def send(
 ) -> IdleAnswer | None:
     """Send the request on an idle connection of ``pool`` to ``origin`` and read the answer's
     head; ``None`` (at once) when there is none, or the head is one for httpcore's path.
-    Raises httpcore's errors, and :class:`Disconnected` when the connection turned out closed
-    before any of the answer came."""
+    Raises httpcore's errors, and :class:`IdleConnectionClosed` when the connection turned
+    out closed before any of the answer came."""
     if not ENABLED or type(pool) is not httpcore.AsyncConnectionPool or not pool._connections:
         return None
     try:
@@ -215,10 +216,10 @@ async def _answer_head(state: h11.Connection, reader: asyncio.StreamReader) -> h
                 data = await reader.read(READ_SIZE)
             except OSError as exc:
                 if not received:
-                    raise Disconnected(str(exc)) from None
+                    raise IdleConnectionClosed(str(exc)) from None
                 raise httpcore.ReadError(str(exc) or type(exc).__name__) from None
             if not data and not received:
-                raise Disconnected("the upstream closed the idle connection")
+                raise IdleConnectionClosed("the upstream closed the idle connection")
             received = True
             state.receive_data(data)
         elif type(event) is h11.Response:
