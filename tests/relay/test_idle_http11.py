@@ -17,27 +17,21 @@ from llmitm.relay.client import (
     UpstreamRequest,
     UpstreamSettings,
 )
+from tests.relay.servers import CountingServer
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 
 
-class ScriptedServer:
+class ScriptedServer(CountingServer):
     """Answers the n-th request it reads with ``answers[n]`` (the last one repeated); a
     ``None`` answer never comes. Keeps each request's bytes and counts its connections."""
 
     def __init__(self, answers: list[bytes | None]) -> None:
+        super().__init__()
         self.answers = answers
         self.requests: list[bytes] = []
-        self.connections = 0
-        self.port = 0
 
-    async def start(self) -> asyncio.Server:
-        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = server.sockets[0].getsockname()[1]
-        return server
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")

@@ -20,6 +20,7 @@ from llmitm.relay.client import (
     UpstreamStall,
 )
 from llmitm.testing.tls_upstream import TlsUpstream
+from tests.relay.servers import CountingServer
 
 STREAM = UpstreamRequest(
     "POST", "", [("content-type", "application/json")], b'{"model":"m","stream":true}'
@@ -147,26 +148,19 @@ def test_a_wrong_ca_fails_before_the_head_naming_the_tls_failure() -> None:
     asyncio.run(_with_tls(False, test))
 
 
-class ClosingServer:
+class ClosingServer(CountingServer):
     """A plain HTTP/1.1 server answering ``200 ok`` with keep-alive, which then either closes
     the connection once idle (``close_idle``) or takes the next request on it and closes
     without answering (the race a pool loses when the server's idle timer fires just as the
     request goes out)."""
 
     def __init__(self, *, close_idle: bool) -> None:
+        super().__init__()
         self.close_idle = close_idle
-        self.connections = 0
         self.requests = 0
         self.answered = 0
-        self.port = 0
 
-    async def start(self) -> asyncio.Server:
-        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = server.sockets[0].getsockname()[1]
-        return server
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             self.requests += 1
