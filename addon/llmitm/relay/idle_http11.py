@@ -63,6 +63,8 @@ _HEAD = re.compile(
 """A request head h11 would write as it is: a token method, a target without spaces or
 control bytes, token header names and values without line breaks or control bytes."""
 _END = h11.EndOfMessage()
+STAND_INS_KEPT = 16
+"""Methods whose stand-in is kept (a method is whatever token a client sent)."""
 _STAND_INS: dict[bytes, h11.Request] = {}
 
 
@@ -176,7 +178,9 @@ async def _exchange(
         stand_in = _STAND_INS.get(method)
         if stand_in is None:
             headers = [(b"host", b"-"), (b"content-length", b"0")]
-            stand_in = _STAND_INS[method] = h11.Request(method=method, target=b"/", headers=headers)
+            stand_in = h11.Request(method=method, target=b"/", headers=headers)
+            if len(_STAND_INS) < STAND_INS_KEPT:
+                _STAND_INS[method] = stand_in
         state.send(stand_in)
         state.send(_END)
         with contextlib.suppress(httpcore.WriteError):
