@@ -34,25 +34,39 @@ async def turns_taken(step: object) -> int:
 @pytest.fixture
 def shipped() -> Iterator[None]:
     """httpcore's own methods back after the test, and the patch not yet installed."""
-    setup, wait, installed = sync.AsyncLock.setup, sync.AsyncEvent.wait, fast_locks._installed
+    now = (sync.AsyncLock.setup, sync.AsyncEvent.wait, sync.AsyncSemaphore.setup)
+    installed = fast_locks._installed
     assert fast_locks.SHIPPED is not None
-    sync.AsyncLock.setup, sync.AsyncEvent.wait = fast_locks.SHIPPED  # type: ignore[method-assign]
+    _put(fast_locks.SHIPPED)
     fast_locks._installed = None
     yield
-    sync.AsyncLock.setup, sync.AsyncEvent.wait = setup, wait  # type: ignore[method-assign]
+    _put(now)
     fast_locks._installed = installed
 
 
+def _put(methods: tuple[object, object, object]) -> None:
+    lock_setup, event_wait, semaphore_setup = methods
+    sync.AsyncLock.setup = lock_setup  # type: ignore[method-assign]
+    sync.AsyncEvent.wait = event_wait  # type: ignore[method-assign]
+    sync.AsyncSemaphore.setup = semaphore_setup  # type: ignore[method-assign]
+
+
+def _installed_methods() -> tuple[object, object, object]:
+    return (sync.AsyncLock.setup, sync.AsyncEvent.wait, sync.AsyncSemaphore.setup)
+
+
 async def uncontended_lock_and_set_event() -> None:
-    lock, event = sync.AsyncLock(), sync.AsyncEvent()
+    lock, event, slots = sync.AsyncLock(), sync.AsyncEvent(), sync.AsyncSemaphore(2)
     async with lock:
         pass
+    await slots.acquire()
+    await slots.release()
     event.set()
     await event.wait(timeout=1.0)
 
 
 async def test_shipped_httpcore_yields_the_loop_an_installed_one_does_not(shipped: None) -> None:
-    assert await turns_taken(uncontended_lock_and_set_event()) >= 2
+    assert await turns_taken(uncontended_lock_and_set_event()) >= 3
     assert fast_locks.install()
     assert await turns_taken(uncontended_lock_and_set_event()) == 0
 
@@ -79,6 +93,13 @@ async def test_a_contended_lock_and_an_unset_event_still_wait(shipped: None) -> 
     await waiter
     with pytest.raises(httpcore.PoolTimeout):
         await sync.AsyncEvent().wait(timeout=0.01)  # an unset event times out as shipped
+    slots = sync.AsyncSemaphore(1)
+    await slots.acquire()
+    second_slot = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0.01)
+    assert not second_slot.done()  # no slot left: waits
+    await slots.release()
+    await second_slot
 
 
 async def test_without_anyios_fast_lock_httpcore_stays_as_shipped(
@@ -90,4 +111,4 @@ async def test_without_anyios_fast_lock_httpcore_stays_as_shipped(
 
     monkeypatch.setattr(anyio, "Lock", OldLock)
     assert not fast_locks.install()
-    assert (sync.AsyncLock.setup, sync.AsyncEvent.wait) == fast_locks.SHIPPED
+    assert _installed_methods() == fast_locks.SHIPPED
