@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -20,6 +22,7 @@ from llmitm.relay.client import (
 from tests.relay.servers import CountingServer
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+BODY = b'{"model":"m"}'
 
 
 class ScriptedServer(CountingServer):
@@ -216,6 +219,47 @@ def test_an_answer_that_is_not_http_is_an_upstream_error(taken: list[object]) ->
         assert upstream.connections == 2
 
     _run([OK, b"SSH-2.0-OpenSSH\r\n\r\n", OK], test)
+
+
+def test_a_connection_reset_in_the_middle_of_the_head_is_an_upstream_error(
+    taken: list[object],
+) -> None:
+    """Part of the head came, then the connection was reset: not a closed idle connection
+    (whose request is sent again), but an answer that failed."""
+
+    class ResettingServer(CountingServer):
+        """Answers a connection's first request, resets it in the head of its second."""
+
+        async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(len(BODY))
+                writer.write(OK)
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-")
+                await writer.drain()
+                await asyncio.sleep(0.05)  # the client reads the part before the reset
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+
+    async def main() -> None:
+        upstream = ResettingServer()
+        server = await upstream.start()
+        client = UpstreamClient()
+        request = UpstreamRequest("POST", f"http://127.0.0.1:{upstream.port}/v1/x", [], BODY)
+        try:
+            response = await client.send(request, connect_timeout=5)
+            assert await response.read_body() == b"ok"
+            with pytest.raises(UpstreamError, match="failed before answering"):
+                await client.send(request, connect_timeout=5)
+        finally:
+            await client.aclose()
+            server.close()
+        assert len(taken) == 1
+        assert upstream.connections == 1  # not sent again: part of an answer had come
+
+    asyncio.run(main())
 
 
 def test_without_the_idle_path_httpcore_sends_the_same_bytes(

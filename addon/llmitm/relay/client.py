@@ -263,8 +263,12 @@ class UpstreamClient:
             idle = None  # sent again below, on another connection
         except httpcore.WriteTimeout:
             raise UpstreamError(f"{where} did not take the request in time") from None
-        except (httpcore.RemoteProtocolError, httpcore.ReadError) as exc:
+        except httpcore.RemoteProtocolError as exc:
             raise UpstreamError(f"the upstream's answer is not HTTP ({exc})") from None
+        except httpcore.ReadError as exc:
+            raise UpstreamError(
+                f"the upstream connection failed before answering ({_reason(exc)})"
+            ) from None
         if idle is not None:
             return UpstreamResponse(idle)
         for attempt in (1, 2):
