@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmitm.wire.growing import GrowingBodies
+from llmitm.wire.growing import GrowingBodies, _unchanged
 
 FILLER = "words of a long history " * 200
 
@@ -186,3 +186,33 @@ def test_random_growing_conversations_parse_as_orjson_does(
             json.dumps(fields, separators=(", ", ": ")).encode() if spaced else orjson.dumps(fields)
         )
         assert same(bodies.parse(content), content)
+
+
+@pytest.mark.parametrize(
+    ("now", "verdict"),
+    [
+        ([{"a": "xy"}, {"b": "z"}], True),
+        ([{"a": "xY"}, {"b": "z"}], False),  # a value changed, same length
+        ([{"a": "xyz"}, {"b": ""}], False),  # one longer, the next shorter: same total
+        ([{"a": "xy"}, {"b": "z"}, {"c": 1}], False),  # one more
+        ([{"a": "xy"}], False),  # one fewer
+        ([{"a": "xy"}, {"b": 1.0}], False),
+        ([{"a": "xy", "b": 1}], False),
+    ],
+)
+def test_items_are_unchanged_only_when_each_serialises_as_it_did(
+    now: list[Any], verdict: bool
+) -> None:
+    before = [orjson.dumps(part) for part in ({"a": "xy"}, {"b": "z"})]
+    assert _unchanged(now, before) is verdict
+    assert _unchanged([], []) is True
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=st.lists(items_st, max_size=5), now=st.lists(items_st, max_size=5))
+def test_the_whole_list_check_is_the_item_by_item_one(
+    before: list[dict[str, Any]], now: list[dict[str, Any]]
+) -> None:
+    kept = [orjson.dumps(part) for part in before]
+    assert _unchanged(now, kept) == ([orjson.dumps(part) for part in now] == kept)
+    assert _unchanged(before, kept)

@@ -24,10 +24,10 @@ it has in the body). The result is ``orjson.loads(content)``'s, value for value:
 
 What a caller gets shares the kept body's objects (old items, the fields around the array):
 a caller that may change them in place asks for ``checked`` bodies, whose old items are
-compared, by their serialisation, with what they were when first parsed, and whose other
-fields are fresh copies; a caller that never changes what it reads takes them as they are.
-A caller may attach one value per item (:meth:`Grown.attach`), handed back beside the same
-items of the next body that extends this one.
+compared, by their serialisation (one of the whole list), with what they were when first
+parsed, and whose other fields are fresh copies; a caller that never changes what it reads
+takes them as they are. A caller may attach one value per item (:meth:`Grown.attach`),
+handed back beside the same items of the next body that extends this one.
 
 Bounded: :data:`BUDGET` bytes of kept bodies and their parse, the least recently used
 forgotten; a body under :data:`SMALLEST` bytes is parsed whole and not kept. One lock: the
@@ -162,7 +162,7 @@ class GrowingBodies:
         item_bytes: list[bytes] | None = None
         if self.checked:
             # Compared with their serialisation when first parsed: a caller changed none.
-            if [orjson.dumps(item) for item in items] != kept.item_bytes:
+            if not _unchanged(items, kept.item_bytes or []):
                 self._kept.drop(kept)
                 return None
             # The kept bytes themselves: their hashes are cached (a memo looks them up).
@@ -237,6 +237,28 @@ class GrowingBodies:
             orjson.loads(data) if type(kind := item.get("type")) is str and kind in copied else item
             for item, data in zip(items, item_bytes, strict=True)
         ]
+
+
+def _unchanged(items: list[Any], item_bytes: list[bytes]) -> bool:
+    """Whether ``orjson.dumps(items)`` is ``item_bytes`` joined as a JSON array: the items
+    serialise now as they did when first parsed. One serialisation of the whole list,
+    compared in place piece by piece: serialising each item apart made a few thousand
+    buffers of a large history, ~3× the time (12 against 4 ms for 5 MB)."""
+    whole = orjson.dumps(items)
+    if len(item_bytes) != len(items) or not whole.startswith(b"["):
+        return False
+    at = 1
+    for index, data in enumerate(item_bytes):
+        if index and whole[at - 1] != _COMMA:
+            return False
+        if not whole.startswith(data, at):
+            return False
+        at += len(data) + 1
+    # ``at`` is one past where the closing bracket is (``[]`` for no items: 2).
+    return len(whole) == (at if item_bytes else 2) and whole.endswith(b"]")
+
+
+_COMMA = ord(",")
 
 
 def _proven(kept: _Kept) -> bool:
