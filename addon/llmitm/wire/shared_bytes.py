@@ -11,49 +11,39 @@ differs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 def common_prefix(a: bytes, b: bytes) -> int:
     """Length of the longest common prefix of ``a`` and ``b``."""
-    n = min(len(a), len(b))
     view = memoryview(b)
-    lo, step = 0, 1024
-    while lo < n:
-        hi = min(n, lo + step)
-        if not a.startswith(view[lo:hi], lo):
-            break
-        lo, step = hi, step * 2
-    else:
-        return n
-    while hi - lo > 16:
-        mid = (lo + hi) // 2
-        if a.startswith(view[lo:mid], lo):
-            lo = mid
-        else:
-            hi = mid
-    while lo < hi and a[lo] == b[lo]:
-        lo += 1
-    return lo
+    return _run(min(len(a), len(b)), lambda lo, hi: a.startswith(view[lo:hi], lo))
 
 
 def common_suffix(a: bytes, b: bytes, limit: int) -> int:
     """Length of the longest common suffix of ``a`` and ``b``, at most ``limit``."""
-    n = min(len(a), len(b), limit)
     la, lb = len(a), len(b)
     view = memoryview(b)
+    return _run(min(la, lb, limit), lambda lo, hi: a.startswith(view[lb - hi : lb - lo], la - hi))
+
+
+def _run(n: int, shared: Callable[[int, int], bool]) -> int:
+    """The length of the run of shared bytes, at most ``n``; ``shared(lo, hi)``: whether the
+    run's bytes ``lo`` to ``hi`` (counted from the end the search starts at) are shared.
+    Blocks double from 1 KiB while shared; the first that is not is halved down to its
+    first byte that differs."""
     lo, step = 0, 1024
     while lo < n:
         hi = min(n, lo + step)
-        if not a.startswith(view[lb - hi : lb - lo], la - hi):
+        if not shared(lo, hi):
             break
         lo, step = hi, step * 2
     else:
         return n
-    while hi - lo > 16:
+    while hi - lo > 1:  # bytes before ``lo`` are shared; not all of ``lo`` to ``hi`` are
         mid = (lo + hi) // 2
-        if a.startswith(view[lb - mid : lb - lo], la - mid):
+        if shared(lo, mid):
             lo = mid
         else:
             hi = mid
-    while lo < hi and a[la - lo - 1] == b[lb - lo - 1]:
-        lo += 1
     return lo
