@@ -249,16 +249,13 @@ def _unchanged(items: list[Any], item_bytes: list[bytes]) -> bool:
         return False
     at = 1
     for index, data in enumerate(item_bytes):
-        if index and whole[at - 1] != _COMMA:
+        if index and not whole.startswith(b",", at - 1):
             return False
         if not whole.startswith(data, at):
             return False
         at += len(data) + 1
     # ``at`` is one past where the closing bracket is (``[]`` for no items: 2).
     return len(whole) == (at if item_bytes else 2) and whole.endswith(b"]")
-
-
-_COMMA = ord(",")
 
 
 def _proven(kept: _Kept) -> bool:
