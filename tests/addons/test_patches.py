@@ -5,8 +5,10 @@ for the cut-stream patch in a real mitmdump)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import logging
+import re
 import sys
 import types
 from pathlib import Path
@@ -30,6 +32,7 @@ from llmitm.addons.patches import (
     hooks,
     options,
     relay_pipe,
+    type_checks,
 )
 from llmitm.addons.patches import master as master_patch
 from llmitm.addons.patches.coalesce import coalesce_client_writes
@@ -366,6 +369,58 @@ def test_option_reads_without_the_option_class_leave_mitmproxy_as_it_is(
         assert not options.install()
         assert not options.install()
     assert len(_warnings(caplog, options.PATCH)) == 1
+
+
+# --- type checks -----------------------------------------------------------------------------
+
+
+def _cyclic_garbage_of_a_streamed_response() -> int:
+    """How many objects a response with no body, trailers or end leaves to the collector."""
+    gc.collect()
+    gc.disable()
+    try:
+        response = http.Response.make(200)
+        response.data.content = None
+        response.data = http.ResponseData(**vars(response.data))  # its check runs again
+        del response
+        return gc.collect()
+    finally:
+        gc.enable()
+
+
+def test_type_checks_leave_no_cycle_and_agree_with_mitmproxys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mitmproxy.utils import typecheck
+
+    monkeypatch.setattr(typecheck, "check_option_type", type_checks._original)
+    assert _cyclic_garbage_of_a_streamed_response() > 0  # mitmproxy's own: frames in a cycle
+    assert type_checks.install() and type_checks.install()  # idempotent
+    assert typecheck.check_option_type is type_checks.check_option_type
+    assert _cyclic_garbage_of_a_streamed_response() == 0
+    for probe in type_checks._probes():
+        assert type_checks._outcome(type_checks.check_option_type, probe) == (
+            type_checks._outcome(type_checks._original, probe)
+        ), probe
+    with pytest.raises(TypeError, match=re.escape("Expected bytes | None for content")):
+        http.ResponseData(**{**vars(http.Response.make(200).data), "content": "text"})
+
+
+def test_type_checks_that_disagree_leave_mitmproxys_in_place(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from mitmproxy.utils import typecheck
+
+    monkeypatch.setattr(typecheck, "check_option_type", type_checks._original)
+    monkeypatch.setattr(type_checks, "_mismatch", lambda name, value, typeinfo: None)
+    with caplog.at_level(logging.WARNING):
+        assert not type_checks.install()
+    assert typecheck.check_option_type is type_checks._original
+    monkeypatch.setattr(type_checks, "MISSING", "mitmproxy.utils.typecheck")
+    with caplog.at_level(logging.WARNING):
+        assert not type_checks.install()
+    assert len(_warnings(caplog, type_checks.PATCH)) == 1
+    assert typecheck.check_option_type is type_checks._original
 
 
 # --- mitmproxy's connections to the relay, in memory -----------------------------------------

@@ -13,7 +13,15 @@ from typing import Any
 from mitmproxy import ctx
 from mitmproxy.addonmanager import Loader
 
-from llmitm.addons.patches import connections, cut_streams, headers, hooks, options, relay_pipe
+from llmitm.addons.patches import (
+    connections,
+    cut_streams,
+    headers,
+    hooks,
+    options,
+    relay_pipe,
+    type_checks,
+)
 
 
 class LlmPatches:
@@ -28,6 +36,7 @@ class LlmPatches:
         hooks.install()
         options.install()
         relay_pipe.install()
+        type_checks.install()
         headers.check()
 
     def running(self) -> None:
