@@ -8,6 +8,7 @@ from email.utils import format_datetime
 
 import pytest
 
+from llmitm.routing import health as health_module
 from llmitm.routing.health import Health, HealthPolicy
 from llmitm.routing.outcomes import Outcome, outcome_for_status, parse_retry_after
 
@@ -157,6 +158,27 @@ def test_connect_errors_cool_the_whole_endpoint() -> None:
     assert not health.is_available("az", 1.0)
     assert not health.is_available("az", 1.0, model="gpt-4.1")
     assert health.available_at("az", "gpt-4.1") == 5.0
+
+
+def test_the_models_remembered_are_bounded_and_the_oldest_outcome_goes_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(health_module, "MODEL_KEYS", 3)
+    health = Health(HealthPolicy(cooldown=5.0))
+    health.record("az", outcome_for_status(503), now=0.0)  # the endpoint's own: never forgotten
+    health.record("az", outcome_for_status(429, {"retry-after": "60"}), now=0.0, model="m1")
+    health.record("az", outcome_for_status(429, {"retry-after": "60"}), now=0.0, model="m2")
+    health.record("az", outcome_for_status(200), now=1.0, model="m3")
+    health.record("az", outcome_for_status(429, {"retry-after": "60"}), now=2.0, model="m1")
+    health.record("bz", outcome_for_status(200), now=3.0, model="m4")  # m2's is the oldest
+    assert health.models("az") == ["m1", "m3"] and health.models("bz") == ["m4"]
+    assert health.is_available("az", 10.0, model="m2")  # forgotten: as one never seen
+    assert not health.is_available("az", 10.0, model="m1")
+    assert health.state("az").last == "server_error"
+    for n in range(100):
+        health.cool("cz", f"spray-{n}", until=99.0)
+    assert len(health.models("cz")) == 3 and not health.models("az")
+    assert not health.is_available("az", 1.0)
 
 
 def test_earliest_recovery() -> None:

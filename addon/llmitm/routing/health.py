@@ -23,7 +23,10 @@ Rules:
 - a success resets the run of failures; a cooldown never shortens an existing one;
 - after a cooldown ends the run of failures is kept, so the first request after it is a
   probe: one more failure cools again at once (a half-open circuit), one success clears it;
-- client errors and client aborts say nothing about the endpoint and change nothing.
+- client errors and client aborts say nothing about the endpoint and change nothing;
+- at most :data:`MODEL_KEYS` endpoint-models are remembered, those with the latest outcomes:
+  model names are the clients' to choose (a route may match ``gpt-*``), so what is kept for
+  them must not grow with every name ever sent. A model forgotten is as one never seen.
 
 Time is a monotonic ``now`` in seconds, passed in by the caller.
 """
@@ -37,6 +40,9 @@ from llmitm.routing.outcomes import Outcome, OutcomeKind
 
 Key = tuple[str, str | None]
 """(endpoint, model); model ``None`` is the endpoint as a whole."""
+
+MODEL_KEYS = 1024
+"""The most endpoint-models remembered; the one whose last outcome is oldest goes first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,8 @@ class Health:
     def __init__(self, policy: HealthPolicy | None = None) -> None:
         self.policy = policy or HealthPolicy()
         self._keys: dict[Key, KeyHealth] = {}
+        """Every key known, the one touched longest ago first."""
+        self._model_keys = 0
 
     def record(
         self, endpoint: str, outcome: Outcome, now: float, model: str | None = None
@@ -87,7 +95,7 @@ class Health:
         if outcome.kind in {"client_error", "aborted"}:
             return None
         scope: Key = (endpoint, None if outcome.kind in _ENDPOINT_WIDE else model)
-        state = self._keys.setdefault(scope, KeyHealth())
+        state = self._touch(scope)
         state.last, state.last_at = outcome.kind, now
         if outcome.kind == "success":
             state.failures = 0
@@ -109,8 +117,26 @@ class Health:
     def cool(self, endpoint: str, model: str | None, until: float) -> None:
         """A cooldown learned elsewhere (another proxy of the fleet): extends, never shortens,
         and leaves the run of failures alone."""
-        state = self._keys.setdefault((endpoint, model), KeyHealth())
+        state = self._touch((endpoint, model))
         state.cooling_until = max(state.cooling_until, until)
+
+    def _touch(self, key: Key) -> KeyHealth:
+        """``key``'s state, moved to the newest end (made when new); a new endpoint-model
+        beyond :data:`MODEL_KEYS` makes the oldest one go."""
+        state = self._keys.pop(key, None)
+        if state is None:
+            state = KeyHealth()
+            if key[1] is not None:
+                self._model_keys += 1
+                if self._model_keys > MODEL_KEYS:
+                    self._forget_oldest_model()
+        self._keys[key] = state
+        return state
+
+    def _forget_oldest_model(self) -> None:
+        oldest = next(k for k in self._keys if k[1] is not None)
+        del self._keys[oldest]
+        self._model_keys -= 1
 
     def _cooldown_for(self, outcome: Outcome, failures: int) -> float | None:
         policy = self.policy
