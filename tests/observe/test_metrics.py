@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmitm.observe import metrics as metrics_module
 from llmitm.observe.metrics import (
     CallFacts,
     EndpointState,
@@ -102,6 +104,25 @@ def test_attempts_beyond_the_first_count_as_failovers() -> None:
     metrics.observe(_replace())
     failovers = scrape(metrics)["llmitm_failovers"]
     assert samples(failovers, "llmitm_failovers_total", llmitm_route="main") == [2.0]
+
+
+def test_model_names_beyond_model_labels_are_labelled_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metrics_module, "MODEL_LABELS", 2)
+    metrics = Metrics()
+    for n in range(50):  # a client that sends a new model name with every call
+        metrics.observe(_replace(request_model=f"m{n}", response_model=f"r{n % 3}"))
+    metrics.observe(_replace(request_model="m1", response_model="r0"))
+    families = scrape(metrics)
+    calls = families["llmitm_calls"]
+    seen = {s.labels["gen_ai_request_model"] for s in calls.samples}
+    assert seen == {"m0", "m1", "other"}
+    assert samples(calls, "llmitm_calls_total", gen_ai_request_model="other") == [48.0]
+    assert samples(calls, "llmitm_calls_total", gen_ai_request_model="m1") == [2.0]
+    usage = families["gen_ai_client_token_usage"]
+    assert {s.labels["gen_ai_response_model"] for s in usage.samples} == {"r0", "r1", "other"}
+    assert {s.labels["gen_ai_request_model"] for s in usage.samples} == seen
 
 
 def test_gauges_show_the_state_a_scrape_was_handed() -> None:

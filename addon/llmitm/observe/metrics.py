@@ -16,6 +16,11 @@ an answer llmitm gave itself, ``passthrough`` for an unrouted call). llmitm's ow
 (:class:`StateCollector`), endpoint health, cooldowns, concurrency in use, the queue,
 replay and response-cache hits and misses, and the cache's entries.
 
+Model names are the clients' to choose (a route may match ``gpt-*``), and each label set a
+metric has is kept for the process's life: the first :data:`MODEL_LABELS` request models and
+as many response models are labelled by name, any later one as ``other``, so a client that
+sends a new name with every call cannot grow the proxy or the scrape without end.
+
 Every registry is the instance's own (mitmproxy may load an addon twice; the global registry
 would refuse the second set of names). No I/O: :meth:`Metrics.exposition` returns the text.
 """
@@ -38,6 +43,10 @@ TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4
 DURATION_BUCKETS = (
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 )  # fmt: skip
+MODEL_LABELS = 100
+"""Distinct request (and response) model names labelled by name; later ones are ``other``."""
+OTHER_MODEL = "other"
+
 PROVIDERS = {"openai": "openai", "azure": "azure.ai.openai", "compatible": "compatible"}
 """``gen_ai.provider.name`` by endpoint kind (a compatible server has no well-known name)."""
 
@@ -158,10 +167,27 @@ class StateCollector:
         )
 
 
+class _Names:
+    """The first :data:`MODEL_LABELS` names seen, each its own label value; the rest one."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def label(self, name: str) -> str:
+        if name in self._seen:
+            return name
+        if len(self._seen) < MODEL_LABELS:
+            self._seen.add(name)
+            return name
+        return OTHER_MODEL
+
+
 class Metrics:
     """One process's metrics, in its own registry."""
 
     def __init__(self) -> None:
+        self._request_models = _Names()
+        self._response_models = _Names()
         self.registry = CollectorRegistry()
         self._state = StateCollector()
         self._lock = threading.Lock()
@@ -207,17 +233,16 @@ class Metrics:
 
     def observe(self, call: CallFacts) -> None:
         """Add one finished call."""
+        request_model = self._request_models.label(call.request_model)
         labels = (
             "chat",  # both APIs are chat operations in the conventions' terms
             call.provider,
-            call.request_model,
-            call.response_model,
+            request_model,
+            self._response_models.label(call.response_model),
             call.api,
             call.endpoint,
         )
-        self.calls.labels(
-            call.api, call.endpoint, call.route, call.request_model, call.error_type
-        ).inc()
+        self.calls.labels(call.api, call.endpoint, call.route, request_model, call.error_type).inc()
         if call.attempts > 1:
             self.failovers.labels(call.route, call.endpoint).inc(call.attempts - 1)
         if call.duration is not None:
