@@ -1,10 +1,13 @@
-"""The heap trim after flows that grew the proxy: it trims once the resident size has grown
-by GROWTH_MB since the last trim, once for all the flows that ended meanwhile, and never with
-the option off."""
+"""Memory given back after flows: the heap trimmed once the resident size has grown by
+GROWTH_MB since the last trim, once for all the flows that ended meanwhile; the ended flows'
+reference cycles collected once no flow is open; neither with the option off."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
+from collections.abc import Iterator
 
 import pytest
 from mitmproxy.test import taddons, tflow
@@ -103,3 +106,75 @@ async def test_a_flow_open_for_long_holds_the_trim_off_for_trim_wait_s_only(
         await asyncio.sleep(0.25)
         assert heap.trims == 1
         assert stream in addon._open
+
+
+class Cycle:
+    """Garbage only the cycle collector frees, as an ended flow of mitmproxy's is."""
+
+    def __init__(self) -> None:
+        self.itself = self
+
+
+class Collections:
+    """The addon's calls of the cycle collector, counted and passed on. Counted here rather
+    than seen in what survives: anything else in the test process may collect meanwhile."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def collect(self) -> int:
+        self.calls += 1
+        return gc.collect()
+
+
+@pytest.fixture
+def collections(monkeypatch: pytest.MonkeyPatch) -> Iterator[Collections]:
+    counted = Collections()
+    monkeypatch.setattr(memory, "gc", counted)
+    gc.collect()
+    gc.disable()  # only an explicit collection frees the test's cycles
+    yield counted
+    gc.enable()
+
+
+async def test_once_no_flow_is_open_the_ended_flows_cycles_are_collected(
+    heap: FakeHeap, collections: Collections
+) -> None:
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=True)
+        stream = tflow.tflow()
+        addon.requestheaders(stream)
+        garbage = weakref.ref(Cycle())
+        await ended(addon, 1)
+        assert collections.calls == 0  # a stream is open: Python's collector's to do
+        stream.live = False  # mitmproxy let it go without a response or error hook
+        await asyncio.sleep(0.05)
+        assert collections.calls == 1
+        assert garbage() is None
+        assert heap.trims == 0  # nothing grew: the collection does not trim
+
+
+async def test_a_stream_open_for_long_is_trimmed_around_but_not_collected(
+    heap: FakeHeap, collections: Collections, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory, "TRIM_WAIT_S", 0.1)
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=True)
+        heap.resident += memory.GROWTH_MB
+        stream = tflow.tflow()  # held: the addon's set of open flows is weak
+        addon.requestheaders(stream)
+        await ended(addon, 1)
+        await asyncio.sleep(0.15)
+        assert heap.trims == 1
+        assert collections.calls == 0
+        assert stream in addon._open
+
+
+async def test_the_option_off_never_collects(heap: FakeHeap, collections: Collections) -> None:
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=False)
+        await ended(addon, 2)
+        assert collections.calls == 0
