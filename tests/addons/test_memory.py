@@ -35,6 +35,35 @@ def heap(monkeypatch: pytest.MonkeyPatch) -> FakeHeap:
     return fake
 
 
+class Cycle:
+    """Garbage only the cycle collector frees, as an ended flow of mitmproxy's is."""
+
+    def __init__(self) -> None:
+        self.itself = self
+
+
+class CountedCollections:
+    """The addon's calls of the cycle collector, counted and passed on. Counted here rather
+    than seen in what survives: anything else in the test process may collect meanwhile."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def collect(self) -> int:
+        self.calls += 1
+        return gc.collect()
+
+
+@pytest.fixture
+def counted_gc(monkeypatch: pytest.MonkeyPatch) -> Iterator[CountedCollections]:
+    counted = CountedCollections()
+    monkeypatch.setattr(memory, "gc", counted)
+    gc.collect()
+    gc.disable()  # only an explicit collection frees the test's cycles
+    yield counted
+    gc.enable()
+
+
 async def ended(addon: memory.LlmMemoryTrim, flows: int) -> None:
     for _ in range(flows):
         addon.response(tflow.tflow(resp=True))
@@ -61,13 +90,16 @@ async def test_it_trims_once_the_heap_grew_by_growth_mb(heap: FakeHeap) -> None:
         assert heap.trims == 2
 
 
-async def test_the_option_off_never_trims(heap: FakeHeap) -> None:
+async def test_the_option_off_never_trims_or_collects(
+    heap: FakeHeap, counted_gc: CountedCollections
+) -> None:
     addon = memory.LlmMemoryTrim()
     with taddons.context(addon) as tctx:
         tctx.configure(addon, llmitm_malloc_trim=False)
         heap.resident += 10 * memory.GROWTH_MB
         await ended(addon, 2)
         assert heap.trims == 0
+        assert counted_gc.calls == 0
 
 
 def test_the_real_trim_and_resident_size_are_there_on_linux() -> None:
@@ -92,7 +124,7 @@ async def test_no_trim_while_a_request_is_on_its_way(heap: FakeHeap) -> None:
 
 
 async def test_a_flow_open_for_long_holds_the_trim_off_for_trim_wait_s_only(
-    heap: FakeHeap, monkeypatch: pytest.MonkeyPatch
+    heap: FakeHeap, counted_gc: CountedCollections, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(memory, "TRIM_WAIT_S", 0.2)
     addon = memory.LlmMemoryTrim()
@@ -105,40 +137,12 @@ async def test_a_flow_open_for_long_holds_the_trim_off_for_trim_wait_s_only(
         assert heap.trims == 0
         await asyncio.sleep(0.25)
         assert heap.trims == 1
+        assert counted_gc.calls == 0  # trimmed around the open stream, not collected
         assert stream in addon._open
 
 
-class Cycle:
-    """Garbage only the cycle collector frees, as an ended flow of mitmproxy's is."""
-
-    def __init__(self) -> None:
-        self.itself = self
-
-
-class Collections:
-    """The addon's calls of the cycle collector, counted and passed on. Counted here rather
-    than seen in what survives: anything else in the test process may collect meanwhile."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def collect(self) -> int:
-        self.calls += 1
-        return gc.collect()
-
-
-@pytest.fixture
-def collections(monkeypatch: pytest.MonkeyPatch) -> Iterator[Collections]:
-    counted = Collections()
-    monkeypatch.setattr(memory, "gc", counted)
-    gc.collect()
-    gc.disable()  # only an explicit collection frees the test's cycles
-    yield counted
-    gc.enable()
-
-
 async def test_once_no_flow_is_open_the_ended_flows_cycles_are_collected(
-    heap: FakeHeap, collections: Collections
+    heap: FakeHeap, counted_gc: CountedCollections
 ) -> None:
     addon = memory.LlmMemoryTrim()
     with taddons.context(addon) as tctx:
@@ -147,34 +151,9 @@ async def test_once_no_flow_is_open_the_ended_flows_cycles_are_collected(
         addon.requestheaders(stream)
         garbage = weakref.ref(Cycle())
         await ended(addon, 1)
-        assert collections.calls == 0  # a stream is open: Python's collector's to do
+        assert counted_gc.calls == 0  # a stream is open: Python's collector's to do
         stream.live = False  # mitmproxy let it go without a response or error hook
         await asyncio.sleep(0.05)
-        assert collections.calls == 1
+        assert counted_gc.calls == 1
         assert garbage() is None
         assert heap.trims == 0  # nothing grew: the collection does not trim
-
-
-async def test_a_stream_open_for_long_is_trimmed_around_but_not_collected(
-    heap: FakeHeap, collections: Collections, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(memory, "TRIM_WAIT_S", 0.1)
-    addon = memory.LlmMemoryTrim()
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, llmitm_malloc_trim=True)
-        heap.resident += memory.GROWTH_MB
-        stream = tflow.tflow()  # held: the addon's set of open flows is weak
-        addon.requestheaders(stream)
-        await ended(addon, 1)
-        await asyncio.sleep(0.15)
-        assert heap.trims == 1
-        assert collections.calls == 0
-        assert stream in addon._open
-
-
-async def test_the_option_off_never_collects(heap: FakeHeap, collections: Collections) -> None:
-    addon = memory.LlmMemoryTrim()
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, llmitm_malloc_trim=False)
-        await ended(addon, 2)
-        assert collections.calls == 0
