@@ -27,6 +27,7 @@ from llmitm.store.folder import read_folder, write_folder
 from llmitm.store.memory_responses import MemoryResponses
 from llmitm.store.raw_values import database_values
 from llmitm.store.recordings import DeleteRecordings, PruneRecordings, RecordingWrite
+from llmitm.wire.shared_bytes import common_prefix, common_suffix
 from tests.store.backends import Backend
 
 WORDS = ["agent", "tool", "call", "result", "file", "patch", "test", "build", "error", "trace"]
@@ -139,6 +140,36 @@ def test_a_value_is_put_back_byte_for_byte_whatever_it_is() -> None:
     # Each turn of the growing value added ~1 KB; a recipe holds only that.
     recipes = [data for kind, data in stored.values() if kind == content.RECIPE]
     assert recipes and max(len(r) for r in recipes) < 2_500
+
+
+def test_a_base_is_found_by_what_it_shares_whatever_its_ends_look_like() -> None:
+    # Candidates sharing nothing are passed over by their ends alone; what is shared across
+    # those ends (a prefix, a suffix, or half of it on each side) still finds its base.
+    rng = random.Random(3)
+    body = text(rng, 6000).encode()
+    other = text(rng, 6000).encode()
+
+    def measured(data: bytes, candidate: bytes) -> int:
+        p = common_prefix(data, candidate)
+        return p + common_suffix(data, candidate, min(len(data), len(candidate)) - p)
+
+    cases = {
+        "prefix": body[:3000] + other[:3000],
+        "suffix": other[:3000] + body[3000:],
+        "300 each side": body[:300] + other[:3000] + body[-300:],
+        "200 before, 400 after": body[:200] + other[:3000] + body[-400:],
+        "255 each side": body[:255] + other[:3000] + body[-255:],
+        "nothing": other,
+    }
+    for name, data in cases.items():
+        values = [text(rng, 5000).encode(), body, text(rng, 5000).encode()]
+        candidates = [content.Recent(b"n%d" % i, value, 0) for i, value in enumerate(values)]
+        base, prefix, suffix = content.best_base(data, candidates)
+        shared = measured(data, body)
+        if shared >= content.MIN_SHARED:
+            assert base is candidates[1] and prefix + suffix == shared, name
+        else:
+            assert base is None, name
 
 
 async def test_a_conversation_stores_what_it_adds_and_reads_back_identical(
@@ -344,24 +375,28 @@ async def test_a_base_another_process_pruned_is_not_sliced(backend: Backend) -> 
         assert await proxy.content_problems() == []
 
 
-async def test_heavy_values_are_cut_off_the_event_loop_and_read_back_identical(
+async def test_values_that_add_much_are_cut_off_the_event_loop_and_read_back_identical(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A turn of a long conversation (~0.3 MB a body here, several MB for an agent) takes
-    # milliseconds to cut; every flow on the event loop would wait for it.
-    threads: list[tuple[int, int]] = []
-    encode = content.encode
+    # Turns that add ~0.3 MB each take milliseconds to cut; every flow on the event loop
+    # would wait for it. A long history that grows by a few KB a turn is cut at once: the hop
+    # to a thread would cost it more than its cut.
+    puts: list[tuple[int, str, int, int]] = []
+    put = content_chunks.Puts.put
+    turn = 0
 
-    def noting_encode(data: bytes, *args: Any) -> content.Encoded:
-        threads.append((threading.get_ident(), len(data)))
-        return encode(data, *args)
+    def noting_put(self: content_chunks.Puts, lane: str, data: bytes) -> bytes:
+        puts.append((turn, lane, len(data), threading.get_ident()))
+        return put(self, lane, data)
 
-    monkeypatch.setattr(content, "encode", noting_encode)
+    monkeypatch.setattr(content_chunks.Puts, "put", noting_put)
     loop_thread = threading.get_ident()
-    conversation = Conversation(seed=7, new_bytes=60_000)
+    conversation = Conversation(seed=7, new_bytes=300_000)
     sent: list[tuple[Interaction, StoredResponse]] = []
     async with SqliteStore(tmp_path / "c.db") as store:
-        for _ in range(5):
+        for turn in range(5):
+            if turn == 3:
+                conversation.new_bytes = 3000
             interaction, record = conversation.next()
             sent.append((interaction, record))
             store.submit(RecordingWrite(interaction))
@@ -372,11 +407,20 @@ async def test_heavy_values_are_cut_off_the_event_loop_and_read_back_identical(
         for _, record in sent:
             assert await store.response(record.id) == record
         assert await check(store) == []
-    # A value that heavy alone is cut off the loop (lighter ones may be, with the others of
-    # their write); a light write is cut at once.
-    heavy = [thread for thread, size in threads if size >= content_chunks.OFF_LOOP_BYTES]
-    assert heavy and loop_thread not in heavy
-    assert any(thread == loop_thread for thread, size in threads if size < 1_000)
+    # The recorded bodies add ~0.3 MB on the first turns, a few KB on the last ones; the
+    # stored input items have new ids on every turn here, so they are new all through.
+    body_lanes = ("client_req:global", "upstream_req:global", "canonical:global")
+    off_loop = {
+        (t, lane)
+        for t, lane, size, thread in puts
+        if thread != loop_thread and size > content_chunks.OFF_LOOP_BYTES
+    }
+    assert off_loop == {(t, lane) for t in range(5) for lane in (*body_lanes, "input_items")} - {
+        (t, lane) for t in (3, 4) for lane in body_lanes
+    }
+    late = [(size, thread) for t, lane, size, thread in puts if t >= 3 and lane in body_lanes]
+    assert min(size for size, _ in late) > 3 * content_chunks.OFF_LOOP_BYTES
+    assert {thread for _, thread in late} == {loop_thread}
 
 
 def test_a_5_mb_history_keeps_its_last_value_in_each_of_its_four_lanes() -> None:

@@ -110,7 +110,9 @@ def _ops(recipe: bytes) -> Iterator[tuple[bytes, bytes, int, int]]:
 
 
 @dataclass(slots=True)
-class _Recent:
+class Recent:
+    """A recent value of a lane: a base a new value may be sliced from."""
+
     name: bytes
     data: bytes
     depth: int
@@ -130,10 +132,10 @@ class Bases:
         # value pushed another lane's out, and every turn was cut whole (~50 ms a 5 MB lane).
         self.per_lane = per_lane
         self.max_bytes = max_bytes
-        self._lanes: dict[str, OrderedDict[bytes, _Recent]] = {}
+        self._lanes: dict[str, OrderedDict[bytes, Recent]] = {}
         self._held = 0
 
-    def candidates(self, lane: str) -> list[_Recent]:
+    def candidates(self, lane: str) -> list[Recent]:
         recent = self._lanes.get(lane)
         return list(reversed(recent.values())) if recent else []
 
@@ -142,7 +144,7 @@ class Bases:
         old = recent.pop(name, None)
         if old is not None:
             self._held -= len(old.data)
-        recent[name] = _Recent(name, data, depth)
+        recent[name] = Recent(name, data, depth)
         self._held += len(data)
         while len(recent) > self.per_lane:
             _, dropped = recent.popitem(last=False)
@@ -174,11 +176,18 @@ class Bases:
             del self._lanes[lane]
 
 
-def best_base(data: bytes, candidates: list[_Recent]) -> tuple[_Recent | None, int, int]:
+def best_base(data: bytes, candidates: list[Recent]) -> tuple[Recent | None, int, int]:
     """The candidate sharing the most bytes with ``data`` as prefix + suffix, and those."""
     best, best_p, best_s = None, 0, 0
+    edge = MIN_SHARED // 2
+    head, tail = data[:edge], data[-edge:]
     for candidate in candidates:
         if candidate.depth >= MAX_DEPTH:
+            continue
+        if not candidate.data.startswith(head) and not candidate.data.endswith(tail):
+            # Under half of MIN_SHARED at either end: the two cannot share enough. Most
+            # values of a lane (the answers, the stored Response) share nothing with any
+            # recent one, and measuring how little costs each candidate a bisection.
             continue
         p = common_prefix(data, candidate.data)
         s = common_suffix(data, candidate.data, min(len(data), len(candidate.data)) - p)
@@ -193,7 +202,7 @@ def best_base(data: bytes, candidates: list[_Recent]) -> tuple[_Recent | None, i
     return best, best_p, best_s
 
 
-def encode(data: bytes, base: _Recent | None = None, prefix: int = 0, suffix: int = 0) -> Encoded:
+def encode(data: bytes, base: Recent | None = None, prefix: int = 0, suffix: int = 0) -> Encoded:
     """``data`` as chunks: a leaf when small, else a recipe slicing ``base`` (``prefix`` and
     ``suffix`` bytes of it, see :func:`best_base`) with the long strings of the rest as leaves."""
     if base is not None and prefix == len(data) == len(base.data):

@@ -79,7 +79,7 @@ async def apply_recordings(db: asyncpg.Connection, writes: Sequence[RecordingWri
     while True:
         puts = store.session()
         interactions, messages, blobs = await cut(
-            recording_weight(writes), recording_rows, writes, puts
+            recording_weight(writes, puts), recording_rows, writes, puts
         )
         puts.replacing(_CHUNKS_OF_IDS, (ids,))
         if await puts.commit(db):

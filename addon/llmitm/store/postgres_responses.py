@@ -62,6 +62,7 @@ from llmitm.store.response_rows import (
     lease_of,
     records_of,
     saved_rows,
+    saved_weight,
     serialised,
 )
 
@@ -97,10 +98,11 @@ async def apply_saved(db: asyncpg.Connection, writes: Sequence[ResponseSaved]) -
     ids = [w.record.id for w in writes]
     await postgres_content.lock_owners(db, "response:", ids)
     values = [serialised(w.record, True) for w in writes]
-    weight = sum(len(items) + len(response) for _, items, response in values)
     while True:
         puts = store.session()
-        rows, item_rows, input_keys = await cut(weight, saved_rows, writes, values, puts)
+        rows, item_rows, input_keys = await cut(
+            saved_weight(values, puts), saved_rows, writes, values, puts
+        )
         # The chunks the last save of these responses held, their rows locked.
         puts.replacing(
             "SELECT c FROM (SELECT input_chunk, response_chunk FROM responses "

@@ -70,13 +70,34 @@ def unpack_chunks(index: bytes, body: bytes) -> list[Chunk]:
     return chunks
 
 
-def recording_weight(writes: Sequence[RecordingWrite]) -> int:
-    """The bytes of the whole bodies and canonical texts of ``writes`` (what is cut)."""
-    return sum(
-        len(w.interaction.canonical)
-        + sum(len(m.content or b"") for m in w.interaction.legs.values() if m.chunks is None)
-        for w in writes
-    )
+def recording_weight(writes: Sequence[RecordingWrite], puts: Puts | None) -> int:
+    """What cutting ``writes`` weighs for ``store.content_chunks.cut``: the bytes their whole
+    bodies and canonical texts add to their lanes; without ``puts`` (hashed whole, not cut),
+    their length."""
+    if puts is None:
+        return sum(
+            len(w.interaction.canonical)
+            + sum(len(m.content or b"") for m in w.interaction.legs.values() if m.chunks is None)
+            for w in writes
+        )
+    weight = 0
+    for write in writes:
+        i = write.interaction
+        weight += puts.unshared(canonical_lane(i), i.canonical.encode())
+        for leg, message in i.legs.items():
+            if message.chunks is None:
+                weight += puts.unshared(leg_lane(i, leg), message.content or b"")
+    return weight
+
+
+def canonical_lane(interaction: Interaction) -> str:
+    return f"canonical:{interaction.scope}"
+
+
+def leg_lane(interaction: Interaction, leg: str) -> str:
+    """The lane of a leg's whole body: the previous turn's body of this leg is the base a
+    resent history slices."""
+    return f"{leg}:{interaction.scope}"
 
 
 def recording_rows(
@@ -93,7 +114,7 @@ def recording_rows(
         i = write.interaction
         canonical: tuple[Any, ...] = (i.canonical,)
         if puts is not None:
-            canonical = ("", puts.put(f"canonical:{i.scope}", i.canonical.encode()))
+            canonical = ("", puts.put(canonical_lane(i), i.canonical.encode()))
         interactions.append(
             (
                 i.id,
@@ -123,9 +144,8 @@ def recording_rows(
         for leg, message in i.legs.items():
             chunk: tuple[Any, ...] = ()
             if message.chunks is None and puts is not None:
-                # The previous turn's body of this leg is the base a resent history slices.
                 digest = ""
-                chunk = (puts.put(f"{leg}:{i.scope}", message.content or b""),)
+                chunk = (puts.put(leg_lane(i, leg), message.content or b""),)
             elif message.chunks is None:
                 body = message.content or b""
                 digest = hashlib.sha256(body).hexdigest()

@@ -60,6 +60,10 @@ def id_key(ident: str) -> int:
 
 Serialised = tuple[list[str | None] | None, bytes, bytes]
 
+INPUT_LANE = "input_items"
+RESPONSE_LANE = "response"
+"""The lanes (``store.content.Bases``) of stored input items and Response objects."""
+
 
 def serialised(record: StoredResponse, chunked: bool) -> Serialised:
     """A saved response's input items and Response object as JSON (``orjson``, at C speed:
@@ -69,6 +73,18 @@ def serialised(record: StoredResponse, chunked: bool) -> Serialised:
         return None, orjson.dumps(record.input_items), orjson.dumps(record.response)
     ids, bare = split_ids(record.input_items)
     return ids, orjson.dumps(bare), orjson.dumps(record.response)
+
+
+def saved_weight(serialised: list[Serialised], puts: Puts | None) -> int:
+    """What cutting ``serialised`` (:func:`serialised` of a batch) weighs for
+    ``store.content_chunks.cut``: the bytes its values add to their lanes; without ``puts``
+    (nothing is cut), their length."""
+    if puts is None:
+        return sum(len(items) + len(response) for _, items, response in serialised)
+    return sum(
+        puts.unshared(INPUT_LANE, items) + puts.unshared(RESPONSE_LANE, response)
+        for _, items, response in serialised
+    )
 
 
 def saved_rows(
@@ -85,8 +101,8 @@ def saved_rows(
         record = w.record
         values: tuple[Any, ...]
         if puts is not None:
-            input_chunk = puts.put("input_items", items)
-            response_chunk = puts.put("response", response)
+            input_chunk = puts.put(INPUT_LANE, items)
+            response_chunk = puts.put(RESPONSE_LANE, response)
             key = id_key(record.id)
             values = (b"", orjson.dumps(ids), input_chunk, response_chunk, key)
             input_keys += [

@@ -75,7 +75,7 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
     while True:
         puts = store.session() if chunked else None
         interactions, messages, blobs = await sqlite_content.cut(
-            recording_weight(writes), recording_rows, writes, puts
+            recording_weight(writes, puts), recording_rows, writes, puts
         )
         if puts is None:
             break

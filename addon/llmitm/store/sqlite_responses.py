@@ -57,6 +57,7 @@ from llmitm.store.response_rows import (
     lease_of,
     records_of,
     saved_rows,
+    saved_weight,
     serialised,
 )
 
@@ -85,11 +86,10 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
     chunked = await store.ready(db)
     ids = orjson.dumps([w.record.id for w in writes]).decode()
     values = [serialised(w.record, chunked) for w in writes]
-    weight = sum(len(items) + len(response) for _, items, response in values)
     while True:
         puts = store.session() if chunked else None
         rows, item_rows, input_keys = await sqlite_content.cut(
-            weight, saved_rows, writes, values, puts
+            saved_weight(values, puts), saved_rows, writes, values, puts
         )
         if puts is None:
             break
