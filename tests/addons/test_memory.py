@@ -1,6 +1,7 @@
 """Memory given back after flows: the heap trimmed once the resident size has grown by
 GROWTH_MB since the last trim, once for all the flows that ended meanwhile; the ended flows'
-reference cycles collected once no flow is open; neither with the option off."""
+reference cycles collected once no flow is open and enough ended (in number or body bytes)
+or the heap grew; neither with the option off."""
 
 from __future__ import annotations
 
@@ -150,10 +151,51 @@ async def test_once_no_flow_is_open_the_ended_flows_cycles_are_collected(
         stream = tflow.tflow()
         addon.requestheaders(stream)
         garbage = weakref.ref(Cycle())
-        await ended(addon, 1)
+        await ended(addon, memory.COLLECT_AFTER_FLOWS)
         assert counted_gc.calls == 0  # a stream is open: Python's collector's to do
         stream.live = False  # mitmproxy let it go without a response or error hook
         await asyncio.sleep(0.05)
         assert counted_gc.calls == 1
         assert garbage() is None
         assert heap.trims == 0  # nothing grew: the collection does not trim
+
+
+async def test_a_few_small_flows_wait_for_the_next_collection(
+    heap: FakeHeap, counted_gc: CountedCollections
+) -> None:
+    # An agent's turn at a time: collecting after each visited the whole conversation.
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=True)
+        for _ in range(memory.COLLECT_AFTER_FLOWS - 1):
+            await ended(addon, 1)
+        assert counted_gc.calls == 0
+        await ended(addon, 1)
+        assert counted_gc.calls == 1
+        await ended(addon, memory.COLLECT_AFTER_FLOWS - 1)
+        assert counted_gc.calls == 1  # counted again from the collection
+
+
+async def test_flows_with_big_bodies_are_collected_at_once(
+    heap: FakeHeap, counted_gc: CountedCollections
+) -> None:
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=True)
+        big = tflow.tflow(resp=True)
+        big.request.content = b"x" * (memory.COLLECT_AFTER_MB << 19)  # half of it
+        big.response.content = b"y" * (memory.COLLECT_AFTER_MB << 19)
+        addon.response(big)
+        await asyncio.sleep(0.05)
+        assert counted_gc.calls == 1
+
+
+async def test_a_heap_grown_by_growth_mb_is_collected_then_trimmed(
+    heap: FakeHeap, counted_gc: CountedCollections
+) -> None:
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=True)
+        heap.resident += memory.GROWTH_MB
+        await ended(addon, 1)
+        assert (counted_gc.calls, heap.trims) == (1, 1)

@@ -9,8 +9,13 @@ between 160 and 280 MB with nothing held. So once no flow is open, :data:`TRIM_D
 after one ended, this addon runs a full collection: with llmitm's start-up objects frozen
 out of it (:mod:`.gc_freeze`) it visits what the flows left, 22–28 ms for some 33,000 objects
 after each wave of 200 streams in ``tests/e2e/test_relay_load.py``, at a moment no request
-waits for it (one that arrives meanwhile waits that long). A proxy that always has a flow open
-leaves it to Python's own collector.
+waits for it (one that arrives meanwhile waits that long). It does so once the flows ended
+since the last collection are :data:`COLLECT_AFTER_FLOWS` or carried
+:data:`COLLECT_AFTER_MB` of bodies, or the resident size grew by :data:`GROWTH_MB`: a pass
+visits every object the proxy holds, the history an agent's conversation keeps among them, so
+one after every turn cost that turn more the longer the conversation (0.24 ms at turn 2,
+0.6 ms at turn 50 in ``scripts/bench_conversation.py``), for the cycles of one flow. A proxy
+that always has a flow open leaves it to Python's own collector.
 
 glibc keeps freed memory in its heap and, after each large free, raises the size from which
 it maps allocations on their own, so the memory of a 20 MiB event that was freed stays in the
@@ -53,6 +58,12 @@ logger = logging.getLogger(__name__)
 
 GROWTH_MB = 64
 """Growth of the resident size since the last trim that makes the next one worth its time."""
+COLLECT_AFTER_FLOWS = 16
+"""Flows ended since the last collection that make the next one worth its time."""
+COLLECT_AFTER_MB = 8
+"""Request and response bodies (MiB, as mitmproxy held them) of the flows ended since the
+last collection that make the next one worth its time: what waits for a collection is
+bounded by this much, or by the flows of a burst that fit under it."""
 TRIM_DELAY_S = 0.5
 """How long after a flow's end the resident size is looked at (one look for all the flows
 that end meanwhile)."""
@@ -88,6 +99,9 @@ class LlmMemoryTrim:
         self._trim: Callable[[int], int] | None = None
         self._baseline: float | None = None
         self._pending: asyncio.TimerHandle | None = None
+        self._ended_flows = 0
+        self._ended_bytes = 0
+        """Flows ended since the last collection, and their bodies' bytes."""
         self._due = 0.0
         """When the pending look stops waiting for open flows (monotonic)."""
         # Flows whose request came and whose response or error has not: weak, so a flow
@@ -129,7 +143,11 @@ class LlmMemoryTrim:
 
     def _ended(self, flow: http.HTTPFlow) -> None:
         self._open.discard(flow)
-        if not self._enabled or self._pending is not None:
+        if not self._enabled:
+            return
+        self._ended_flows += 1
+        self._ended_bytes += _body_bytes(flow)
+        if self._pending is not None:
             return
         # After the hooks: the flow's bodies are only freed once mitmproxy has let go of it.
         self._due = time.monotonic() + TRIM_WAIT_S
@@ -149,14 +167,28 @@ class LlmMemoryTrim:
             # A request on its way (or a stream): look again once it may have ended.
             self._pending = asyncio.get_running_loop().call_later(TRIM_DELAY_S, self._check)
             return
-        if idle:
+        rss, baseline = resident_mb(), self._baseline
+        grown = rss is not None and baseline is not None and rss >= baseline + GROWTH_MB
+        if idle and (grown or self._worth_collecting()):
+            self._ended_flows = self._ended_bytes = 0
             gc.collect()
-        if self._trim is None or self._baseline is None:
-            return
-        rss = resident_mb()
-        if rss is None or rss < self._baseline + GROWTH_MB:
+        if self._trim is None or not grown:
             return
         self._trim(0)
         after = resident_mb()
         logger.debug("llmitm: malloc_trim: resident %.0f → %s MiB", rss, after)
         self._baseline = after if after is not None else rss
+
+    def _worth_collecting(self) -> bool:
+        return (
+            self._ended_flows >= COLLECT_AFTER_FLOWS or self._ended_bytes >= COLLECT_AFTER_MB << 20
+        )
+
+
+def _body_bytes(flow: http.HTTPFlow) -> int:
+    """The bytes of ``flow``'s request and response bodies held in full (a streamed body is
+    not: it went through)."""
+    held = len(flow.request.raw_content or b"")
+    if flow.response is not None:
+        held += len(flow.response.raw_content or b"")
+    return held
