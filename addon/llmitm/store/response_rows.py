@@ -10,6 +10,7 @@ rows back, :func:`lease_of` a background run's lease.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -51,8 +52,11 @@ def join_ids(ids: list[str | None], bare: list[dict[str, Any]]) -> list[dict[str
     return [item if i is None else {"id": i, **item} for i, item in zip(ids, bare, strict=True)]
 
 
+@functools.lru_cache(maxsize=8192)
 def id_key(ident: str) -> int:
-    """An id as the 64-bit key of ``response_input_ids`` (readers confirm hits by the id)."""
+    """An id as the 64-bit key of ``response_input_ids`` (readers confirm hits by the id).
+    Kept for the ids seen last: a resent history's items keep their ids, and each turn keys
+    all of them again (a tenth of the digest's cost; ~70 µs a turn at 90 items)."""
     return int.from_bytes(
         hashlib.blake2b(ident.encode(), digest_size=8).digest(), "little", signed=True
     )
