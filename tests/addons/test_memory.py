@@ -65,30 +65,38 @@ def counted_gc(monkeypatch: pytest.MonkeyPatch) -> Iterator[CountedCollections]:
     gc.enable()
 
 
+@pytest.fixture
+def trimming(heap: FakeHeap) -> Iterator[memory.LlmMemoryTrim]:
+    """The addon, on, over the fake heap (inside a mitmproxy test context)."""
+    addon = memory.LlmMemoryTrim()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, llmitm_malloc_trim=True)
+        yield addon
+
+
 async def ended(addon: memory.LlmMemoryTrim, flows: int) -> None:
     for _ in range(flows):
         addon.response(tflow.tflow(resp=True))
     await asyncio.sleep(0.05)
 
 
-async def test_it_trims_once_the_heap_grew_by_growth_mb(heap: FakeHeap) -> None:
-    addon = memory.LlmMemoryTrim()
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, llmitm_malloc_trim=True)
-        heap.resident += memory.GROWTH_MB - 1
-        await ended(addon, 3)
-        assert heap.trims == 0  # grown, but not by enough
-        heap.resident += 1
-        await ended(addon, 3)
-        assert heap.trims == 1  # one look for the three flows
-        # The baseline is the trimmed size now: it takes another GROWTH_MB to trim again.
-        heap.resident += memory.GROWTH_MB - 1
-        await ended(addon, 1)
-        assert heap.trims == 1
-        heap.resident += 1
-        addon.error(tflow.tflow(err=True))
-        await asyncio.sleep(0.05)
-        assert heap.trims == 2
+async def test_it_trims_once_the_heap_grew_by_growth_mb(
+    heap: FakeHeap, trimming: memory.LlmMemoryTrim
+) -> None:
+    heap.resident += memory.GROWTH_MB - 1
+    await ended(trimming, 3)
+    assert heap.trims == 0  # grown, but not by enough
+    heap.resident += 1
+    await ended(trimming, 3)
+    assert heap.trims == 1  # one look for the three flows
+    # The baseline is the trimmed size now: it takes another GROWTH_MB to trim again.
+    heap.resident += memory.GROWTH_MB - 1
+    await ended(trimming, 1)
+    assert heap.trims == 1
+    heap.resident += 1
+    trimming.error(tflow.tflow(err=True))
+    await asyncio.sleep(0.05)
+    assert heap.trims == 2
 
 
 async def test_the_option_off_never_trims_or_collects(
@@ -109,93 +117,80 @@ def test_the_real_trim_and_resident_size_are_there_on_linux() -> None:
     assert resident is not None and resident > 1
 
 
-async def test_no_trim_while_a_request_is_on_its_way(heap: FakeHeap) -> None:
-    addon = memory.LlmMemoryTrim()
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, llmitm_malloc_trim=True)
-        heap.resident += memory.GROWTH_MB
-        arriving = tflow.tflow()
-        addon.requestheaders(arriving)  # the next turn, sent as the last one ended
-        await ended(addon, 1)
-        await asyncio.sleep(0.05)
-        assert heap.trims == 0  # held while the request is open
-        addon.response(arriving)  # its answer is out: the trim may run now
-        await asyncio.sleep(0.05)
-        assert heap.trims == 1
+async def test_no_trim_while_a_request_is_on_its_way(
+    heap: FakeHeap, trimming: memory.LlmMemoryTrim
+) -> None:
+    heap.resident += memory.GROWTH_MB
+    arriving = tflow.tflow()
+    trimming.requestheaders(arriving)  # the next turn, sent as the last one ended
+    await ended(trimming, 1)
+    await asyncio.sleep(0.05)
+    assert heap.trims == 0  # held while the request is open
+    trimming.response(arriving)  # its answer is out: the trim may run now
+    await asyncio.sleep(0.05)
+    assert heap.trims == 1
 
 
 async def test_a_flow_open_for_long_holds_the_trim_off_for_trim_wait_s_only(
-    heap: FakeHeap, counted_gc: CountedCollections, monkeypatch: pytest.MonkeyPatch
+    heap: FakeHeap,
+    counted_gc: CountedCollections,
+    trimming: memory.LlmMemoryTrim,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(memory, "TRIM_WAIT_S", 0.2)
-    addon = memory.LlmMemoryTrim()
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, llmitm_malloc_trim=True)
-        heap.resident += memory.GROWTH_MB
-        stream = tflow.tflow()
-        addon.requestheaders(stream)  # a stream that stays open
-        await ended(addon, 1)
-        assert heap.trims == 0
-        await asyncio.sleep(0.25)
-        assert heap.trims == 1
-        assert counted_gc.calls == 0  # trimmed around the open stream, not collected
-        assert stream in addon._open
+    heap.resident += memory.GROWTH_MB
+    stream = tflow.tflow()
+    trimming.requestheaders(stream)  # a stream that stays open
+    await ended(trimming, 1)
+    assert heap.trims == 0
+    await asyncio.sleep(0.25)
+    assert heap.trims == 1
+    assert counted_gc.calls == 0  # trimmed around the open stream, not collected
+    assert stream in trimming._open
 
 
 async def test_once_no_flow_is_open_the_ended_flows_cycles_are_collected(
-    heap: FakeHeap, counted_gc: CountedCollections
+    heap: FakeHeap, counted_gc: CountedCollections, trimming: memory.LlmMemoryTrim
 ) -> None:
-    addon = memory.LlmMemoryTrim()
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, llmitm_malloc_trim=True)
-        stream = tflow.tflow()
-        addon.requestheaders(stream)
-        garbage = weakref.ref(Cycle())
-        await ended(addon, memory.COLLECT_AFTER_FLOWS)
-        assert counted_gc.calls == 0  # a stream is open: Python's collector's to do
-        stream.live = False  # mitmproxy let it go without a response or error hook
-        await asyncio.sleep(0.05)
-        assert counted_gc.calls == 1
-        assert garbage() is None
-        assert heap.trims == 0  # nothing grew: the collection does not trim
+    stream = tflow.tflow()
+    trimming.requestheaders(stream)
+    garbage = weakref.ref(Cycle())
+    await ended(trimming, memory.COLLECT_AFTER_FLOWS)
+    assert counted_gc.calls == 0  # a stream is open: Python's collector's to do
+    stream.live = False  # mitmproxy let it go without a response or error hook
+    await asyncio.sleep(0.05)
+    assert counted_gc.calls == 1
+    assert garbage() is None
+    assert heap.trims == 0  # nothing grew: the collection does not trim
 
 
 async def test_a_few_small_flows_wait_for_the_next_collection(
-    heap: FakeHeap, counted_gc: CountedCollections
+    counted_gc: CountedCollections, trimming: memory.LlmMemoryTrim
 ) -> None:
     # An agent's turn at a time: collecting after each visited the whole conversation.
-    addon = memory.LlmMemoryTrim()
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, llmitm_malloc_trim=True)
-        for _ in range(memory.COLLECT_AFTER_FLOWS - 1):
-            await ended(addon, 1)
-        assert counted_gc.calls == 0
-        await ended(addon, 1)
-        assert counted_gc.calls == 1
-        await ended(addon, memory.COLLECT_AFTER_FLOWS - 1)
-        assert counted_gc.calls == 1  # counted again from the collection
+    for _ in range(memory.COLLECT_AFTER_FLOWS - 1):
+        await ended(trimming, 1)
+    assert counted_gc.calls == 0
+    await ended(trimming, 1)
+    assert counted_gc.calls == 1
+    await ended(trimming, memory.COLLECT_AFTER_FLOWS - 1)
+    assert counted_gc.calls == 1  # counted again from the collection
 
 
 async def test_flows_with_big_bodies_are_collected_at_once(
-    heap: FakeHeap, counted_gc: CountedCollections
+    counted_gc: CountedCollections, trimming: memory.LlmMemoryTrim
 ) -> None:
-    addon = memory.LlmMemoryTrim()
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, llmitm_malloc_trim=True)
-        big = tflow.tflow(resp=True)
-        big.request.content = b"x" * (memory.COLLECT_AFTER_MB << 19)  # half of it
-        big.response.content = b"y" * (memory.COLLECT_AFTER_MB << 19)
-        addon.response(big)
-        await asyncio.sleep(0.05)
-        assert counted_gc.calls == 1
+    big = tflow.tflow(resp=True)
+    big.request.content = b"x" * (memory.COLLECT_AFTER_MB << 19)  # half of it
+    big.response.content = b"y" * (memory.COLLECT_AFTER_MB << 19)
+    trimming.response(big)
+    await asyncio.sleep(0.05)
+    assert counted_gc.calls == 1
 
 
 async def test_a_heap_grown_by_growth_mb_is_collected_then_trimmed(
-    heap: FakeHeap, counted_gc: CountedCollections
+    heap: FakeHeap, counted_gc: CountedCollections, trimming: memory.LlmMemoryTrim
 ) -> None:
-    addon = memory.LlmMemoryTrim()
-    with taddons.context(addon) as tctx:
-        tctx.configure(addon, llmitm_malloc_trim=True)
-        heap.resident += memory.GROWTH_MB
-        await ended(addon, 1)
-        assert (counted_gc.calls, heap.trims) == (1, 1)
+    heap.resident += memory.GROWTH_MB
+    await ended(trimming, 1)
+    assert (counted_gc.calls, heap.trims) == (1, 1)
