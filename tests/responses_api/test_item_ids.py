@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from llmitm.responses_api.create import HISTORY_IDS_MARKER, prepare_create
 from llmitm.responses_api.item_ids import HistoryIds
-from llmitm.responses_api.items import input_items
+from llmitm.responses_api.items import history_input_items, input_items
 from llmitm.responses_api.records import ResponseSaved, StoredResponse
 from llmitm.responses_api.seal import ReasoningSeal
 from llmitm.store.memory_responses import MemoryResponses
@@ -73,6 +73,33 @@ def test_a_growing_conversation_keeps_its_ids_and_stores_the_same_items(added):
         own = [i["id"] for s, i in zip(history, derived, strict=True) if not s.get("id")]
         assert len(set(own)) == len(own)
         before = derived
+
+
+@settings(max_examples=200, deadline=None)
+@given(turns, st.sampled_from(["fp", None]))
+def test_resent_items_are_taken_from_the_last_turn_as_they_would_be_made(added, scope):
+    # Each turn goes on from what the last one stored (as the create path does with the
+    # growing parse's attached values): the items are those made from scratch, and the
+    # resent ones are the very objects stored last turn.
+    history: list[dict] = []
+    resent: list = []
+    for new in added:
+        history += new
+        sent = orjson.loads(orjson.dumps(history))
+        made = input_items(orjson.loads(orjson.dumps(history)), CountingIds(), HistoryIds(scope))
+        stored, marks = history_input_items(sent, CountingIds(), HistoryIds(scope), scope, resent)
+        assert orjson.dumps(stored) == orjson.dumps(made)
+        assert [m.stored for m in marks] == stored
+        assert all(a is b.stored for a, b in zip(stored, resent, strict=False))
+        resent = marks
+
+
+def test_marks_of_another_scope_are_not_taken() -> None:
+    items = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    _, theirs = history_input_items(items[:1], CountingIds(), HistoryIds("a"), "a")
+    mine, _ = history_input_items(items, CountingIds(), HistoryIds("b"), "b", theirs)
+    fresh = input_items(items, CountingIds(), HistoryIds("b"))
+    assert mine == fresh and mine[0] is not theirs[0].stored
 
 
 def test_the_prefix_names_the_item_type_and_another_credential_gets_other_ids():

@@ -20,6 +20,7 @@ from llmitm.addons import make_addons
 from llmitm.addons.compaction import LlmCompaction
 from llmitm.addons.responses_api import LlmResponsesApi
 from llmitm.addons.settings import LlmitmSettings
+from llmitm.addons.state import RESPONSES_CREATE_KEY
 from llmitm.replay.fingerprint import fingerprint
 from llmitm.responses_api.create import prepare_create
 from llmitm.responses_api.records import (
@@ -389,3 +390,41 @@ async def test_a_compact_call_on_another_credentials_response_is_openais_400(
     await pending
     assert own.response is None  # the summary request goes on, with alice's turn in it
     assert b"said in resp_a1" in (own.request.content or b"")
+
+
+async def test_a_resent_history_reuses_its_stored_items_only_for_the_same_credential(
+    addon_context: Any,
+) -> None:
+    # What a turn stored for its items is taken up by the next turn that resends them, as
+    # the growing parse hands them back; another credential's next turn makes its own.
+    api = addon_context()
+    history: list[dict[str, Any]] = [{"role": "user", "content": "start " * 2000}]
+
+    async def turn(key: str) -> list[dict[str, Any]]:
+        flow = call("POST", "/v1/responses", key, {"model": "m", "input": history})
+        await api.request(flow)
+        assert flow.response is None  # on its way upstream, with its create call noted
+        return flow.metadata[RESPONSES_CREATE_KEY].input_items
+
+    async def made_anew(key: str) -> list[dict[str, Any]]:
+        creator = await api.state.creator(call("GET", "/", key))
+        create, _ = await prepare_create(
+            orjson.loads(orjson.dumps({"model": "m", "input": history})),
+            api.state.memory,
+            api.state.seal,
+            store_default=True,
+            ids=CountingIds(),
+            credential=api.state.credential(creator),
+            history_ids=True,
+        )
+        return create.input_items
+
+    first = await turn("sk-alice")
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+    second = await turn("sk-alice")
+    assert second[0] is first[0]
+    assert orjson.dumps(second) == orjson.dumps(await made_anew("sk-alice"))
+    history.append({"role": "user", "content": "again"})
+    other = await turn("sk-bob")
+    assert not any(a is b for a, b in zip(other, second, strict=False))
+    assert orjson.dumps(other) == orjson.dumps(await made_anew("sk-bob"))

@@ -48,6 +48,7 @@ from llmitm.responses_api.create import (
     CreateCall,
     prepare_create,
 )
+from llmitm.responses_api.items import resent_of
 from llmitm.responses_api.paths import StateCall, classify_state_path, owner_url
 from llmitm.responses_api.records import (
     ResponseDeleted,
@@ -203,7 +204,9 @@ class LlmResponsesApi:
             credential=self.state.credential(created_by),
             history_ids=mint is None or mint.marked(HISTORY_IDS_MARKER),
             seen=seen,
+            resent=resent_of(grown),
         )
+        grown.attach(create.resent)
         if create.previous_foreign:
             # Not sent on: the endpoint, asked with llmitm's key, would find it.
             previous = create.previous_response_id or ""

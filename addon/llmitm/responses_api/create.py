@@ -19,15 +19,15 @@ derived from their history (:mod:`.item_ids`): a resent item keeps last turn's i
 from __future__ import annotations
 
 import copy
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from llmitm.responses_api.chain import history_items
 from llmitm.responses_api.compaction import ITEM_TYPES as COMPACTION_ITEM_TYPES
 from llmitm.responses_api.compaction import restore_compactions
 from llmitm.responses_api.item_ids import HistoryIds
-from llmitm.responses_api.items import input_items
+from llmitm.responses_api.items import Resent, history_input_items, input_items
 from llmitm.responses_api.records import ResponseOwner, ResponseReader, readable
 from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
 from llmitm.translate.seen_items import SeenItems
@@ -48,6 +48,9 @@ class CreateCall:
     include_encrypted: bool
     input_items: list[dict[str, Any]] = field(default_factory=list)
     """The request's own input, with ids (what ``input_items`` lists), when it is stored."""
+    resent: list[Resent] | None = None
+    """What each of a whole conversation's items was stored as, for the next turn
+    (:func:`~llmitm.responses_api.items.history_input_items`); ``None`` otherwise."""
     previous_response_id: str | None = None
     previous_owner: str | None = None
     """The native endpoint that owns ``previous_response_id`` (for the router's affinity)."""
@@ -80,11 +83,13 @@ async def prepare_create(
     credential: str | None = None,
     history_ids: bool = False,
     seen: SeenItems | None = None,
+    resent: Sequence[Resent] = (),
 ) -> tuple[CreateCall, bool]:
     """The create call's facts, and whether ``body`` was changed (in place). Stored state is
     read as ``credential``'s (``None``: anyone's, :mod:`.scope`). ``history_ids``: derive the
     ids of a whole conversation's items from their history rather than mint them (``seen``:
-    the items as the memo knows them, whose ids it may have made already)."""
+    the items as the memo knows them, whose ids it may have made already; ``resent``: what
+    the last turn's leading items, resent with the same bytes, were stored as)."""
     include = body.get("include")
     store = body.get("store")
     create = CreateCall(
@@ -99,6 +104,7 @@ async def prepare_create(
     # for a name that starts with a quote), a look at each item's type a few µs per hundred.
     if isinstance(items, list) and _holds(items, _REFERENCE):
         changed = await resolve_references(items, reader, credential)
+        resent = ()  # resolved in place: an item may stand for what another turn's did not
     if create.store:
         # Each stored item is a new dict (``input_items``), so what rewrites the request's
         # items in place — reasoning restored, compactions opened, a chain inlined — leaves
@@ -107,7 +113,12 @@ async def prepare_create(
         # copy: an agent's input is MBs, resent every turn.
         whole = not body.get("previous_response_id") and body.get("conversation") is None
         history = HistoryIds(credential, seen) if history_ids and whole else None
-        create.input_items = input_items(body.get("input"), ids, history)
+        if history is not None and _all_objects(items):
+            create.input_items, create.resent = history_input_items(
+                items, ids, history, credential, resent
+            )
+        else:
+            create.input_items = input_items(items, ids, history)
     previous = body.get("previous_response_id")
     if isinstance(previous, str) and previous:
         create.previous_response_id = previous
@@ -132,6 +143,10 @@ async def prepare_create(
 _REFERENCE = frozenset({"item_reference"})
 SEALED_TYPES = frozenset({"reasoning", *COMPACTION_ITEM_TYPES})
 """The item types whose ``encrypted_content`` llmitm may have sealed (and opens in place)."""
+
+
+def _all_objects(items: Any) -> TypeGuard[list[dict[str, Any]]]:
+    return type(items) is list and all(type(item) is dict for item in items)
 
 
 def _holds(items: list[Any], types: frozenset[str], key: str | None = None) -> bool:

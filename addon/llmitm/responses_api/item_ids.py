@@ -43,6 +43,15 @@ class HistoryIds:
         self._chain = _link(b"", (scope or "").encode())
         self._seen = seen
 
+    @property
+    def digest(self) -> bytes:
+        """The history's digest after the items so far (what the next item's id follows)."""
+        return self._chain
+
+    def resume(self, digest: bytes) -> None:
+        """Go on after a history whose :attr:`digest` this was (its items not walked again)."""
+        self._chain = digest
+
     def next(self, prefix: str, item: dict[str, Any]) -> str:
         """The id of ``item`` (the next item of the input) with ``prefix``."""
         if self._seen is not None:

@@ -9,11 +9,13 @@ or, for an input that is the whole conversation, derived from the history
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from llmitm.errors import InputError
 from llmitm.responses_api.item_ids import HistoryIds
+from llmitm.wire.growing import Grown
 from llmitm.wire.ids import IdFactory
 
 _ID_PREFIX = {
@@ -41,6 +43,47 @@ def input_items(
     if not isinstance(value, list):
         return []
     return [_item(item, ids, history) for item in value if isinstance(item, dict)]
+
+
+class Resent(NamedTuple):
+    """What a whole conversation's item was stored as, for the next turn that resends it:
+    its stored form, and the history's digest after it, under ``scope``."""
+
+    scope: str | None
+    stored: dict[str, Any]
+    digest: bytes
+
+
+def history_input_items(
+    items: list[dict[str, Any]],
+    ids: IdFactory,
+    history: HistoryIds,
+    scope: str | None,
+    resent: Sequence[Resent] = (),
+) -> tuple[list[dict[str, Any]], list[Resent]]:
+    """:func:`input_items` of ``items``, a whole conversation's, with ids from ``history``
+    (begun for ``scope``), and what each became, for the next turn. ``resent``: what the
+    last turn's leading items became, for leading items with the same bytes (the next
+    turn's parse proves that): the same bytes after the same history are the same stored
+    item, so each is taken as it is rather than built and digested again — a resent
+    history then costs a turn what it adds."""
+    resent = resent[: len(items)]
+    marks: list[Resent] = []
+    # One turn's marks share its scope: the ends speak for all.
+    if resent and resent[0].scope == scope and resent[-1].scope == scope:
+        history.resume(resent[-1].digest)
+        marks = list(resent)
+    for item in items[len(marks) :]:
+        marks.append(Resent(scope, _item(item, ids, history), history.digest))
+    return [mark.stored for mark in marks], marks
+
+
+def resent_of(grown: Grown) -> Sequence[Resent]:
+    """What the leading items of a resent history were stored as last turn (``grown``, its
+    parse, proved their bytes the same and handed back what was attached to them)."""
+    if grown.name != "input" or not grown.previous:
+        return ()
+    return grown.previous[: grown.reused]
 
 
 def _item(item: dict[str, Any], ids: IdFactory, history: HistoryIds | None) -> dict[str, Any]:

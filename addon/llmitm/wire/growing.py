@@ -92,8 +92,9 @@ class Grown:
     _kept: _Kept | None = field(default=None, repr=False)
     _owner: GrowingBodies | None = field(default=None, repr=False)
 
-    def attach(self, values: list[Any]) -> None:
-        """Keep ``values`` (one per item) beside this body's items for the next turn."""
+    def attach(self, values: list[Any] | None) -> None:
+        """Keep ``values`` (one per item) beside this body's items for the next turn
+        (``None``: nothing)."""
         if self._kept is not None:
             self._kept.attached = values
 
