@@ -176,21 +176,19 @@ class Bases:
             del self._lanes[lane]
 
 
-def best_base(data: bytes, candidates: list[Recent]) -> tuple[Recent | None, int, int]:
-    """The candidate sharing the most bytes with ``data`` as prefix + suffix, and those."""
+def best_base(
+    data: bytes, candidates: list[Recent], measured: tuple[Recent, int, int] | None = None
+) -> tuple[Recent | None, int, int]:
+    """The candidate sharing the most bytes with ``data`` as prefix + suffix, and those;
+    ``measured``: one candidate's :func:`shared_ends` with ``data``, made already."""
     best, best_p, best_s = None, 0, 0
-    edge = MIN_SHARED // 2
-    head, tail = data[:edge], data[-edge:]
     for candidate in candidates:
         if candidate.depth >= MAX_DEPTH:
             continue
-        if not candidate.data.startswith(head) and not candidate.data.endswith(tail):
-            # Under half of MIN_SHARED at either end: the two cannot share enough. Most
-            # values of a lane (the answers, the stored Response) share nothing with any
-            # recent one, and measuring how little costs each candidate a bisection.
-            continue
-        p = common_prefix(data, candidate.data)
-        s = common_suffix(data, candidate.data, min(len(data), len(candidate.data)) - p)
+        if measured is not None and candidate is measured[0]:
+            p, s = measured[1], measured[2]
+        else:
+            p, s = shared_ends(data, candidate)
         if p + s > best_p + best_s:
             best, best_p, best_s = candidate, p, s
         if p + s + MIN_SHARED >= len(candidate.data):
@@ -200,6 +198,20 @@ def best_base(data: bytes, candidates: list[Recent]) -> tuple[Recent | None, int
     if best_p + best_s < MIN_SHARED:
         return None, 0, 0
     return best, best_p, best_s
+
+
+def shared_ends(data: bytes, candidate: Recent) -> tuple[int, int]:
+    """The bytes ``data`` shares with ``candidate`` as prefix and as suffix (0, 0 when they
+    cannot share :data:`MIN_SHARED`)."""
+    edge = MIN_SHARED // 2
+    other = candidate.data
+    if not other.startswith(data[:edge]) and not other.endswith(data[-edge:]):
+        # Under half of MIN_SHARED at either end: the two cannot share enough. Most values
+        # of a lane (the answers, the stored Response) share nothing with any recent one,
+        # and measuring how little costs each candidate a bisection.
+        return 0, 0
+    p = common_prefix(data, other)
+    return p, common_suffix(data, other, min(len(data), len(other)) - p)
 
 
 def encode(data: bytes, base: Recent | None = None, prefix: int = 0, suffix: int = 0) -> Encoded:

@@ -44,8 +44,9 @@ class Puts:
         self.bases = bases
         self._encoded: list[content.Encoded] = []
         self._replacing: tuple[str, tuple[Any, ...]] | None = None
-        self._weighed: dict[str, tuple[bytes, tuple[content.Recent | None, int, int]]] = {}
-        """:meth:`unshared`'s last comparison in each lane, and the value compared."""
+        self._weighed: dict[str, tuple[bytes, tuple[content.Recent, int, int]]] = {}
+        """:meth:`unshared`'s last comparison in each lane: the value, the value it was
+        compared with, and the prefix and suffix they share."""
         self.replaced: list[bytes | None] = []
         """After the commit: the chunks the replaced rows held (one per row and column,
         ``None`` where a row had none), to release (the backend's ``ContentStore.release``)
@@ -62,9 +63,11 @@ class Puts:
         is none). A memory comparison, whose result :meth:`put` takes up: weighing a write
         before cutting it costs it nothing more."""
         newest = self.bases.candidates(lane)[:1]
-        found = content.best_base(data, newest)
-        self._weighed[lane] = (data, found)
-        return len(data) - found[1] - found[2]
+        if not newest or newest[0].depth >= content.MAX_DEPTH:
+            return len(data)
+        prefix, suffix = content.shared_ends(data, newest[0])
+        self._weighed[lane] = (data, (newest[0], prefix, suffix))
+        return len(data) - prefix - suffix if prefix + suffix >= content.MIN_SHARED else len(data)
 
     def put(self, lane: str, data: bytes) -> bytes:
         """The chunk name ``data`` will have, with one reference, once committed."""
@@ -76,20 +79,11 @@ class Puts:
         return encoded.name
 
     def _base_of(self, lane: str, data: bytes) -> tuple[content.Recent | None, int, int]:
-        candidates = self.bases.candidates(lane)
-        weighed, found = self._weighed.pop(lane, (None, None))
+        weighed, measured = self._weighed.pop(lane, (None, None))
         # The same value, often the same bytes made again (a canonical text encoded twice).
-        if found is not None and (weighed is data or weighed == data):
-            base, prefix, suffix = found
-            # The newest value, still the newest, covered whole: no older one does better.
-            if (
-                base is not None
-                and candidates
-                and candidates[0] is base
-                and (prefix + suffix + content.MIN_SHARED >= len(base.data))
-            ):
-                return found
-        return content.best_base(data, candidates)
+        if measured is not None and not (weighed is data or weighed == data):
+            measured = None
+        return content.best_base(data, self.bases.candidates(lane), measured)
 
     def wanted(self) -> set[bytes]:
         """The chunks whose presence decides what :meth:`rows` writes."""
