@@ -18,7 +18,10 @@ connection (the upstream closed it while idle) is sent again once, on a fresh co
 
 A request that finds an idle HTTP/1.1 connection to its origin in the pool skips httpcore's
 request path (:mod:`llmitm.relay.idle_http11`): the same bytes written, the answer's head read
-by the connection's own h11 state, the connection handed back by httpcore's own rules.
+by the connection's own h11 state, the connection handed back by httpcore's own rules. One
+that finds an HTTP/2 connection to its origin with a stream slot free opens its stream there
+the same way (:mod:`llmitm.relay.pooled_http2`), and reads its body's data frames a read at
+a time instead of through httpcore's iterator.
 
 The body is the per-event hot path (one read per event of every relayed stream). An HTTP/1.1
 body is read straight from the pooled connection's reader, not through httpcore's three nested
@@ -49,7 +52,7 @@ from h11._readers import ChunkedReader
 from h11._receivebuffer import ReceiveBuffer
 
 from llmitm.errors import TransportError
-from llmitm.relay import fast_locks, idle_http11
+from llmitm.relay import fast_locks, idle_http11, pooled_http2
 from llmitm.relay.chunked import ChunkedBody, ChunkError
 from llmitm.relay.network import OPENED, AsyncioBackend, AsyncioStream
 
@@ -249,6 +252,12 @@ class UpstreamClient:
         headers.append((b"content-length", str(len(request.body)).encode()))
         pool = self._pool(key)
         where = f"{host}:{port}"
+        if tls and via is None and self.settings.http2:
+            pooled = await _send_pooled_http2(
+                pool, self._origin(url, parts), request, path, headers, where
+            )
+            if pooled is not None:
+                return UpstreamResponse(pooled)
         try:
             idle = await idle_http11.send(
                 pool,
@@ -311,6 +320,38 @@ class UpstreamClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
+async def _send_pooled_http2(
+    pool: httpcore.AsyncConnectionPool,
+    origin: httpcore.Origin,
+    request: UpstreamRequest,
+    path: str,
+    headers: list[tuple[bytes, bytes]],
+    where: str,
+) -> pooled_http2.PooledStream | None:
+    """:func:`pooled_http2.send` with its errors as the client's; ``None`` when it took no
+    connection, or the one it took went away before the upstream took the stream."""
+    try:
+        method, target = request.method.encode("ascii"), path.encode("ascii")
+    except UnicodeEncodeError:
+        return None
+    try:
+        return await pooled_http2.send(
+            pool, origin, method, headers[0][1], target, headers[1:], request.body, WRITE_TIMEOUT
+        )
+    except pooled_http2.StreamNotSent:
+        return None  # sent again by httpcore's path, on a connection that takes it
+    except httpcore.WriteTimeout:
+        raise UpstreamError(f"{where} did not take the request in time") from None
+    except httpcore.LocalProtocolError as exc:
+        raise UpstreamError(f"cannot relay to {request.url!r} ({exc})") from None
+    except httpcore.RemoteProtocolError as exc:
+        raise UpstreamError(f"the upstream's answer is not HTTP/2 ({exc})") from None
+    except (httpcore.ReadError, httpcore.WriteError, httpcore.NetworkError) as exc:
+        raise UpstreamError(
+            f"the upstream connection failed before answering ({_reason(exc)})"
+        ) from None
+
+
 def _disconnected(exc: Exception) -> bool:
     return "disconnected" in str(exc).lower() or "without sending" in str(exc).lower()
 
@@ -335,7 +376,9 @@ class UpstreamResponse:
         "status",
     )
 
-    def __init__(self, answer: httpcore.Response | idle_http11.IdleAnswer) -> None:
+    def __init__(
+        self, answer: httpcore.Response | idle_http11.IdleAnswer | pooled_http2.PooledStream
+    ) -> None:
         self._answer = answer
         self.status = answer.status
         self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in answer.headers]
@@ -343,6 +386,8 @@ class UpstreamResponse:
         self.http_version = version.decode("ascii", "replace")
         if type(answer) is idle_http11.IdleAnswer:
             self._h11, self._reader = answer.state, answer.reader
+        elif type(answer) is pooled_http2.PooledStream:
+            self._h11, self._reader = None, None
         else:
             self._h11, self._reader = _http11_parts(answer.stream)
         self._chunks: Any = None  # httpcore's body iterator, started only without h11's
@@ -357,6 +402,11 @@ class UpstreamResponse:
         piece when h11 has them; raises what :data:`_CUT` names when the body breaks."""
         state = self._h11
         if state is None:
+            answer = self._answer
+            if type(answer) is pooled_http2.PooledStream:
+                pieces = await answer.pieces()
+                self._done = answer.ended
+                return pieces
             if self._chunks is None:
                 stream = self._answer.stream
                 assert hasattr(stream, "__aiter__")

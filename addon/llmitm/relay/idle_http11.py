@@ -92,10 +92,15 @@ class IdleAnswer:
         else closed; then the pool's housekeeping, as after any of its own requests (idle
         connections beyond what it keeps, and expired ones, closed)."""
         await self.connection._response_closed()
-        pool = self.pool
-        with pool._optional_thread_lock:
-            closing = pool._assign_requests_to_connections()
-        await pool._close_connections(closing)
+        await tidy(self.pool)
+
+
+async def tidy(pool: httpcore.AsyncConnectionPool) -> None:
+    """The pool's housekeeping after a request it did not send itself ended, as it does after
+    its own: idle connections beyond what it keeps, and expired ones, closed."""
+    with pool._optional_thread_lock:
+        closing = pool._assign_requests_to_connections()
+    await pool._close_connections(closing)
 
 
 async def send(

@@ -35,6 +35,7 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 import h11
 import orjson
 from cryptography import x509
@@ -138,10 +139,23 @@ def chat_answer(body: bytes, events: int) -> tuple[bool, list[bytes]]:
 class TlsUpstream:
     """The server; start it on a running loop (``start``/``stop``) or in a thread."""
 
-    def __init__(self, *, http2: bool = False, events: int = 5, event_delay: float = 0.0):
+    def __init__(
+        self,
+        *,
+        http2: bool = False,
+        events: int = 5,
+        event_delay: float = 0.0,
+        max_streams: int | None = None,
+    ):
         self.http2 = http2
         self.events = events
         self.event_delay = event_delay
+        self.max_streams = max_streams
+        """HTTP/2: the concurrent streams a connection allows (h2's default otherwise)."""
+        self.heads: list[list[tuple[bytes, bytes]]] = []
+        """HTTP/2: each request's header fields as received, in order (a field sent as
+        never-indexed arrives as hpack's ``NeverIndexedHeaderTuple``)."""
+        self._writers: set[asyncio.StreamWriter] = set()
         self._folder = tempfile.TemporaryDirectory(prefix="llmitm-tls-upstream-")
         self.ca_file, self._server_file = make_certificates(Path(self._folder.name))
         self.handshakes = 0
@@ -172,6 +186,11 @@ class TlsUpstream:
         self._server = await asyncio.start_server(self._connection, "127.0.0.1", port, ssl=context)
         self.port = self._server.sockets[0].getsockname()[1]
 
+    def close_connections(self) -> None:
+        """Close every open connection, as an upstream closes the idle ones when it likes."""
+        for writer in list(self._writers):
+            writer.close()
+
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -189,6 +208,7 @@ class TlsUpstream:
         ssl_object = writer.get_extra_info("ssl_object")
         protocol = (ssl_object.selected_alpn_protocol() if ssl_object else None) or "http/1.1"
         self.protocols[protocol] += 1
+        self._writers.add(writer)
         try:
             if protocol == "h2":
                 await self._serve_h2(reader, writer)
@@ -200,6 +220,7 @@ class TlsUpstream:
             pass  # stopped: the connection's task ends here (asyncio reports it otherwise)
         finally:
             self._tasks.discard(task)
+            self._writers.discard(writer)
             writer.close()
 
     async def _serve_h11(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -240,6 +261,11 @@ class TlsUpstream:
     async def _serve_h2(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
         connection = h2.connection.H2Connection(config=config)
+        if self.max_streams is not None:
+            connection.local_settings = h2.settings.Settings(
+                client=False,
+                initial_values={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.max_streams},
+            )
         connection.initiate_connection()
         writer.write(connection.data_to_send())
         bodies: dict[int, bytearray] = {}
@@ -252,6 +278,7 @@ class TlsUpstream:
                 for event in connection.receive_data(data):
                     if isinstance(event, h2.events.RequestReceived):
                         bodies[event.stream_id] = bytearray()
+                        self.heads.append(list(event.headers or []))
                     elif isinstance(event, h2.events.DataReceived):
                         bodies.setdefault(event.stream_id, bytearray()).extend(event.data)
                         connection.acknowledge_received_data(
