@@ -13,7 +13,15 @@ per request (each turn runs every other ready callback first: on a busy proxy, l
   raw       the same request written and its answer read on a bare asyncio stream: the
             floor that any HTTP client adds to
 
-    python scripts/bench_relay_client.py [--requests 3000] [--runs 5]
+With ``--http2`` the server is instead a local TLS upstream in a process of its own
+(``llmitm.testing.tls_upstream``, three events an answer), so only the client is measured:
+
+  tls-h1    the idle HTTP/1.1 path over TLS (the upstream offering HTTP/1.1 only)
+  h2-core   HTTP/2 through httpcore's request path and body iterator
+  h2-pooled as ``llmitm run`` has it: later requests open their stream on the pooled
+            connection through ``relay.pooled_http2``
+
+    python scripts/bench_relay_client.py [--requests 3000] [--runs 5] [--http2]
 """
 
 from __future__ import annotations
@@ -46,6 +54,55 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.write(ANSWER)
     except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
         writer.close()
+
+
+async def measure_tls(setup: str, requests: int) -> tuple[float, float]:
+    """A ``--http2`` setup: CPU per request and CPU to the first body byte per request."""
+    import ssl
+    import tempfile
+    from pathlib import Path
+
+    from llmitm.relay import pooled_http2
+    from llmitm.relay.client import UpstreamClient, UpstreamRequest, UpstreamSettings
+
+    http2 = setup != "tls-h1"
+    pooled_http2.ENABLED = pooled_http2.ENABLED and setup == "h2-pooled"
+    port_file = Path(tempfile.mkdtemp(prefix="llmitm-bench-client-")) / "port"
+    command = [sys.executable, "-m", "llmitm.testing.tls_upstream", "--port-file", str(port_file)]
+    server = subprocess.Popen([*command, "--events", "3", *(["--http2"] if http2 else [])])
+    try:
+        while not port_file.exists() or not port_file.read_text():
+            await asyncio.sleep(0.05)
+        port, ca_file = port_file.read_text().split()
+        context = ssl.create_default_context(cafile=ca_file)
+        client = UpstreamClient(UpstreamSettings(tls_context=context, http2=http2))
+        request = UpstreamRequest(
+            "POST",
+            f"https://127.0.0.1:{port}/v1/chat/completions",
+            [("content-type", "application/json"), ("authorization", "Bearer sk-bench")],
+            BODY,
+        )
+        first = 0.0
+
+        async def one() -> None:
+            nonlocal first
+            started = time.process_time()
+            answer = await client.send(request, connect_timeout=5)
+            await answer.first_pieces()
+            first += time.process_time() - started
+            await answer.read_body()
+
+        for _ in range(200):
+            await one()
+        first, started = 0.0, time.process_time()
+        for _ in range(requests):
+            await one()
+        cpu = (time.process_time() - started) / requests
+        await client.aclose()
+    finally:
+        server.terminate()
+        server.wait()
+    return cpu, first / requests
 
 
 async def measure(setup: str, requests: int) -> tuple[float, float]:
@@ -105,13 +162,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--http2", action="store_true", help="the TLS and HTTP/2 setups")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        cpu, turns = asyncio.run(measure(args.one, args.requests))
-        print(cpu, turns)
+        tls = args.one in ("tls-h1", "h2-core", "h2-pooled")
+        cpu, other = asyncio.run((measure_tls if tls else measure)(args.one, args.requests))
+        print(cpu, other)
         return 0
     setups = ["shipped", "fast", "idle", "raw"]
+    if args.http2:
+        setups = ["tls-h1", "h2-core", "h2-pooled"]
     figures: dict[str, list[tuple[float, float]]] = {s: [] for s in setups}
     for run in range(args.runs):
         for setup in setups if run % 2 == 0 else setups[::-1]:
@@ -121,11 +182,12 @@ def main() -> int:
             ).stdout.split()  # fmt: skip
             figures[setup].append((float(out[0]), float(out[1])))
     print(f"{args.requests} requests per run, median of {args.runs} runs")
-    print("setup     CPU µs/request  loop turns/request")
+    second = "CPU µs to 1st byte" if args.http2 else "loop turns/request"
+    print(f"setup     CPU µs/request  {second}")
     for setup in setups:
         cpu = statistics.median(f[0] for f in figures[setup]) * 1e6
-        turns = statistics.median(f[1] for f in figures[setup])
-        print(f"{setup:9} {cpu:14.0f} {turns:19.1f}")
+        other = statistics.median(f[1] for f in figures[setup])
+        print(f"{setup:9} {cpu:14.0f} {other * 1e6 if args.http2 else other:19.1f}")
     return 0
 
 

@@ -10,12 +10,14 @@ its own handshakes:
   failover  a route with two endpoints (the first healthy): llmitm's relay and its client
 
 The client (in this process, never measured as the proxy) keeps one HTTP/1.1 connection per
-setup open, as an SDK does, and sends streamed chat requests one at a time, alternating the
-setups request by request (reversed every other round). Per setup: the median and p90 time
-to the first body byte (TTFB) of the 2nd..Nth request, the proxy process's CPU per request,
-and the TLS handshakes the upstream saw per 100 requests. ``--twin-code CHECKOUT`` runs the
-same setups through a second llmitm running an older checkout's code (e.g. a worktree of the
-commit before the pool), with upstreams of its own.
+setup open (``--client-http2``: one TLS connection speaking HTTP/2, so that mitmproxy's direct
+path speaks HTTP/2 to an upstream offering it as well: it offers HTTP/2 upstream only to a
+client that spoke it), as an SDK does, and sends streamed chat requests one at a time,
+alternating the setups request by request (reversed every other round). Per setup: the median
+and p90 time to the first body byte (TTFB) of the 2nd..Nth request, the proxy process's CPU
+per request, and the TLS handshakes the upstream saw per 100 requests. ``--twin-code
+CHECKOUT`` runs the same setups through a second llmitm running an older checkout's code
+(e.g. a worktree of the commit before the pool), with upstreams of its own.
 
 On a loaded machine the wall TTFB is mostly waiting for a CPU (every process that wakes
 queues behind the others), which says little about the path. So each request also reads the
@@ -24,7 +26,7 @@ byte (``CPU 1st byte``): with ``--event-delay-ms`` longer than the proxy's work 
 nothing but the path to the first byte runs in between, on an idle machine or a loaded one.
 
     python scripts/bench_relay_pool.py [--requests N] [--events E] [--event-delay-ms D]
-                                       [--http2] [--twin-code ../before]
+                                       [--http2] [--client-http2] [--twin-code ../before]
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ssl
 import statistics
 import sys
 import tempfile
@@ -40,6 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import bench_proxy
+import h2.config
+import h2.connection
+import h2.events
 import orjson
 from bench_proxy import Processes, cpu_seconds, start_llmitm
 
@@ -84,6 +90,7 @@ class Setup:
     port: int = 0
     pid: int = 0
     connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+    h2: H2Client | None = None
     ttfb: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     cpu_first: list[float] = field(default_factory=list)
@@ -98,11 +105,99 @@ class Sample:
     """The proxy's CPU from the request's start to its first byte."""
 
 
-async def one_request(setup: Setup, events: int) -> Sample:
+class H2Client:
+    """One TLS connection to the proxy speaking HTTP/2 (h2), one stream at a time."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        self.state = h2.connection.H2Connection(config=config)
+        self.state.initiate_connection()
+        self.writer.write(self.state.data_to_send())
+        self.events: list[h2.events.Event] = []
+
+    @classmethod
+    async def open(cls, port: int) -> H2Client:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # the proxy's own certificate
+        context.set_alpn_protocols(["h2"])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        protocol = writer.get_extra_info("ssl_object").selected_alpn_protocol()
+        if protocol != "h2":
+            raise RuntimeError(f"the proxy did not speak HTTP/2 (ALPN {protocol!r})")
+        return cls(reader, writer)
+
+    def send(self, port: int, body: bytes) -> int:
+        stream_id = self.state.get_next_available_stream_id()
+        head = [
+            (b":method", b"POST"),
+            (b":authority", f"127.0.0.1:{port}".encode()),
+            (b":scheme", b"https"),
+            (b":path", b"/v1/chat/completions"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        self.state.send_headers(stream_id, head)
+        self.state.send_data(stream_id, body, end_stream=True)
+        self.writer.write(self.state.data_to_send())
+        return stream_id
+
+    async def next_event(self, stream_id: int) -> h2.events.Event:
+        while True:
+            for index, event in enumerate(self.events):
+                if getattr(event, "stream_id", stream_id) == stream_id:
+                    return self.events.pop(index)
+            data = await self.reader.read(65536)
+            if not data:
+                raise RuntimeError("the proxy closed the HTTP/2 connection")
+            for event in self.state.receive_data(data):
+                if isinstance(event, h2.events.DataReceived):
+                    self.state.acknowledge_received_data(
+                        event.flow_controlled_length, event.stream_id
+                    )
+                if isinstance(
+                    event,
+                    (h2.events.ResponseReceived, h2.events.DataReceived, h2.events.StreamEnded,
+                     h2.events.StreamReset),
+                ):  # fmt: skip
+                    self.events.append(event)
+            self.writer.write(self.state.data_to_send())
+
+
+async def one_request_h2(setup: Setup, body: bytes) -> Sample:
+    """:func:`one_request` over the setup's HTTP/2 connection."""
+    if setup.h2 is None:
+        setup.h2 = await H2Client.open(setup.port)
+    client = setup.h2
+    cpu = cpu_seconds(setup.pid)
+    started = time.perf_counter()
+    stream_id = client.send(setup.port, body)
+    data = b""
+    ttfb = cpu_first = 0.0
+    while True:
+        event = await client.next_event(stream_id)
+        if isinstance(event, h2.events.ResponseReceived):
+            status = dict(event.headers or [])[b":status"]
+            if status != b"200":
+                raise RuntimeError(f"{setup.name}: status {status!r}")
+        elif isinstance(event, h2.events.DataReceived):
+            if not data:
+                ttfb = time.perf_counter() - started
+                cpu_first = cpu_seconds(setup.pid) - cpu
+            data += event.data or b""
+        elif isinstance(event, h2.events.StreamEnded):
+            break
+        else:
+            raise RuntimeError(f"{setup.name}: {event!r}")
+    if b"[DONE]" not in data:
+        raise RuntimeError(f"{setup.name}: the stream did not end with [DONE]")
+    await asyncio.sleep(SETTLE_S)
+    return Sample(ttfb, cpu_seconds(setup.pid) - cpu, cpu_first)
+
+
+async def one_request(setup: Setup, events: int, client_http2: bool = False) -> Sample:
     """One streamed request on the setup's kept-alive connection."""
-    if setup.connection is None:
-        setup.connection = await asyncio.open_connection("127.0.0.1", setup.port)
-    reader, writer = setup.connection
     body = orjson.dumps(
         {
             "model": setup.model,
@@ -110,6 +205,11 @@ async def one_request(setup: Setup, events: int) -> Sample:
             "messages": [{"role": "user", "content": f"hi ({events} events)"}],
         }
     )
+    if client_http2:
+        return await one_request_h2(setup, body)
+    if setup.connection is None:
+        setup.connection = await asyncio.open_connection("127.0.0.1", setup.port)
+    reader, writer = setup.connection
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{setup.port}\r\n"
         f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
@@ -141,13 +241,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(setups: list[Setup], requests: int, events: int) -> None:
+async def measure(
+    setups: list[Setup], requests: int, events: int, client_http2: bool = False
+) -> None:
     for setup in setups:
         setup.handshakes_before = setup.upstream.handshakes
     for index in range(requests):
         order = setups if index % 2 == 0 else list(reversed(setups))
         for setup in order:
-            sample = await one_request(setup, events)
+            sample = await one_request(setup, events, client_http2)
             if index:  # the 2nd..Nth request: the first pays the connections' set-up
                 setup.ttfb.append(sample.ttfb)
                 setup.cpu.append(sample.cpu)
@@ -155,6 +257,8 @@ async def measure(setups: list[Setup], requests: int, events: int) -> None:
     for setup in setups:
         if setup.connection is not None:
             setup.connection[1].close()
+        if setup.h2 is not None:
+            setup.h2.writer.close()
 
 
 def report(setups: list[Setup], requests: int) -> list[str]:
@@ -206,7 +310,7 @@ async def run(args: argparse.Namespace, procs: Processes) -> list[str]:
         setups.append(Setup(f"direct{label}", "direct-m", direct, port, pid))
         setups.append(Setup(f"failover{label}", "failover-m", failover, port, pid))
     try:
-        await measure(setups, args.requests, args.events)
+        await measure(setups, args.requests, args.events, args.client_http2)
     finally:
         for setup in setups:
             with contextlib.suppress(Exception):
@@ -219,6 +323,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200, help="requests per setup")
     parser.add_argument("--events", type=int, default=20, help="text deltas per stream")
     parser.add_argument("--http2", action="store_true", help="the upstreams offer HTTP/2")
+    parser.add_argument(
+        "--client-http2",
+        action="store_true",
+        help="the client speaks HTTP/2 to the proxy over TLS (mitmproxy's direct path then "
+        "speaks HTTP/2 to an upstream offering it)",
+    )
     parser.add_argument(
         "--event-delay-ms",
         type=float,
@@ -249,7 +359,9 @@ def main() -> int:
     print(
         f"{args.requests} streamed chat requests per setup ({args.events} events each), one "
         f"kept-alive client connection per setup, TLS upstreams"
-        f"{' offering HTTP/2' if args.http2 else ' (HTTP/1.1)'}; TTFB and CPU of the 2nd..Nth"
+        f"{' offering HTTP/2' if args.http2 else ' (HTTP/1.1)'}"
+        f"{', the client speaking HTTP/2' if args.client_http2 else ''}; "
+        "TTFB and CPU of the 2nd..Nth"
     )
     print("\n".join(lines))
     print(f"logs: {procs.tmp}")
