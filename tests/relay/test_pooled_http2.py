@@ -198,3 +198,21 @@ def test_what_this_path_does_not_send_as_is_goes_through_httpcore() -> None:
     assert dict(upstream.heads[1])[b"x-spaced"] == b"value"
     assert dict(upstream.heads[2])[b"content-length"] == str(len(large)).encode()
     assert upstream.stats()["handshakes"] == 1
+
+
+def test_a_connection_out_of_stream_ids_gives_way_to_a_fresh_one() -> None:
+    async def test(upstream: TlsUpstream, client: UpstreamClient) -> None:
+        await _body(client, _request(upstream))
+        (pool,) = client._pools.values()
+        (pooled,) = pool.connections
+        connection = pooled._connection
+        connection._h2_state.highest_outbound_stream_id = 2**31 - 1  # the last id is used
+        slots = connection._max_streams_semaphore._anyio_semaphore.value
+        pooled_path, body = await _body(client, _request(upstream))
+        assert not pooled_path and body.endswith(b"data: [DONE]\n\n")
+        assert connection._max_streams_semaphore._anyio_semaphore.value == slots
+        pooled_path, _ = await _body(client, _request(upstream))
+        assert pooled_path  # on the fresh connection
+
+    upstream = _run(test, events=2)
+    assert upstream.stats()["handshakes"] == 2

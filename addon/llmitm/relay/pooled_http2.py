@@ -168,7 +168,14 @@ async def send(
     if connection is None:
         return None
     state = connection._h2_state
-    stream_id = state.get_next_available_stream_id()
+    try:
+        stream_id = state.get_next_available_stream_id()
+    except h2.exceptions.NoAvailableStreamIDError:
+        # As httpcore does: the connection is used up, a fresh one follows on its path.
+        connection._used_all_stream_ids = True
+        connection._request_count -= 1
+        connection._max_streams_semaphore._anyio_semaphore.release()
+        return None
     connection._events[stream_id] = []
     reading = SimpleNamespace(extensions={"timeout": {"read": None, "write": write_timeout}})
     try:
