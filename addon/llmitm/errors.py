@@ -30,7 +30,8 @@ The tree (a test keeps it equal to the classes)::
     │   │   └── UpstreamStall
     │   ├── ReplayCut
     │   ├── ChunkError
-    │   └── IdleConnectionClosed
+    │   ├── IdleConnectionClosed
+    │   └── StreamNotSent
     ├── StoreError
     │   ├── UnreadableDatabase
     │   ├── SchemaTooNew
