@@ -8,6 +8,7 @@ proxy sees its tunnels)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -209,3 +210,22 @@ def test_a_kept_alive_client_reuses_one_relay_connection(
     assert sdk["accepted"] - before["accepted"] == 1, (before, sdk)
     assert after["accepted"] - sdk["accepted"] == 1, (sdk, after)
     assert after["registered"] == after["connections"] == 0
+
+
+def test_an_http2_clients_relay_connections_close_after_their_answer(
+    trusting: Proxy, upstreams: tuple[TlsUpstream, TlsUpstream]
+) -> None:
+    """mitmproxy uses an HTTP/1.1 server connection for one request of an HTTP/2 client (its
+    streams could not share it), so each relayed flow of such a client opens a relay
+    connection of its own: each is closed after its answer, none is left idle in the relay."""
+    before = _relay_stats(trusting)
+    url = f"https://127.0.0.1:{trusting.port()}/v1/chat/completions"
+    streams = asyncio.run(_streams(url, "h1-m", 4, concurrent=False, http2=True, verify=False))
+    assert streams == [(200, True)] * 4
+    for _ in range(50):
+        after = _relay_stats(trusting)
+        if after["kept"] == before["kept"]:
+            break
+        time.sleep(0.02)
+    assert after["accepted"] - before["accepted"] == 4, (before, after)
+    assert after["kept"] == before["kept"], (before, after)
