@@ -158,15 +158,16 @@ async def send(
     stream."""
     if not ENABLED or type(pool) is not httpcore.AsyncConnectionPool or not pool._connections:
         return None
+    connection = _find(pool, origin, len(body))
+    if connection is None:
+        return None  # an HTTP/1.1 upstream's requests pay this look and nothing more
     fields = [(name.lower(), value) for name, value in headers]
     if (
         _REQUEST_LINE.fullmatch(b"%s %s" % (method, target)) is None
         or _FIELDS.fullmatch(b"".join([b"%s\x00%s\n" % pair for pair in fields])) is None
     ):
         return None  # httpcore's path normalises or refuses it, with its own error
-    connection = _take(pool, origin, len(body))
-    if connection is None:
-        return None
+    _take(connection)
     state = connection._h2_state
     try:
         stream_id = state.get_next_available_stream_id()
@@ -217,12 +218,10 @@ async def send(
     )
 
 
-def _take(pool: httpcore.AsyncConnectionPool, origin: httpcore.Origin, size: int) -> Any:
+def _find(pool: httpcore.AsyncConnectionPool, origin: httpcore.Origin, size: int) -> Any:
     """An open HTTP/2 connection to ``origin`` with a stream slot free and room in its flow
-    control windows for a body of ``size`` bytes, counted and its slot taken as httpcore's
-    own request takes them (no wait between looking and taking: nothing else can take the
-    slot meanwhile). ``None`` also when the pool has housekeeping to do (an expired idle
-    connection), which its own path then does."""
+    control windows for a body of ``size`` bytes; ``None`` also when the pool has
+    housekeeping to do (an expired idle connection), which its own path then does."""
     for pooled in pool._connections:
         if type(pooled) is not AsyncHTTPConnection or pooled._origin != origin:
             continue
@@ -231,14 +230,18 @@ def _take(pool: httpcore.AsyncConnectionPool, origin: httpcore.Origin, size: int
             continue
         if connection.has_expired():
             return None
-        if not _usable(connection, size):
-            continue
-        connection._max_streams_semaphore._anyio_semaphore.acquire_nowait()
-        connection._request_count += 1
-        connection._expire_at = None
-        connection._state = HTTPConnectionState.ACTIVE
-        return connection
+        if _usable(connection, size):
+            return connection
     return None
+
+
+def _take(connection: Any) -> None:
+    """Count the request and take its slot as httpcore's own request does; called in the same
+    step as :func:`_find` found the connection, so nothing else took the slot meanwhile."""
+    connection._max_streams_semaphore._anyio_semaphore.acquire_nowait()
+    connection._request_count += 1
+    connection._expire_at = None
+    connection._state = HTTPConnectionState.ACTIVE
 
 
 def _usable(connection: Any, size: int) -> bool:
