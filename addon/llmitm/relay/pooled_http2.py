@@ -1,8 +1,9 @@
 """A request on an HTTP/2 connection of httpcore's pool, without httpcore's request path.
 
 An upstream that offers HTTP/2 gets one connection from httpcore's pool, shared by every
-request to it. httpcore's HTTP/2 request path costs about twice the CPU of HTTP/1.1's for a
-streamed answer (``scripts/bench_relay_client.py --http2``): its request and response models,
+request to it. httpcore's HTTP/2 request path costs about two and a half times the CPU of
+the relay's HTTP/1.1 path for a streamed answer (``scripts/bench_relay_client.py --http2``):
+its request and response models,
 a trace around every step, three writes per request (headers, body, end of stream), a lock
 taken around every write and read, and an async generator around every event of the body.
 When the pool holds an open HTTP/2 connection to the request's origin with a stream slot
@@ -19,8 +20,9 @@ given up on before its end is reset (``CANCEL``), so the upstream stops generati
 
 What this module does not take goes through httpcore's path, which handles it: no HTTP/2
 connection yet (the first request opens it), no free slot, a body larger than the flow
-control windows allow at once, an upstream proxy, or a httpcore whose internals are not
-the ones read here (then :data:`ENABLED` is false from the start).
+control windows allow at once, a connection out of stream ids, an upstream proxy, or a
+httpcore whose internals are not the ones read here (then :data:`ENABLED` is false from the
+start).
 """
 
 from __future__ import annotations
