@@ -44,8 +44,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-import h2.errors
-import h2.exceptions
 import h11
 import httpcore
 from h11._readers import ChunkedReader
@@ -648,15 +646,13 @@ def _reset_stream(stream: object) -> None:
     inner = getattr(stream, "_stream", None)
     connection = getattr(inner, "_connection", None)
     stream_id = getattr(inner, "_stream_id", None)
-    state = getattr(connection, "_h2_state", None)
-    network = getattr(connection, "_network_stream", None)
-    if state is None or stream_id is None or not hasattr(network, "write_now"):
+    if (
+        getattr(connection, "_h2_state", None) is None
+        or stream_id is None
+        or type(getattr(connection, "_network_stream", None)) is not AsyncioStream
+    ):
         return
-    try:
-        state.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.CANCEL)
-    except (h2.exceptions.ProtocolError, KeyError):
-        return  # already closed or reset
-    network.write_now(state.data_to_send())
+    pooled_http2.reset(connection, stream_id)
 
 
 async def send(

@@ -138,7 +138,7 @@ class PooledStream:
         housekeeping, as after any of its own requests."""
         connection = self.connection
         if not self.ended:
-            _reset(connection, self.stream_id)
+            reset(connection, self.stream_id)
         await connection._response_closed(stream_id=self.stream_id)
         await idle_http11.tidy(self.pool)
 
@@ -202,7 +202,7 @@ async def send(
         status, answer_fields = await _head(connection, stream_id, reading)
     except BaseException as exc:
         with contextlib.suppress(Exception):
-            _reset(connection, stream_id)
+            reset(connection, stream_id)
             await connection._response_closed(stream_id=stream_id)
             if connection._connection_error and not connection._events:
                 await connection.aclose()  # broken: the pool drops it, a fresh one follows
@@ -212,7 +212,7 @@ async def send(
     return PooledStream(
         status=status,
         headers=answer_fields,
-        extensions={"http_version": b"HTTP/2", "stream_id": stream_id},
+        extensions={"http_version": b"HTTP/2"},
         connection=connection,
         stream_id=stream_id,
         pool=pool,
@@ -345,7 +345,10 @@ def _flush(connection: Any) -> None:
         connection._network_stream.write_now(data)
 
 
-def _reset(connection: Any, stream_id: int) -> None:
+def reset(connection: Any, stream_id: int) -> None:
+    """Reset a stream given up on before its end (``CANCEL``), so the upstream stops
+    generating an answer nobody reads; nothing when it is already closed or reset.
+    ``connection``: httpcore's HTTP/2 connection, on :class:`AsyncioStream`."""
     with contextlib.suppress(h2.exceptions.ProtocolError, KeyError):
         connection._h2_state.reset_stream(stream_id, error_code=h2.errors.ErrorCodes.CANCEL)
     _flush(connection)
