@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
 
@@ -194,3 +197,69 @@ async def test_a_heap_grown_by_growth_mb_is_collected_then_trimmed(
     heap.resident += memory.GROWTH_MB
     await ended(trimming, 1)
     assert (counted_gc.calls, heap.trims) == (1, 1)
+
+
+# The heaps glibc gives a process whose second thread allocates, read from malloc_info's
+# report in a fresh interpreter (a heap, once made, stays for the process).
+HEAPS_AFTER_A_THREAD = """
+import ctypes, os, re, sys, tempfile, threading
+from mitmproxy.test import taddons
+from llmitm.addons import memory
+
+if sys.argv[1] == "addon":
+    with taddons.context(memory.LlmMemoryTrim()):
+        pass
+
+
+def allocate() -> None:
+    kept = [bytearray(50_000) for _ in range(20)]  # past pymalloc, under mmap's threshold
+    del kept
+
+
+thread = threading.Thread(target=allocate)
+thread.start()
+thread.join()
+libc = ctypes.CDLL(None)
+libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
+libc.fdopen.restype = ctypes.c_void_p
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+with tempfile.TemporaryFile() as report:
+    stream = libc.fdopen(os.dup(report.fileno()), b"w")
+    libc.malloc_info(0, stream)
+    libc.fclose(stream)
+    report.seek(0)
+    print(len(re.findall(rb"<heap nr=", report.read())))
+"""
+
+
+def heaps_after_a_thread(how: str, **env: str) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", HEAPS_AFTER_A_THREAD, how],
+        env={**os.environ, **env},
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    return int(done.stdout)
+
+
+needs_glibc = pytest.mark.skipif(
+    not memory._glibc(), reason="glibc's heaps (arenas) and malloc_info only"
+)
+
+
+@needs_glibc
+def test_the_addon_keeps_glibc_to_one_heap_for_the_threads_started_after_it() -> None:
+    # Without it, the thread's allocations took a heap of their own.
+    assert heaps_after_a_thread("plain") == 2
+    assert heaps_after_a_thread("addon") == 1
+
+
+@needs_glibc
+def test_malloc_arena_max_in_the_environment_decides_instead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert heaps_after_a_thread("addon", MALLOC_ARENA_MAX="4") == 2
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert memory.cap_malloc_arenas() is False
