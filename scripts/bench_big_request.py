@@ -380,6 +380,13 @@ def memory_kib(pid: int, field_name: str) -> int:
     raise RuntimeError(f"no {field_name} for {pid}")
 
 
+def reset_peak(pid: int) -> None:
+    """Start the process's peak RSS (VmHWM) again from its RSS now, so a level's peak is its
+    own and not the start-up's or an earlier level's (Linux >= 4.0; elsewhere it stays)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
 async def concurrent_streams(setup: bp.Setup, count: int) -> None:
     await asyncio.gather(*(bp.stream(setup, STREAM_EVENTS) for _ in range(count)))
 
@@ -425,6 +432,7 @@ def run_memory(tmp: Path, levels: list[int], before: str | None = None, runs: in
                 asyncio.run(concurrent_streams(setup, 2))  # warm up: imports, first connections
                 for level in levels:
                     bp.progress(f"memory, round {rnd + 1}: {label}, {level} concurrent streams")
+                    reset_peak(pid)
                     asyncio.run(concurrent_streams(setup, level))
                     time.sleep(0.3)
                     values.append((memory_kib(pid, "VmHWM"), memory_kib(pid, "VmRSS")))
@@ -433,7 +441,7 @@ def run_memory(tmp: Path, levels: list[int], before: str | None = None, runs: in
             rows[label].append(values)
     levels_text = " / ".join(map(str, levels))
     lines = [
-        f"Memory: peak RSS (MiB) at {levels_text} concurrent streams "
+        f"Memory: peak RSS (MiB) during {levels_text} concurrent streams (each level's own) "
         f"({STREAM_EVENTS} events, one per {STREAM_DELAY_MS} ms), RSS after them, and the "
         f"growth per stream from {levels[0]} to each later level; medians of {runs} run(s)",
         "| proxy | peak RSS | KiB per stream | RSS after the last | each run's per stream |",
