@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from llmitm.addons.record.compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
-from llmitm.replay.tap import Leg, StreamTap, pieces
+from llmitm.replay.tap import Leg, Primer, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline
 from tests.exchange.test_exchange import RESPONSES_SSE, context, splits
 
@@ -136,6 +136,50 @@ def test_empty_pieces_go_with_their_times_many_or_few() -> None:
         assert list(kept) == [(500_000 + i * 1_000_000, d) for i, d in enumerate(datas) if d]
         assert list(times) == [1000.0 + i for i in range(100)]  # the caller's times untouched
         assert list(leg.sizes) == list(map(len, datas))  # and the leg's sizes
+
+
+def events(stream: int, first: int, count: int) -> list[bytes]:
+    """Responses text deltas of one stream, as an upstream writes them."""
+    return [
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+        b'"sequence_number":%d,"item_id":"msg_%06d","output_index":0,"content_index":0,'
+        b'"delta":" word%d","logprobs":[]}\n\n' % (number, stream, number)
+        for number in range(first, first + count)
+    ]
+
+
+def compacted(leg: Leg, stream: int) -> int:
+    """``leg`` given 96 events of ``stream`` in batches of eight: its compressed size."""
+    for first in range(0, 96, 8):
+        leg.add(events(stream, first, 8))
+    return sum(map(len, leg.parts))
+
+
+def test_legs_are_compressed_against_the_first_streams_bytes_and_come_back_whole() -> None:
+    primer = Primer(size=2048, sample=1024)
+    first, second = Leg(primer), Leg(primer)  # their first batches make the dictionary
+    plain = compacted(first, 0)
+    compacted(second, 1)
+    assert first.dictionary is None
+    assert second.dictionary is primer.dictionary is not None  # its batch completed it
+    later = Leg(primer)
+    primed = compacted(later, 7)
+    assert later.dictionary is primer.dictionary
+    assert primed < 0.75 * plain  # measured: ~0.55 of the size without
+    for stream, leg in ((0, first), (1, second), (7, later)):
+        assert leg.body() == b"".join(events(stream, 0, 96))
+
+
+def test_a_client_leg_copied_from_the_upstreams_keeps_its_dictionary() -> None:
+    primer = Primer(size=512, sample=512)
+    Leg(primer).add(events(0, 0, 8))
+    upstream = Leg(primer)
+    upstream.add(events(1, 0, 8))
+    client = upstream.copy()
+    client.add([b"changed"])
+    assert client.dictionary is upstream.dictionary is primer.dictionary
+    assert client.body() == b"".join(events(1, 0, 8)) + b"changed"
+    assert upstream.body() == b"".join(events(1, 0, 8))
 
 
 def test_the_compactor_compacts_busy_taps_and_forgets_ended_ones() -> None:

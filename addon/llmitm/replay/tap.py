@@ -16,6 +16,15 @@ into arrays, and the chunks are let go. Notes held until the flow's end instead 
 thousands of small objects per stream, which the garbage collector walked, the allocator
 could not reuse, and the end's passes found out of cache: ~3% of a busy proxy's CPU.
 
+A frame of eight events starts with nothing to refer back to, while every event of a stream,
+and of every other stream from the same upstream, repeats the same JSON around its few new
+bytes. So frames are compressed against a dictionary (:class:`Primer`): the first
+:data:`PRIMER_BYTES` the process compacts, taken once, in memory only. Against it a stream's
+compressed legs came to ~60% of their size without (64 translated streams through
+``scripts/bench_big_request.py``'s fake upstream), and each frame compressed faster (3.4
+against 4.6 µs for 1.1 KB of Responses events). A leg keeps the dictionary its frames were
+made with, so what the builder decompresses never depends on the process's state.
+
 Sans-IO: no mitmproxy, no store, no clock but the chunks' arrival times.
 """
 
@@ -36,39 +45,89 @@ try:  # Python 3.14's, else the backport mitmproxy depends on
 except ImportError:  # pragma: no cover - before 3.14
     from backports import zstd  # type: ignore[no-redef]
 
+PRIMER_BYTES = 16384
+"""Bytes the dictionary is made of: the start of the first batches compacted, up to
+:data:`PRIMER_SAMPLE` of each, so that several streams, and both directions, are in it."""
+PRIMER_SAMPLE = 4096
+
 _compressors = threading.local()
 
 
-def _pack(data: bytes) -> bytes:
-    """One zstd frame of ``data``, with this thread's compressor (making one costs ~50 µs)."""
-    compressor = getattr(_compressors, "zstd", None)
-    if compressor is None:
-        compressor = _compressors.zstd = zstd.ZstdCompressor(level=1)
+class Primer:
+    """The dictionary frames are compressed against: gathered from the first batches it
+    sees, then fixed for the life of the process."""
+
+    def __init__(self, size: int = PRIMER_BYTES, sample: int = PRIMER_SAMPLE) -> None:
+        self.size = size
+        self.sample = sample
+        self._gathered = bytearray()
+        self.dictionary: zstd.ZstdDict | None = None
+
+    def for_leg(self, first: bytes) -> zstd.ZstdDict | None:
+        """The dictionary for a leg whose first batch is ``first``; ``None`` until there is
+        one (the leg's frames then use none)."""
+        if self.dictionary is None:
+            self._gathered += first[: self.sample]
+            if len(self._gathered) >= self.size:
+                self.dictionary = zstd.ZstdDict(bytes(self._gathered), is_raw=True)
+                self._gathered = bytearray()
+        return self.dictionary
+
+
+PRIMER = Primer()
+
+
+def _pack(data: bytes, dictionary: zstd.ZstdDict | None) -> bytes:
+    """One zstd frame of ``data``, with this thread's compressor for ``dictionary`` (making
+    one costs ~50 µs)."""
+    if dictionary is None:
+        compressor = getattr(_compressors, "plain", None)
+        if compressor is None:
+            compressor = _compressors.plain = zstd.ZstdCompressor(level=1)
+    else:
+        compressor, made_for = getattr(_compressors, "primed", (None, None))
+        if made_for is not dictionary:
+            compressor = zstd.ZstdCompressor(level=1, zstd_dict=dictionary.as_digested_dict)
+            _compressors.primed = (compressor, dictionary)
     return compressor.compress(data, zstd.ZstdCompressor.FLUSH_FRAME)  # type: ignore[no-any-return]
 
 
 class Leg:
     """One direction of a stream, compacted: its bytes in compressed parts (one zstd frame
-    per compaction), each piece's size."""
+    per compaction, all against the same dictionary), each piece's size."""
 
-    __slots__ = ("parts", "sizes")
+    __slots__ = ("dictionary", "parts", "primer", "sizes")
 
-    def __init__(self, parts: list[bytes] | None = None, sizes: array[int] | None = None) -> None:
-        self.parts: list[bytes] = [] if parts is None else parts
-        self.sizes: array[int] = array("q") if sizes is None else sizes
+    def __init__(self, primer: Primer = PRIMER) -> None:
+        self.primer: Primer | None = primer
+        """Asked for the dictionary at the first part; ``None`` once it was."""
+        self.dictionary: zstd.ZstdDict | None = None
+        self.parts: list[bytes] = []
+        self.sizes: array[int] = array("q")
 
     def add(self, datas: list[bytes]) -> None:
         self.sizes.extend(map(len, datas))
         joined = b"".join(datas)
-        if joined:
-            self.parts.append(_pack(joined))
+        if not joined:
+            return
+        if self.primer is not None:
+            self.dictionary = self.primer.for_leg(joined)
+            self.primer = None
+        self.parts.append(_pack(joined, self.dictionary))
 
     def body(self) -> bytes:
         """The whole leg, decompressed (each call: the record's builder calls it once)."""
-        return b"".join(map(zstd.decompress, self.parts))
+        dictionary = self.dictionary
+        if dictionary is None:
+            return b"".join(map(zstd.decompress, self.parts))
+        digested = dictionary.as_digested_dict
+        return b"".join(zstd.decompress(part, zstd_dict=digested) for part in self.parts)
 
     def copy(self) -> Leg:
-        return Leg(list(self.parts), array("q", self.sizes))
+        twin = Leg()
+        twin.primer, twin.dictionary = self.primer, self.dictionary
+        twin.parts, twin.sizes = list(self.parts), array("q", self.sizes)
+        return twin
 
 
 class _Tap:
