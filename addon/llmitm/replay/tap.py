@@ -103,7 +103,9 @@ class Leg:
         """Asked for the dictionary at the first part; ``None`` once it was."""
         self.dictionary: zstd.ZstdDict | None = None
         self.parts: list[bytes] = []
-        self.sizes: array[int] = array("q")
+        self.sizes = array("I")
+        """Each piece's size: a piece is one chunk, far below 4 GiB (half of ``q``'s bytes,
+        which every event of a long stream held twice)."""
 
     def add(self, datas: list[bytes]) -> None:
         self.sizes.extend(map(len, datas))
@@ -126,7 +128,7 @@ class Leg:
     def copy(self) -> Leg:
         twin = Leg()
         twin.primer, twin.dictionary = self.primer, self.dictionary
-        twin.parts, twin.sizes = list(self.parts), array("q", self.sizes)
+        twin.parts, twin.sizes = list(self.parts), array("I", self.sizes)
         return twin
 
 
