@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from llmitm.addons.record.compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
-from llmitm.replay.tap import Leg, Primer, StreamTap, pieces
+from llmitm.replay.tap import PRIMER, Leg, Primer, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline
 from tests.exchange.test_exchange import RESPONSES_SSE, context, splits
 
@@ -180,6 +180,21 @@ def test_a_client_leg_copied_from_the_upstreams_keeps_its_dictionary() -> None:
     assert client.dictionary is upstream.dictionary is primer.dictionary
     assert client.body() == b"".join(events(1, 0, 8)) + b"changed"
     assert upstream.body() == b"".join(events(1, 0, 8))
+
+
+def test_a_stream_taps_legs_use_the_processs_dictionary_once_there_is_one() -> None:
+    stream = 0
+    while PRIMER.dictionary is None:  # what the test process compacted so far may not do
+        stream += 1
+        Leg().add(events(stream, 0, 8))
+    tap = StreamTap()
+    for number, event in enumerate(events(99, 0, 8)):
+        tap.note((float(number), event, event.upper()))
+    _times, upstream, client = tap.finish()
+    assert upstream.dictionary is PRIMER.dictionary
+    assert client is not None and client.dictionary is PRIMER.dictionary
+    assert upstream.body() == b"".join(events(99, 0, 8))
+    assert client.body() == b"".join(events(99, 0, 8)).upper()
 
 
 def test_the_compactor_compacts_busy_taps_and_forgets_ended_ones() -> None:
