@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 from array import array
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from llmitm.addons.record.compactor import TapCompactor
 from llmitm.exchange.stream import StreamRewriter
-from llmitm.replay.tap import PRIMER, Leg, Primer, StreamTap, pieces
+from llmitm.replay import tap as tap_module
+from llmitm.replay.tap import MERGE_PARTS, PRIMER, Leg, Primer, StreamTap, pieces
 from llmitm.translate.pipeline import StreamPipeline
 from tests.exchange.test_exchange import RESPONSES_SSE, context, splits
 
@@ -195,6 +198,51 @@ def test_a_stream_taps_legs_use_the_processs_dictionary_once_there_is_one() -> N
     assert client is not None and client.dictionary is PRIMER.dictionary
     assert upstream.body() == b"".join(events(99, 0, 8))
     assert client.body() == b"".join(events(99, 0, 8)).upper()
+
+
+def long_leg(events_per_batch: int, batches: int) -> tuple[Leg, bytes]:
+    primer = Primer(size=1024, sample=1024)
+    Leg(primer).add(events(0, 0, 8))  # the dictionary, from another stream
+    leg, sent = Leg(primer), []
+    for batch in range(batches):
+        datas = events(5, batch * events_per_batch, events_per_batch)
+        leg.add(datas)
+        sent += datas
+    return leg, b"".join(sent)
+
+
+def test_a_long_streams_leg_merges_its_frames_and_comes_back_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    leg, sent = long_leg(8, 150)  # 1,200 events
+    assert leg.body() == sent and list(leg.sizes) == [len(e) for e in events(5, 0, 1200)]
+    # Eight of rank 0 make one of rank 1; eight of those (~100 KB) would pass MERGE_UP_TO.
+    assert list(leg.ranks) == [1] * (150 // MERGE_PARTS) + [0] * (150 % MERGE_PARTS)
+    assert list(leg.ranks) == sorted(leg.ranks, reverse=True)
+    assert sum(leg.raws) == len(sent)
+    monkeypatch.setattr(tap_module, "MERGE_PARTS", 10**9)
+    unmerged, _ = long_leg(8, 150)
+    assert len(unmerged.parts) == 150
+    # Measured: ~0.4 of the size of eight-event frames.
+    assert sum(map(len, leg.parts)) < 0.6 * sum(map(len, unmerged.parts))
+
+
+def test_frames_holding_more_than_merge_up_to_stay_as_they_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tap_module, "MERGE_UP_TO", 20_000)
+    leg, sent = long_leg(16, 24)  # ~3 KB a frame: eight of them are more than 20 KB
+    assert len(leg.parts) == 24 and set(leg.ranks) == {0}
+    assert leg.body() == sent
+
+
+def test_a_leg_is_read_back_on_another_thread() -> None:
+    leg, sent = long_leg(8, 20)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(leg.body()))
+    reader.start()
+    reader.join()
+    assert read == [sent]
 
 
 def test_the_compactor_compacts_busy_taps_and_forgets_ended_ones() -> None:

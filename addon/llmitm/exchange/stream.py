@@ -65,10 +65,8 @@ def decoder_for(content_encoding: str | None) -> Decoder | None:
 
         return brotli.Decompressor().process
     if encoding == "zstd":
-        try:
-            import zstandard
-        except ImportError:
-            raise ValueError("content-encoding zstd needs the zstandard package") from None
+        import zstandard  # a dependency of llmitm's (replay.tap)
+
         return zstandard.ZstdDecompressor().decompressobj().decompress
     raise ValueError(f"unsupported content-encoding {encoding!r}")
 

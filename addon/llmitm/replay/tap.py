@@ -25,6 +25,14 @@ compressed legs came to ~60% of their size without (64 translated streams throug
 against 4.6 µs for 1.1 KB of Responses events). A leg keeps the dictionary its frames were
 made with, so what the builder decompresses never depends on the process's state.
 
+A stream's own ids, model and words repeat within it, not in the dictionary, so a leg merges
+its older frames into longer ones as it grows (:class:`Leg`): a 1,216-event chat stream's
+leg held 21 bytes an event against 48 with eight-event frames alone, for ~0.45 µs of
+compaction more per event. Merging decompresses, and ``zstandard``'s codecs keep their
+contexts from call to call: a small frame decompresses in ~2 µs, against ~12 µs with the
+standard library's ``compression.zstd`` (its backport here), which makes a new context for
+every frame — the record builder too decompresses every frame of a leg.
+
 Sans-IO: no mitmproxy, no store, no clock but the chunks' arrival times.
 """
 
@@ -37,20 +45,22 @@ from array import array
 from collections.abc import Callable
 from time import time as now
 
+import zstandard
+
 from llmitm.exchange.stream import Note
 from llmitm.replay.model import Pieces
-
-try:  # Python 3.14's, else the backport mitmproxy depends on
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - before 3.14
-    from backports import zstd  # type: ignore[no-redef]
 
 PRIMER_BYTES = 16384
 """Bytes the dictionary is made of: the start of the first batches compacted, up to
 :data:`PRIMER_SAMPLE` of each, so that several streams, and both directions, are in it."""
 PRIMER_SAMPLE = 4096
+MERGE_PARTS = 8
+"""Frames of one rank a leg merges into one frame of the next rank."""
+MERGE_UP_TO = 64 << 10
+"""Bytes of content beyond which frames are not merged: each merge compresses its content
+once more, on the event loop, and frames of tens of KB gain little more from it."""
 
-_compressors = threading.local()
+Dictionary = zstandard.ZstdCompressionDict
 
 
 class Primer:
@@ -61,15 +71,17 @@ class Primer:
         self.size = size
         self.sample = sample
         self._gathered = bytearray()
-        self.dictionary: zstd.ZstdDict | None = None
+        self.dictionary: Dictionary | None = None
 
-    def for_leg(self, first: bytes) -> zstd.ZstdDict | None:
+    def for_leg(self, first: bytes) -> Dictionary | None:
         """The dictionary for a leg whose first batch is ``first``; ``None`` until there is
         one (the leg's frames then use none)."""
         if self.dictionary is None:
             self._gathered += first[: self.sample]
             if len(self._gathered) >= self.size:
-                self.dictionary = zstd.ZstdDict(bytes(self._gathered), is_raw=True)
+                self.dictionary = Dictionary(
+                    bytes(self._gathered), dict_type=zstandard.DICT_TYPE_RAWCONTENT
+                )
                 self._gathered = bytearray()
         return self.dictionary
 
@@ -77,32 +89,57 @@ class Primer:
 PRIMER = Primer()
 
 
-def _pack(data: bytes, dictionary: zstd.ZstdDict | None) -> bytes:
-    """One zstd frame of ``data``, with this thread's compressor for ``dictionary`` (making
-    one costs ~50 µs)."""
-    if dictionary is None:
-        compressor = getattr(_compressors, "plain", None)
-        if compressor is None:
-            compressor = _compressors.plain = zstd.ZstdCompressor(level=1)
-    else:
-        compressor, made_for = getattr(_compressors, "primed", (None, None))
-        if made_for is not dictionary:
-            compressor = zstd.ZstdCompressor(level=1, zstd_dict=dictionary.as_digested_dict)
-            _compressors.primed = (compressor, dictionary)
-    return compressor.compress(data, zstd.ZstdCompressor.FLUSH_FRAME)  # type: ignore[no-any-return]
+class _Codec:
+    """One thread's compressor and decompressor for one dictionary: zstandard's keep their
+    contexts from call to call (making one costs tens of µs, more than a frame of eight
+    events takes to compress) and are not to be shared between threads."""
+
+    __slots__ = ("compress", "decompress", "dictionary")
+
+    def __init__(self, dictionary: Dictionary | None) -> None:
+        self.dictionary = dictionary  # held: the thread's codecs are found by its id
+        if dictionary is None:
+            self.compress = zstandard.ZstdCompressor(level=1).compress
+            self.decompress = zstandard.ZstdDecompressor().decompress
+        else:
+            self.compress = zstandard.ZstdCompressor(level=1, dict_data=dictionary).compress
+            self.decompress = zstandard.ZstdDecompressor(dict_data=dictionary).decompress
+
+
+_codecs = threading.local()
+
+
+def _codec(dictionary: Dictionary | None) -> _Codec:
+    """This thread's codec for ``dictionary``."""
+    codecs: dict[int, _Codec] | None = getattr(_codecs, "by_dictionary", None)
+    if codecs is None:
+        codecs = _codecs.by_dictionary = {}
+    codec = codecs.get(id(dictionary))
+    if codec is None:
+        codec = codecs[id(dictionary)] = _Codec(dictionary)
+    return codec
 
 
 class Leg:
-    """One direction of a stream, compacted: its bytes in compressed parts (one zstd frame
-    per compaction, all against the same dictionary), each piece's size."""
+    """One direction of a stream, compacted: its bytes in compressed parts, all against the
+    same dictionary, and each piece's size.
 
-    __slots__ = ("dictionary", "parts", "primer", "sizes")
+    A compaction adds a frame of rank 0; :data:`MERGE_PARTS` frames of one rank at the end
+    are merged into one frame of the next rank (up to :data:`MERGE_UP_TO` bytes of content),
+    so a long stream holds a few frames a rank, each compressed across a long span of the
+    stream, whose ids, model and words repeat within it and not in the dictionary."""
+
+    __slots__ = ("dictionary", "parts", "primer", "ranks", "raws", "sizes")
 
     def __init__(self, primer: Primer = PRIMER) -> None:
         self.primer: Primer | None = primer
         """Asked for the dictionary at the first part; ``None`` once it was."""
-        self.dictionary: zstd.ZstdDict | None = None
+        self.dictionary: Dictionary | None = None
         self.parts: list[bytes] = []
+        self.ranks = array("B")
+        """Each part's rank: how many merges made it."""
+        self.raws = array("I")
+        """Each part's bytes before compression."""
         self.sizes = array("I")
         """Each piece's size: a piece is one chunk, far below 4 GiB (half of ``q``'s bytes,
         which every event of a long stream held twice)."""
@@ -115,20 +152,39 @@ class Leg:
         if self.primer is not None:
             self.dictionary = self.primer.for_leg(joined)
             self.primer = None
-        self.parts.append(_pack(joined, self.dictionary))
+        codec = _codec(self.dictionary)
+        self.parts.append(codec.compress(joined))
+        self.ranks.append(0)
+        self.raws.append(len(joined))
+        if len(self.parts) >= MERGE_PARTS:
+            self._merge(codec)
+
+    def _merge(self, codec: _Codec) -> None:
+        parts, ranks, raws = self.parts, self.ranks, self.raws
+        while len(parts) >= MERGE_PARTS and ranks[-MERGE_PARTS] == ranks[-1]:
+            raw = sum(raws[-MERGE_PARTS:])
+            if raw > MERGE_UP_TO:
+                return
+            joined = b"".join(map(codec.decompress, parts[-MERGE_PARTS:]))
+            rank = ranks[-1] + 1
+            del parts[-MERGE_PARTS:], ranks[-MERGE_PARTS:], raws[-MERGE_PARTS:]
+            parts.append(codec.compress(joined))
+            ranks.append(rank)
+            raws.append(raw)
 
     def body(self) -> bytes:
-        """The whole leg, decompressed (each call: the record's builder calls it once)."""
-        dictionary = self.dictionary
-        if dictionary is None:
-            return b"".join(map(zstd.decompress, self.parts))
-        digested = dictionary.as_digested_dict
-        return b"".join(zstd.decompress(part, zstd_dict=digested) for part in self.parts)
+        """The whole leg, decompressed (each call: the record's builder calls it once, on
+        its own thread)."""
+        if not self.parts:
+            return b""
+        decompress = _codec(self.dictionary).decompress
+        return b"".join(map(decompress, self.parts))
 
     def copy(self) -> Leg:
         twin = Leg()
-        twin.primer, twin.dictionary = self.primer, self.dictionary
-        twin.parts, twin.sizes = list(self.parts), array("I", self.sizes)
+        twin.primer, twin.dictionary, twin.parts = self.primer, self.dictionary, list(self.parts)
+        twin.ranks, twin.raws = array("B", self.ranks), array("I", self.raws)
+        twin.sizes = array("I", self.sizes)
         return twin
 
 
