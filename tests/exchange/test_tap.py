@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import tracemalloc
 from array import array
 
 import pytest
@@ -234,6 +235,27 @@ def test_frames_holding_more_than_merge_up_to_stay_as_they_are(
     leg, sent = long_leg(16, 24)  # ~3 KB a frame: eight of them are more than 20 KB
     assert len(leg.parts) == 24 and set(leg.ranks) == {0}
     assert leg.body() == sent
+
+
+@pytest.mark.parametrize("merged", [True, False])
+def test_a_legs_parts_hold_no_more_memory_than_their_bytes(
+    merged: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # zstandard's frames come in allocations sized for the input, five to ten times theirs.
+    if not merged:
+        monkeypatch.setattr(tap_module, "MERGE_PARTS", 10**9)
+    batches = [events(3, first, 8) for first in range(0, 800, 8)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        leg = Leg(Primer())  # no dictionary: its frames are larger, the slack the same
+        for batch in batches:
+            leg.add(batch)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    parts = sum(map(len, leg.parts))
+    assert held < 2 * parts + 8192, (held, parts)
 
 
 def test_a_leg_is_read_back_on_another_thread() -> None:

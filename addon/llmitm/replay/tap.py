@@ -49,6 +49,7 @@ import zstandard
 
 from llmitm.exchange.stream import Note
 from llmitm.replay.model import Pieces
+from llmitm.wire.sized import right_sized
 
 PRIMER_BYTES = 16384
 """Bytes the dictionary is made of: the start of the first batches compacted, up to
@@ -92,7 +93,10 @@ PRIMER = Primer()
 class _Codec:
     """One thread's compressor and decompressor for one dictionary: zstandard's keep their
     contexts from call to call (making one costs tens of µs, more than a frame of eight
-    events takes to compress) and are not to be shared between threads."""
+    events takes to compress) and are not to be shared between threads. A frame it makes
+    sits in an allocation of the most the input could compress to, so a part is kept in a
+    copy of its own size (:func:`~llmitm.wire.sized.right_sized`): held as they came, 5 MB
+    of parts held 35 MB."""
 
     __slots__ = ("compress", "decompress", "dictionary")
 
@@ -153,7 +157,7 @@ class Leg:
             self.dictionary = self.primer.for_leg(joined)
             self.primer = None
         codec = _codec(self.dictionary)
-        self.parts.append(codec.compress(joined))
+        self.parts.append(right_sized(codec.compress(joined)))
         self.ranks.append(0)
         self.raws.append(len(joined))
         if len(self.parts) >= MERGE_PARTS:
@@ -168,7 +172,7 @@ class Leg:
             joined = b"".join(map(codec.decompress, parts[-MERGE_PARTS:]))
             rank = ranks[-1] + 1
             del parts[-MERGE_PARTS:], ranks[-MERGE_PARTS:], raws[-MERGE_PARTS:]
-            parts.append(codec.compress(joined))
+            parts.append(right_sized(codec.compress(joined)))
             ranks.append(rank)
             raws.append(raw)
 

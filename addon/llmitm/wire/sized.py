@@ -1,5 +1,8 @@
 """Right-sized copies of bytes that outlive the call that made them.
 
+Both orjson and zstandard (a recorded stream's compressed parts, :mod:`llmitm.replay.tap`)
+hand back bytes in an allocation made for more than they hold.
+
 orjson hands back its output in the buffer it wrote it into, allocated for more than it
 wrote and never shrunk (orjson 3.x, measured with tracemalloc: 79 bytes of JSON hold 4 KiB,
 3 KB hold 32 KiB, 20 KB hold 254 KiB), for as long as the bytes live. A body llmitm builds
