@@ -50,7 +50,7 @@ a stream's compressed)."""
 STORE_AHEAD = 2
 """Writes the store may have waiting before the worker builds the next record. Each record
 waiting holds its bodies whole, ~0.5 MB for a stream of 1,000 Responses events: when 64
-such streams ended together, the proxy's resident size jumped by ~90 KiB a stream with 8
+such streams ended together, the proxy's resident size jumped by ~115 KiB a stream with 8
 here and ~60 with 2, the peak of the whole burst (RSS sampled every 10 ms)."""
 PACE_S = 2.0
 """The longest the worker waits for the store before building anyway."""
