@@ -3,9 +3,9 @@
 An upstream that offers HTTP/2 gets one connection from httpcore's pool, shared by every
 request to it. httpcore's HTTP/2 request path costs about two and a half times the CPU of
 the relay's HTTP/1.1 path for a streamed answer (``scripts/bench_relay_client.py --http2``):
-its request and response models,
-a trace around every step, three writes per request (headers, body, end of stream), a lock
-taken around every write and read, and an async generator around every event of the body.
+its request and response models, a trace around every step, three writes per request
+(headers, body, end of stream), a lock taken around every write and read, and an async
+generator around every event of the body.
 When the pool holds an open HTTP/2 connection to the request's origin with a stream slot
 free, :func:`send` opens the stream on it directly: headers and body handed to the
 connection's own h2 state and written in one piece, the answer read through httpcore's own
