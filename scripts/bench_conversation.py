@@ -253,7 +253,7 @@ def play_store(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float
                     {"role": "system", "content": INSTRUCTIONS}, *history]})  # fmt: skip
                 answer = {"type": "message", "role": "assistant", "id": f"msg_{turn}",
                           "content": [{"type": "output_text", "text": "Echo: " + history[-1]["content"]}]}  # fmt: skip  # noqa: E501
-                canonical = orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS).decode()
+                canonical = orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS)
                 items = [{"id": f"msg_{rng.getrandbits(192):048x}", "type": "message", **h}
                          for h in history]  # fmt: skip
                 response = {"id": f"resp_{turn}", "object": "response", "output": [answer],
@@ -269,7 +269,7 @@ def play_store(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float
                             route="responses",
                             model="echo",
                             stream=False,
-                            canonical=canonical,
+                            canonical_utf8=canonical,
                             started_us=turn,
                             status=200,
                             minted={"msg": [i["id"] for i in items]},

@@ -187,7 +187,7 @@ def test_recording_keeps_four_legs_timing_and_no_secret(recorded: Recorded) -> N
     # Whole bodies and canonical texts sit in shared chunks (schema 8): read them back.
     for interaction in asyncio.run(stored_recordings(recorded.db)):
         bodies += [m.body() for m in interaction.legs.values()]
-        bodies.append(interaction.canonical.encode())
+        bodies.append(interaction.canonical_utf8)
     assert [r[:4] for r in rows[:5]] == [
         ("chat.completions", "gpt-pass", "", 200),
         ("chat.completions", "gpt-pass", "", 200),

@@ -54,7 +54,7 @@ def interaction(scope: str, question: str, started_us: int) -> Interaction:
         route="chat.completions",
         model="gpt-x",
         stream=True,
-        canonical=key.canonical,
+        canonical_utf8=key.canonical_utf8,
         started_us=started_us,
         status=200,
         ttfb_us=118_765,
@@ -107,7 +107,7 @@ def test_shared_big_values_are_stored_once_and_read_back(tmp_path: Path) -> None
 
 def test_a_value_used_once_stays_inline(tmp_path: Path) -> None:
     one = interaction("t::a", "Hi", 1)
-    one.canonical = "{}"  # else the prompt is in the body and the canonical request: twice
+    one.canonical_utf8 = b"{}"  # else the prompt is in the body and the canonical request: twice
     write_folder(tmp_path, [one])
     assert not (tmp_path / "_blobs").exists()
     assert "careful assistant" in next(tmp_path.glob("t_a-*/*.json")).read_text()

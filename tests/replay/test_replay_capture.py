@@ -200,7 +200,7 @@ def test_a_miss_is_reported_and_explained() -> None:
         route=KEY.route,
         model="m",
         stream=False,
-        canonical='{"model":"n"}',
+        canonical_utf8=b'{"model":"n"}',
         started_us=0,
         source="recordings/t/0001.json",
     )

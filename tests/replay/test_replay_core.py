@@ -278,7 +278,7 @@ def interaction(n: int, key: str, scope: str = "global", canonical: str = "{}") 
         route="chat.completions",
         model="m",
         stream=False,
-        canonical=canonical,
+        canonical_utf8=canonical.encode(),
         started_us=n,
         legs={"client_resp": Message(status=200, content=f"answer {n}".encode())},
     )
@@ -344,7 +344,7 @@ def full_interaction() -> Interaction:
         route="chat.completions",
         model="m",
         stream=True,
-        canonical='{\n  "a": 1\n}',
+        canonical_utf8=b'{\n  "a": 1\n}',
         started_us=5,
         status=200,
         ttfb_us=1000,

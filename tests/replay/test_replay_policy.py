@@ -32,7 +32,7 @@ def recording(n: int, key: str = KEY.key, scope: str = "global") -> Interaction:
         route="chat.completions",
         model="m",
         stream=False,
-        canonical=KEY.canonical,
+        canonical_utf8=KEY.canonical_utf8,
         started_us=n,
         source=f"recordings/000{n}.json",
         legs={"client_resp": Message(status=200, content=f"answer {n}".encode())},

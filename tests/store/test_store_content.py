@@ -86,7 +86,7 @@ class Conversation:
             route="responses",
             model="m",
             stream=False,
-            canonical=orjson.dumps({"input": self.history[:-1], "model": "m"}).decode(),
+            canonical_utf8=orjson.dumps({"input": self.history[:-1], "model": "m"}),
             started_us=t,
             status=200,
             legs={

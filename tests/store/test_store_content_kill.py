@@ -36,7 +36,7 @@ async def main(path, seed):
             n = seed * 100_000 + t
             store.submit(RecordingWrite(Interaction(
                 id=f"{n:013x}abcdef", scope="global", key="k", key_version=1, method="POST",
-                route="responses", model="m", stream=False, canonical=body.decode(),
+                route="responses", model="m", stream=False, canonical_utf8=body,
                 started_us=n, status=200,
                 legs={"client_req": Message([], body, method="POST", url="http://x/"),
                       "client_resp": Message([], b'{"ok": true}', status=200)})))

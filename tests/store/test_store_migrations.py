@@ -36,7 +36,7 @@ def old_interaction(n: int) -> Interaction:
         route="responses",
         model="m",
         stream=False,
-        canonical=BODY.decode(),
+        canonical_utf8=BODY,
         started_us=n,
         status=200,
         legs={

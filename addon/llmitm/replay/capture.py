@@ -210,7 +210,7 @@ def build_interaction(
         route=key.route,
         model=key.model,
         stream=key.stream,
-        canonical=key.canonical,
+        canonical_utf8=key.canonical_utf8,
         started_us=capture.started_us,
         session=session,
         mode=mode,

@@ -198,7 +198,7 @@ def interaction_to_json(interaction: Interaction, timing: str = "exact") -> dict
     """An interaction as a file's JSON (``exact`` times unless told: ``rec show`` and secret
     scans see everything; :func:`llmitm.store.folder.write_folder` passes its own)."""
     try:
-        canonical: Any = orjson.loads(interaction.canonical)
+        canonical: Any = orjson.loads(interaction.canonical_utf8)
     except orjson.JSONDecodeError:
         canonical = interaction.canonical
     out: dict[str, Any] = {
@@ -238,10 +238,10 @@ def interaction_from_json(value: dict[str, Any], order: int = 0) -> Interaction:
             f"{FORMAT_VERSION})"
         )
     canonical = value.get("request_canonical")
-    canonical_text = (
-        orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode()
+    canonical_utf8 = (
+        orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
         if not isinstance(canonical, str)
-        else canonical
+        else canonical.encode()
     )
     ttfb, duration = value.get("ttfb_ms"), value.get("duration_ms")
     interaction = Interaction(
@@ -253,7 +253,7 @@ def interaction_from_json(value: dict[str, Any], order: int = 0) -> Interaction:
         route=str(value.get("route", "")),
         model=str(value.get("model", "")),
         stream=bool(value.get("stream", False)),
-        canonical=canonical_text,
+        canonical_utf8=canonical_utf8,
         started_us=order,  # files carry no wall-clock time: their order is their name's
         status=int(value.get("status", 0)),
         endpoint=str(value.get("endpoint", "")),

@@ -121,9 +121,15 @@ class MatchKey:
     route: str
     model: str
     stream: bool
-    canonical: str
-    """The sorted-key JSON that was hashed: the text diffs are made of."""
+    canonical_utf8: bytes
+    """The sorted-key JSON that was hashed, as the UTF-8 bytes it was hashed as: a resent
+    history's is as long as the history, and goes to the store as bytes."""
     version: int = MATCH_KEY_VERSION
+
+    @property
+    def canonical(self) -> str:
+        """The canonical text, for diffs and reports (decoded on each use: few need it)."""
+        return self.canonical_utf8.decode()
 
     def label(self) -> str:
         return f"{self.method} {self.route} #{self.key[:8]}"
@@ -350,7 +356,7 @@ def match_key(
     # The bytes of the text, hashed from where they differ from a recent key's (a resent
     # history's text is the last turn's with a few items more).
     digest = _FORMS.digest(form).hex()[:16]
-    return MatchKey(digest, method, route, model, stream, form.decode())
+    return MatchKey(digest, method, route, model, stream, form)
 
 
 def _bytes_identity(content: bytes) -> str:

@@ -141,7 +141,10 @@ class Interaction:
     route: str
     model: str
     stream: bool
-    canonical: str
+    canonical_utf8: bytes
+    """The match key's canonical text as UTF-8 (:attr:`canonical` decodes it): kept as the
+    key made it and as the store keeps it, so a long history's is never decoded to be
+    encoded again."""
     started_us: int
     """Wall-clock arrival time (microseconds since the epoch): orders a key's recordings."""
     legs: dict[str, Message] = field(default_factory=dict)
@@ -164,6 +167,11 @@ class Interaction:
     the database only, never exported."""
     source: str = ""
     """Where it was loaded from (a folder file, ``db``): named in miss reports."""
+
+    @property
+    def canonical(self) -> str:
+        """The match key's canonical text (the sorted-key JSON it hashed)."""
+        return self.canonical_utf8.decode()
 
     def leg(self, name: Leg) -> Message | None:
         return self.legs.get(name)

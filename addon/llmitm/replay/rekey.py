@@ -36,9 +36,9 @@ def rekey(interactions: Iterable[Interaction], options: KeyOptions) -> list[Inte
         key = request_key(interaction, options)
         if key is None:
             continue
-        before = (interaction.key, interaction.canonical, interaction.key_version)
-        interaction.key, interaction.canonical = key.key, key.canonical
+        before = (interaction.key, interaction.canonical_utf8, interaction.key_version)
+        interaction.key, interaction.canonical_utf8 = key.key, key.canonical_utf8
         interaction.key_version = key.version
-        if before != (key.key, key.canonical, key.version):
+        if before != (key.key, key.canonical_utf8, key.version):
             changed.append(interaction)
     return changed

@@ -76,14 +76,14 @@ def recording_weight(writes: Sequence[RecordingWrite], puts: Puts | None) -> int
     their length."""
     if puts is None:
         return sum(
-            len(w.interaction.canonical)
+            len(w.interaction.canonical_utf8)
             + sum(len(m.content or b"") for m in w.interaction.legs.values() if m.chunks is None)
             for w in writes
         )
     weight = 0
     for write in writes:
         i = write.interaction
-        weight += puts.unshared(canonical_lane(i), i.canonical.encode())
+        weight += puts.unshared(canonical_lane(i), i.canonical_utf8)
         for leg, message in i.legs.items():
             if message.chunks is None:
                 weight += puts.unshared(leg_lane(i, leg), message.content or b"")
@@ -114,7 +114,7 @@ def recording_rows(
         i = write.interaction
         canonical: tuple[Any, ...] = (i.canonical,)
         if puts is not None:
-            canonical = ("", puts.put(canonical_lane(i), i.canonical.encode()))
+            canonical = ("", puts.put(canonical_lane(i), i.canonical_utf8))
         interactions.append(
             (
                 i.id,
@@ -178,7 +178,7 @@ def recording_rows(
     return interactions, messages, blobs
 
 
-def interaction_of(row: Sequence[Any], canonical: str) -> Interaction:
+def interaction_of(row: Sequence[Any], canonical_utf8: bytes) -> Interaction:
     return Interaction(
         id=row[0],
         session=row[1],
@@ -190,7 +190,7 @@ def interaction_of(row: Sequence[Any], canonical: str) -> Interaction:
         route=row[7],
         model=row[8],
         stream=bool(row[9]),
-        canonical=canonical,
+        canonical_utf8=canonical_utf8,
         status=row[11],
         endpoint=row[12],
         plan=row[13],
@@ -209,7 +209,7 @@ def interactions_of(rows: Sequence[Sequence[Any]], texts: Iterator[bytes]) -> li
     """``rec_interactions`` rows as interactions without legs; ``texts``: the canonical texts
     kept as chunks (:func:`chunk_names` of column 21), read in row order."""
     return [
-        interaction_of(row, next(texts).decode() if row[21] is not None else row[10])
+        interaction_of(row, next(texts) if row[21] is not None else row[10].encode())
         for row in rows
     ]
 
