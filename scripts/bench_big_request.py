@@ -65,7 +65,9 @@ TARGET_RATIO, TARGET_PLUS_MS = 1.3, 5.0
 def input_items(megabytes: float) -> list[dict[str, object]]:
     """An agent's history of about ``megabytes`` MB: turns of a user message, a function call,
     its output and an assistant message, each text a few KB of varied words."""
-    words = [f"word{n % 997}" for n in range(700)]
+    # A dash now and then, as models write: a text of ASCII alone would hide what decoding
+    # and encoding a non-ASCII history costs.
+    words = [f"word{n % 997}" if n % 60 else "—" for n in range(700)]
     text = " ".join(words)  # ~5.6 KB
     items: list[dict[str, object]] = []
     size, turn = 0, 0

@@ -58,6 +58,9 @@ _spec.loader.exec_module(bench)
 SETTLE_S = 0.25  # after an answer: let the proxy's writer commit the turn before reading CPU
 WORDS = ["agent", "tool", "call", "result", "file", "patch", "test", "build", "error"]
 WORDS += ["stack", "trace", "function", "module", "import", "value", "return", "branch"]
+# Models write typographic punctuation: a text of ASCII alone would hide what decoding and
+# encoding a non-ASCII history costs.
+WORDS += ["don’t", "—", "it’s", "“done”"]
 
 CONFIG = """\
 [endpoints.chat-only]
