@@ -207,6 +207,31 @@ async def test_a_conversation_stores_what_it_adds_and_reads_back_identical(
     assert max(growth) < 2 * conversation.new_bytes + 6_000
 
 
+async def test_a_canonical_text_goes_to_the_chunks_and_back_as_bytes(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A resent history's canonical text is as long as the history; with a character past
+    # ASCII in it (a model's dash), decoding it costs the writer ~0.5 ms at 400 KB a turn.
+    conversation = Conversation()
+    sent = [conversation.next()[0] for _ in range(3)]
+    for interaction in sent:
+        interaction.canonical_utf8 = interaction.canonical_utf8.replace(b'"m"', '"m—é"'.encode())
+
+    def decoded(_: Interaction) -> str:
+        raise AssertionError("the canonical text was decoded on its way to the store")
+
+    async with backend.store() as store:
+        with monkeypatch.context() as patched:
+            patched.setattr(Interaction, "canonical", property(decoded))
+            for interaction in sent:
+                store.submit(RecordingWrite(interaction))
+                await store.flush()
+            assert store.stats().failed == 0
+            loaded = await store.load_recordings()
+        assert [i.canonical_utf8 for i in loaded] == [i.canonical_utf8 for i in sent]
+        assert "m—é" in loaded[-1].canonical
+
+
 def legs(interaction: Interaction) -> dict[str, tuple[Any, ...]]:
     return {
         leg: (m.method, m.url, m.status, m.headers, m.body()) for leg, m in interaction.legs.items()

@@ -112,9 +112,11 @@ def recording_rows(
     digests: dict[int, str] = {}
     for write in writes:
         i = write.interaction
-        canonical: tuple[Any, ...] = (i.canonical,)
-        if puts is not None:
-            canonical = ("", puts.put(canonical_lane(i), i.canonical_utf8))
+        canonical: tuple[Any, ...] = (
+            ("", puts.put(canonical_lane(i), i.canonical_utf8))
+            if puts is not None
+            else (i.canonical,)
+        )
         interactions.append(
             (
                 i.id,
