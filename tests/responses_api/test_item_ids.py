@@ -3,6 +3,8 @@ and a recording made before still replays the ids it was handed."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from llmitm.responses_api.items import history_input_items, input_items
 from llmitm.responses_api.records import ResponseSaved, StoredResponse
 from llmitm.responses_api.seal import ReasoningSeal
 from llmitm.store.memory_responses import MemoryResponses
+from llmitm.store.response_rows import serialised
 from llmitm.wire.ids import CountingIds, Mint
 
 MARKER = HISTORY_IDS_MARKER
@@ -91,6 +94,11 @@ def test_resent_items_are_taken_from_the_last_turn_as_they_would_be_made(added, 
         assert orjson.dumps(stored) == orjson.dumps(made)
         assert [m.stored for m in marks] == stored
         assert all(a is b.stored for a, b in zip(stored, resent, strict=False))
+        # The store joins each item's JSON, made when it was new, into what it would have
+        # serialised from the items.
+        record = StoredResponse("resp_1", {"id": "resp_1"}, stored, None, 0.0)
+        joined = dataclasses.replace(record, input_json=[m.json for m in marks])
+        assert serialised(joined, chunked=True) == serialised(record, chunked=True)
         resent = marks
 
 

@@ -181,6 +181,7 @@ class LlmResponsesStateWriter:
                 id=final["id"],
                 response=final,
                 input_items=create.input_items,
+                input_json=create.input_json,
                 previous_response_id=create.previous_response_id,
                 created_at=now,
                 expires_at=self.state.expires_at(now),

@@ -28,7 +28,7 @@ from llmitm.responses_api.compaction import ITEM_TYPES as COMPACTION_ITEM_TYPES
 from llmitm.responses_api.compaction import restore_compactions
 from llmitm.responses_api.item_ids import HistoryIds
 from llmitm.responses_api.items import Resent, history_input_items, input_items
-from llmitm.responses_api.records import ResponseOwner, ResponseReader, readable
+from llmitm.responses_api.records import ItemJson, ResponseOwner, ResponseReader, readable
 from llmitm.responses_api.seal import ReasoningSeal, restore_reasoning
 from llmitm.translate.seen_items import SeenItems
 from llmitm.wire.ids import IdFactory
@@ -66,6 +66,14 @@ class CreateCall:
     """The conversation the call continues, whose items were put before its input."""
     turn_input: list[dict[str, Any]] = field(default_factory=list)
     """The request's own input items, with ids: what the turn appends to its conversation."""
+
+    @property
+    def input_json(self) -> list[ItemJson] | None:
+        """Each of :attr:`input_items` as a store keeps it, made when it was new (for
+        :attr:`StoredResponse.input_json`); ``None`` when they were not made so."""
+        if self.resent is None:
+            return None
+        return [mark.json for mark in self.resent]
 
     def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
         # mitmproxy saves flow.metadata with its plain-data file format (addons/state.py).

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from llmitm.errors import InputError
 from llmitm.responses_api.item_ids import HistoryIds
+from llmitm.responses_api.records import ItemJson, item_json
 from llmitm.wire.growing import Grown
 from llmitm.wire.ids import IdFactory
 
@@ -47,11 +48,13 @@ def input_items(
 
 class Resent(NamedTuple):
     """What a whole conversation's item was stored as, for the next turn that resends it:
-    its stored form, and the history's digest after it, under ``scope``."""
+    its stored form and that as a store keeps it, and the history's digest after it, under
+    ``scope``."""
 
     scope: str | None
     stored: dict[str, Any]
     digest: bytes
+    json: ItemJson
 
 
 def history_input_items(
@@ -74,7 +77,8 @@ def history_input_items(
         history.resume(resent[-1].digest)
         marks = list(resent)
     for item in items[len(marks) :]:
-        marks.append(Resent(scope, _item(item, ids, history), history.digest))
+        stored = _item(item, ids, history)
+        marks.append(Resent(scope, stored, history.digest, item_json(stored)))
     return [mark.stored for mark in marks], marks
 
 

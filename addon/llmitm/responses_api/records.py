@@ -28,8 +28,31 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import orjson
+
+type ItemJson = tuple[str | None, bytes]
+"""An input item as a store keeps it: its id apart, and the rest as JSON (:func:`item_json`)."""
+
+
+def split_id(item: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """``item`` with its id apart: a string ``id`` that is its first key comes out (the rest,
+    rebuilt with the id first, is the item in its order); any other item keeps what it has
+    and has ``None`` for id."""
+    item_id = item.get("id")
+    if isinstance(item_id, str) and next(iter(item)) == "id":
+        stripped = dict(item)  # a C-level copy, then one key off: key order is kept
+        del stripped["id"]
+        return item_id, stripped
+    return None, item
+
+
+def item_json(item: dict[str, Any]) -> ItemJson:
+    """:func:`split_id` of ``item``, the rest as ``orjson`` JSON."""
+    item_id, rest = split_id(item)
+    return item_id, orjson.dumps(rest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +67,10 @@ class StoredResponse:
     expires_at: float | None = None
     credential: str | None = None
     """Who created it (fingerprint or ``"anonymous"``); ``None``: an older llmitm's row."""
+    input_json: Sequence[ItemJson] | None = field(default=None, compare=False, repr=False)
+    """:func:`item_json` of each of :attr:`input_items`, when the create path made them (a
+    resent history's are the last turn's): a store joins them rather than serialise the
+    whole history again. ``None``: the store serialises the items."""
 
     @property
     def status(self) -> str:

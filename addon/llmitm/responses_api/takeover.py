@@ -50,6 +50,7 @@ def queued_record(
         id=queued["id"],
         response=queued,
         input_items=create.input_items,
+        input_json=create.input_json,
         previous_response_id=create.previous_response_id,
         created_at=now,
         expires_at=expires_at,

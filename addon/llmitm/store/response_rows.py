@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from llmitm.responses_api.records import ResponseSaved, RunLease, StoredResponse
+from llmitm.responses_api.records import ResponseSaved, RunLease, StoredResponse, split_id
 from llmitm.store.content_chunks import Puts
 
 SEAL_KEY_NAME = "reasoning-seal"
@@ -36,15 +36,9 @@ def split_ids(items: list[dict[str, Any]]) -> tuple[list[str | None], list[dict[
     ids: list[str | None] = []
     bare: list[dict[str, Any]] = []
     for item in items:
-        item_id = item.get("id")
-        if isinstance(item_id, str) and next(iter(item)) == "id":
-            ids.append(item_id)
-            stripped = dict(item)  # a C-level copy, then one key off: key order is kept
-            del stripped["id"]
-            bare.append(stripped)
-        else:
-            ids.append(None)
-            bare.append(item)
+        item_id, rest = split_id(item)
+        ids.append(item_id)
+        bare.append(rest)
     return ids, bare
 
 
@@ -75,6 +69,11 @@ def serialised(record: StoredResponse, chunked: bool) -> Serialised:
     ``chunked``, the items without their ids, and the ids."""
     if not chunked:
         return None, orjson.dumps(record.input_items), orjson.dumps(record.response)
+    made = record.input_json
+    if made is not None and len(made) == len(record.input_items):
+        # Each item's JSON made when it was new: a resent history is joined, not serialised.
+        ids = [item_id for item_id, _ in made]
+        return ids, b"[%s]" % b",".join([data for _, data in made]), orjson.dumps(record.response)
     ids, bare = split_ids(record.input_items)
     return ids, orjson.dumps(bare), orjson.dumps(record.response)
 
