@@ -145,12 +145,13 @@ class ReplayPool:
         """The recording most like ``key``: same scope, method and route first, then the
         most similar canonical text."""
         best: tuple[tuple[int, int, int, float], Interaction] | None = None
+        wanted = key.canonical
         for interaction in self.everything:
             same_scope = int(interaction.scope == scope)
             same_route = int(interaction.method == key.method and interaction.route == key.route)
             same_model = int(interaction.model == key.model)
             ratio = difflib.SequenceMatcher(
-                None, interaction.canonical, key.canonical, autojunk=False
+                None, interaction.canonical, wanted, autojunk=False
             ).quick_ratio()
             rank = (same_scope, same_route, same_model, ratio)
             if best is None or rank > best[0]:
