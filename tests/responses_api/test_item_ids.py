@@ -162,3 +162,17 @@ async def test_a_create_call_derives_ids_only_when_its_input_is_the_whole_conver
     assert await ids_of(chained, True) == ["msg_0001"]  # only the new items: minted
     conversation = {"input": whole, "conversation": "conv_1"}
     assert await ids_of(conversation, True) == ["msg_0001"]
+
+
+def test_the_memory_store_keeps_the_items_once() -> None:
+    # The items' JSON is for a store that serialises; held in memory it is a second copy.
+    stored, marks = history_input_items(
+        [{"role": "user", "content": "hi"}], CountingIds(), HistoryIds("fp"), "fp"
+    )
+    record = StoredResponse(
+        "resp_1", {"id": "resp_1"}, stored, None, 0.0, input_json=[m.json for m in marks]
+    )
+    memory = MemoryResponses()
+    memory.apply(ResponseSaved(record))
+    kept = memory._responses["resp_1"]
+    assert kept == record and kept.input_json is None
