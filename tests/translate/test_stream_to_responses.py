@@ -8,6 +8,7 @@ source chunks, which are parsed here independently of the translator.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 from pathlib import Path
@@ -1730,3 +1731,36 @@ def test_content_that_is_not_text_fails_the_stream_the_same_way_however_it_is_ch
     split += pipeline.close()
     assert whole == split
     assert b"response.failed" in whole and b"not text" in whole and b"never" not in whole
+
+
+# =============================================================================================
+# A long answer: its text is held in few objects until its part closes
+# =============================================================================================
+
+
+def test_a_long_answer_is_whole_at_its_end_and_held_in_few_objects() -> None:
+    words = [f"w{i}— " if i % 7 else f"“{i}” " for i in range(1000)]
+    arguments = ['{"q": "', *(f"x{i}" for i in range(300)), '"}']
+    stream = ChatToResponsesStream(make_context())
+    events = stream.start()
+    for word in words:
+        events += stream.feed(reasoning(word))
+    for word in words:
+        events += stream.feed(text(word))
+    message = stream._message
+    assert message is not None
+    # A str per delta was ~50 bytes of header for a few characters: now one per 16 deltas.
+    held = gc.get_referents(message.parts._joined) + gc.get_referents(message.parts._run)
+    assert len(held) <= len(words) // 16 + 16
+    events += stream.feed(call_start(0, "call_q", "search"))
+    for fragment in arguments:
+        events += stream.feed(call_args(0, fragment))
+    events += stream.feed(chunk(finish="tool_calls")) + stream.done() + stream.close()
+    assert_conformant(events)
+
+    output = output_of(events)
+    assert output_reasoning(output) == "".join(words)
+    assert output_text(output) == "".join(words)
+    assert output_calls(output) == [("call_q", "search", "".join(arguments))]
+    _, response = sdk_responses_stream(responses_sse(events))
+    assert response is not None and response.output_text == "".join(words)

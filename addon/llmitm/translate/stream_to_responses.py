@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from llmitm.translate.context import TranslationContext
+from llmitm.translate.held_text import HeldText
 from llmitm.translate.think_stream import ThinkTagSplitter
 from llmitm.translate.tools import origin_of, restore_call
 from llmitm.wire.errors import (
@@ -51,7 +52,7 @@ class _Reasoning:
     def __init__(self, item_id: str, output_index: int) -> None:
         self.item_id = item_id
         self.output_index = output_index
-        self.parts: list[str] = []
+        self.parts = HeldText()
 
 
 class _Message:
@@ -62,7 +63,7 @@ class _Message:
         self.output_index = output_index
         self.content: list[dict[str, Any]] = []  # closed parts
         self.part_kind: str | None = None  # "output_text" | "refusal" while a part is open
-        self.parts: list[str] = []  # fragments of the open part
+        self.parts = HeldText()  # fragments of the open part
         self.fast_key = -1  # the content index fast_mid was built for
         self.fast_mid = b""
 
@@ -75,7 +76,7 @@ class _Call:
         self.name = ""
         self.item_id = ""
         self.output_index = -1  # -1 until output_item.added was sent
-        self.arguments: list[str] = []
+        self.arguments = HeldText()
         self.pending: list[str] = []  # argument fragments received before it was added
 
 
@@ -276,7 +277,7 @@ class ChatToResponsesStream:
                 + str(content_index).encode()
                 + b',"delta":'
             )
-        message.parts.append(content)
+        message.parts.add(content)
         sequence = self._seq
         self._seq = sequence + 1
         # One formatting step, one allocation (a chain of + would copy the frame four times).
@@ -346,7 +347,7 @@ class ChatToResponsesStream:
             message = self._message
             if message is not None and message.part_kind == "output_text" and self._think.settled:
                 # The hot path: more text for the open text part.
-                message.parts.append(content)
+                message.parts.add(content)
                 out.append(
                     {
                         "type": "response.output_text.delta",
@@ -405,7 +406,7 @@ class ChatToResponsesStream:
                     part={"type": "summary_text", "text": ""},
                 )
             )
-        reasoning.parts.append(text)
+        reasoning.parts.add(text)
         out.append(
             {
                 "type": "response.reasoning_summary_text.delta",
@@ -451,7 +452,7 @@ class ChatToResponsesStream:
                     part=part,
                 )
             )
-        message.parts.append(text)
+        message.parts.add(text)
         if kind == "output_text":
             out.append(
                 self._event(
@@ -530,7 +531,7 @@ class ChatToResponsesStream:
             self._arguments_delta(call, fragment, out)
 
     def _arguments_delta(self, call: _Call, fragment: str, out: list[Event]) -> None:
-        call.arguments.append(fragment)
+        call.arguments.add(fragment)
         if origin_of(call.name, self.context).kind == "custom":
             return  # a custom tool's input is only known once its JSON arguments are whole
         out.append(
@@ -564,7 +565,7 @@ class ChatToResponsesStream:
         reasoning = self._reasoning
         assert reasoning is not None
         self._reasoning = None
-        text = "".join(reasoning.parts)
+        text = reasoning.parts.text()
         ids = {"item_id": reasoning.item_id, "output_index": reasoning.output_index}
         out.append(
             self._event("response.reasoning_summary_text.done", **ids, summary_index=0, text=text)
@@ -589,8 +590,8 @@ class ChatToResponsesStream:
         self._done_item(item, reasoning.output_index, out)
 
     def _close_part(self, message: _Message, out: list[Event]) -> None:
-        text = "".join(message.parts)
-        message.parts = []
+        text = message.parts.text()
+        message.parts = HeldText()
         ids = {
             "item_id": message.item_id,
             "output_index": message.output_index,
@@ -624,7 +625,7 @@ class ChatToResponsesStream:
     def _close_call(self, call: _Call, status: str, out: list[Event]) -> None:
         if call in self._open_calls:
             self._open_calls.remove(call)
-        arguments = "".join(call.arguments)
+        arguments = call.arguments.text()
         assert call.call_id is not None
         item = restore_call(call.item_id, call.call_id, call.name, arguments, status, self.context)
         ids = {"item_id": call.item_id, "output_index": call.output_index}
