@@ -5,12 +5,14 @@ for the cut-stream patch in a real mitmdump)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import importlib.util
 import logging
 import re
 import sys
 import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ from mitmproxy import http, master
 from mitmproxy.addonmanager import AddonManager
 from mitmproxy.addons import default_addons
 from mitmproxy.addons.script import ScriptLoader
+from mitmproxy.proxy import commands, events, layer
+from mitmproxy.proxy.layer import Layer
 from mitmproxy.proxy.layers.http import HttpStream
 from mitmproxy.test import taddons, tflow
 
@@ -30,6 +34,7 @@ from llmitm.addons.patches import (
     fallback,
     headers,
     hooks,
+    layer_queues,
     options,
     relay_pipe,
     type_checks,
@@ -251,12 +256,13 @@ def test_llmitm_patches_runs_the_checks(monkeypatch: pytest.MonkeyPatch) -> None
     ran: list[str] = []
     monkeypatch.setattr(cut_streams, "install", lambda: ran.append("cut_streams") or True)
     monkeypatch.setattr(headers, "check", lambda: ran.append("headers") or True)
+    monkeypatch.setattr(layer_queues, "install", lambda: ran.append("layer_queues") or True)
     monkeypatch.setattr(connections, "check", lambda m: ran.append("connections") or True)
     addon = patches.LlmPatches()
     with taddons.context(addon):
-        assert ran == ["cut_streams", "headers"]  # at load
+        assert ran == ["cut_streams", "layer_queues", "headers"]  # at load
         addon.running()
-    assert ran == ["cut_streams", "headers", "connections"]
+    assert ran == ["cut_streams", "layer_queues", "headers", "connections"]
 
 
 # --- hook dispatch ---------------------------------------------------------------------------
@@ -421,6 +427,66 @@ def test_type_checks_that_disagree_leave_mitmproxys_in_place(
         assert not type_checks.install()
     assert len(_warnings(caplog, type_checks.PATCH)) == 1
     assert typecheck.check_option_type is type_checks._original
+
+
+# --- layer event queues made when needed ----------------------------------------------------
+
+
+class _Blocking(commands.Command):
+    blocking = True
+
+
+@dataclass
+class _BlockingCompleted(events.CommandCompleted):
+    command: _Blocking
+    reply: None
+
+
+class _Note(events.Event):
+    pass
+
+
+class _Waits(Layer):
+    """A layer that waits on a blocking command when it starts and notes what it handles."""
+
+    def __init__(self) -> None:
+        super().__init__(types.SimpleNamespace(layers=[], options=types.SimpleNamespace()))
+        self.handled: list[events.Event] = []
+
+    def _handle_event(self, event: events.Event) -> layer.CommandGenerator[None]:
+        self.handled.append(event)
+        if isinstance(event, events.Start):
+            yield _Blocking()
+
+
+def test_a_layer_makes_its_event_queue_only_when_an_event_waits() -> None:
+    assert layer_queues.MISSING is None
+    assert layer_queues.install() and layer_queues.install()  # idempotent
+    waits = _Waits()
+    assert not waits._paused_event_queue
+    assert layer_queues._KEY not in vars(waits)  # no deque held by a layer nothing paused
+
+    (blocking,) = waits.handle_event(events.Start())
+    first, second = _Note(), _Note()
+    assert not list(waits.handle_event(first)) and not list(waits.handle_event(second))
+    assert list(waits._paused_event_queue) == [first, second]  # queued while paused
+
+    assert not list(waits.handle_event(_BlockingCompleted(blocking, None)))
+    assert waits.handled[1:] == [first, second]  # replayed in order once it resumed
+    assert not waits._paused_event_queue
+
+
+def test_layers_that_start_otherwise_keep_their_deques(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delattr(Layer, "_paused_event_queue", raising=False)
+    monkeypatch.setattr(layer_queues, "_probe_queue", lambda: ([], _Waits()))
+    with caplog.at_level(logging.WARNING):
+        assert not layer_queues.install()
+        assert not layer_queues.install()
+    assert len(_warnings(caplog, layer_queues.PATCH)) == 1
+    assert "_paused_event_queue" not in vars(Layer)
+    assert type(_Waits()._paused_event_queue) is collections.deque
 
 
 # --- mitmproxy's connections to the relay, in memory -----------------------------------------

@@ -18,6 +18,7 @@ from llmitm.addons.patches import (
     cut_streams,
     headers,
     hooks,
+    layer_queues,
     options,
     relay_pipe,
     type_checks,
@@ -34,6 +35,7 @@ class LlmPatches:
     def load(self, loader: Loader) -> None:
         cut_streams.install()
         hooks.install()
+        layer_queues.install()
         options.install()
         relay_pipe.install()
         type_checks.install()
