@@ -51,6 +51,7 @@ def rewrite_upstream(flow: http.HTTPFlow) -> None:
     flow.request.url = "http://up/v1/chat/completions"
     flow.request.content = UPSTREAM_BODY
     flow.request.headers["authorization"] = "Bearer <redacted: $KEY>"
+    flow.request.headers["api-key"] = "upstream"
 
 
 def plan(flow: http.HTTPFlow) -> None:
@@ -72,6 +73,7 @@ def test_a_rewritten_flow_gets_the_clients_request_back_redacted() -> None:
         back.response(flow)
     assert flow.request.path == "/v1/responses" and flow.request.content == CLIENT_BODY
     assert flow.request.headers["authorization"] == "Bearer <redacted>"
+    assert "api-key" not in flow.request.headers  # the router's headers stay upstream's
     assert SIDES_KEY not in flow.metadata  # not routed: nothing went upstream to show
     assert client_request(flow) is None
 
