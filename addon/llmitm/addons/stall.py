@@ -2,9 +2,9 @@
 
 On the direct path mitmproxy forwards a routed stream itself and waits for the upstream's
 next bytes as long as the connection stays open (``tcp_timeout``, 10 minutes, then a bare
-close). For each such stream this addon runs one watchdog task: when the stream callable has
-seen no chunk for the route's ``stream_idle_timeout``, it notes the stall on the flow and
-closes the upstream side of the connection. mitmproxy then meets a body cut short, and
+close). For each such stream this addon sets one timer (:class:`_Watch`): when the stream
+callable has seen no chunk for the route's ``stream_idle_timeout``, it notes the stall on the
+flow and closes the upstream side of the connection. mitmproxy then meets a body cut short, and
 :mod:`llmitm.addons.patches.cut_streams` ends the client's stream with a terminal error in its
 protocol; the router counts the cut against the endpoint's health.
 
@@ -16,7 +16,7 @@ protocol — an upstream's own cut still reaches the client as it is; on other p
 closes the client's connection.
 
 The hot path pays one assignment per chunk (the rewriter's ``last`` timestamp); the
-watchdog sleeps until the earliest moment a stall could be due and reads that timestamp.
+watchdog's timer fires at the earliest moment a stall could be due and reads that timestamp.
 Relayed streams are bounded inside the relay (``relay_body(idle=...)``) and are not watched.
 
 Closing one server connection goes through mitmproxy's connection handler
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Callable
 from time import monotonic
 
 from mitmproxy import http
@@ -99,9 +100,9 @@ class LlmStallWatch:
     def _start(
         self, flow: http.HTTPFlow, state: FlowState | None, stream: StreamRewriter, idle: float
     ) -> None:
-        self._watches[flow.id] = asyncio.get_running_loop().create_task(
-            self._watch(flow, state, stream, idle), name=f"llmitm stall watch {flow.id}"
-        )
+        watch = _Watch(flow, state, stream, idle, self._stalled)
+        self._watches[flow.id] = watch
+        watch.arm(asyncio.get_running_loop())
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._stop(flow)
@@ -110,36 +111,71 @@ class LlmStallWatch:
         self._stop(flow)
 
     def done(self) -> None:
-        for task in self._watches.values():
-            task.cancel()
+        for watch in self._watches.values():
+            watch.cancel()
         self._watches.clear()
 
     def _stop(self, flow: http.HTTPFlow) -> None:
-        task = self._watches.pop(flow.id, None)
-        if task is not None:
-            task.cancel()
+        watch = self._watches.pop(flow.id, None)
+        if watch is not None:
+            watch.cancel()
 
-    async def _watch(
-        self, flow: http.HTTPFlow, state: FlowState | None, stream: StreamRewriter, idle: float
+    def _stalled(self, watch: _Watch) -> None:
+        flow, stream = watch.flow, watch.stream
+        message = stall_message(watch.idle)
+        logger.warning(
+            "llmitm: %s: %s; ending the client's stream with an error in its protocol",
+            flow.request.pretty_url,
+            message,
+        )
+        if watch.state is not None:
+            watch.state.upstream_cut = message
+        elif isinstance(stream.pipeline, StreamGuard):
+            stream.relays_as_is = False  # the guard ends it with its API's terminal error
+        self._watches.pop(flow.id, None)
+        close_server_side(flow)
+
+
+class _Watch:
+    """One stream's watchdog: a timer at the earliest moment the stream could have stalled,
+    set again from the last chunk's time while chunks keep coming. A timer rather than a
+    task: a task sleeping in a coroutine held ~1.5 KiB (the task, its frame, its future and
+    context, its name) for every open stream."""
+
+    __slots__ = ("flow", "handle", "idle", "on_stall", "state", "stream")
+
+    def __init__(
+        self,
+        flow: http.HTTPFlow,
+        state: FlowState | None,
+        stream: StreamRewriter,
+        idle: float,
+        on_stall: Callable[[_Watch], None],
     ) -> None:
-        while flow.live:
-            silent = monotonic() - stream.last
-            if silent < idle:
-                await asyncio.sleep(idle - silent)
-                continue
-            message = stall_message(idle)
-            logger.warning(
-                "llmitm: %s: %s; ending the client's stream with an error in its protocol",
-                flow.request.pretty_url,
-                message,
-            )
-            if state is not None:
-                state.upstream_cut = message
-            elif isinstance(stream.pipeline, StreamGuard):
-                stream.relays_as_is = False  # the guard ends it with its API's terminal error
-            self._watches.pop(flow.id, None)
-            close_server_side(flow)
+        self.flow = flow
+        self.state = state
+        self.stream = stream
+        self.idle = idle
+        self.on_stall = on_stall
+        self.handle: asyncio.TimerHandle | None = None
+
+    def arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        silent = monotonic() - self.stream.last
+        self.handle = loop.call_later(max(0.0, self.idle - silent), self._check, loop)
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.handle = None
+        if not self.flow.live:
             return
+        if monotonic() - self.stream.last < self.idle:
+            self.arm(loop)
+            return
+        self.on_stall(self)
 
 
 def close_server_side(flow: http.HTTPFlow) -> None:
