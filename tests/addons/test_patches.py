@@ -476,6 +476,19 @@ def test_a_layer_makes_its_event_queue_only_when_an_event_waits() -> None:
     assert not waits._paused_event_queue
 
 
+def test_a_layer_made_before_the_patch_keeps_what_it_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delattr(Layer, "_paused_event_queue", raising=False)
+    waits = _Waits()  # a layer of a connection open when llmitm's script (re)loads
+    (blocking,) = waits.handle_event(events.Start())
+    note = _Note()
+    assert not list(waits.handle_event(note))
+    assert layer_queues.install()
+    assert not list(waits.handle_event(_BlockingCompleted(blocking, None)))
+    assert waits.handled[1:] == [note]
+
+
 def test_layers_that_start_otherwise_keep_their_deques(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -25,7 +25,9 @@ from llmitm.addons.patches.fallback import degrade
 
 PATCH = "layer event queues made when needed"
 
-_KEY = "_llmitm_event_queue"
+_KEY = "_paused_event_queue"
+"""Where a layer's deque is kept: under mitmproxy's own name in the layer's ``__dict__`` (the
+class's descriptor is what reads it), so a layer made before the patch keeps its queue."""
 _NONE_WAITING: tuple[Any, ...] = ()
 
 try:
@@ -65,7 +67,7 @@ def _probe_queue() -> Any:
 
     context = types.SimpleNamespace(layers=[], options=types.SimpleNamespace())
     probe = _Probe(context)  # type: ignore[arg-type]
-    return probe.__dict__.get("_paused_event_queue", probe.__dict__.get(_KEY)), probe
+    return probe.__dict__.get(_KEY), probe
 
 
 def install() -> bool:
