@@ -80,9 +80,15 @@ def general_path(body: bytes, tools: bool = False) -> bytes:
     return b"".join(frame(event) for event in out)
 
 
-def pipeline_output(chunks: list[bytes], tools: bool = False) -> bytes:
+def pipeline_output(chunks: list[bytes], tools: bool = False, fold: bool = False) -> bytes:
+    """What the pipeline writes for ``chunks``; with ``fold``, the deltas it holds are folded
+    after every chunk (as the proxy's timer does now and then)."""
     pipeline = StreamPipeline("normalise-responses", context(tools))
-    out = [pipeline.feed(chunk) for chunk in chunks]
+    out = []
+    for chunk in chunks:
+        out.append(pipeline.feed(chunk))
+        if fold:
+            pipeline.fold()
     out.append(pipeline.close())
     assert pipeline.finished
     return b"".join(out)
@@ -816,3 +822,48 @@ def test_only_the_last_layouts_endings_are_kept(monkeypatch: pytest.MonkeyPatch)
     ((ending, endings),) = normalise_fast._ENDINGS.items()
     assert b'"obfuscation"' not in ending and len(endings) == 6  # numbers 0..5
     assert ending.startswith(b'","output_index":0,"sequence_number":%d}')
+
+
+# --- what a long stream holds -----------------------------------------------------------------
+
+
+@contextmanager
+def folding_from(parts: int) -> Iterator[None]:
+    kept = normalise_fast.FOLD_FROM
+    normalise_fast.FOLD_FROM = parts
+    try:
+        yield
+    finally:
+        normalise_fast.FOLD_FROM = kept
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conformant_stream(), st.lists(st.integers(min_value=0), max_size=12), st.booleans())
+def test_folding_what_a_stream_holds_between_any_chunks_changes_nothing(
+    events: list[Event], cuts: list[int], tools: bool
+) -> None:
+    body = b"".join(frame(event) for event in events)
+    plain = pipeline_output(events_of(body), tools)
+    with folding_from(2):  # fold whatever is held, after every chunk
+        assert pipeline_output(events_of(body), tools, fold=True) == plain
+        assert pipeline_output(pieces(body, cuts), tools, fold=True) == plain
+
+
+@pytest.mark.parametrize("layout", ["openai", "number last"])
+def test_a_long_answer_is_held_in_few_objects_once_folded(layout: str) -> None:
+    texts = [f"w{k}— " if k % 5 else f"“{k}” " for k in range(1000)]
+    frames = _text_stream(texts, layout, "orjson")
+    pipeline = StreamPipeline("normalise-responses", context())
+    assert pipeline.holds_deltas
+    out = []
+    for k, chunk in enumerate(frames, start=1):
+        out.append(pipeline.feed(chunk))
+        if k % 50 == 0:
+            pipeline.fold()
+            item = pipeline.translator._items["msg_1"]  # type: ignore[union-attr]
+            # ~50 deltas since the last fold, each an object: now the text and nothing else.
+            assert [type(part) for part in item.texts[0]] == [bytearray]
+    out.append(pipeline.close())
+    assert b"".join(out) == pipeline_output(frames)  # the same bytes as without folding
+    done = [e for e in sse_events(b"".join(out)) if e["type"] == "response.output_text.done"]
+    assert done[0]["text"] == "".join(texts)

@@ -3,6 +3,7 @@ in ``responseheaders`` (with framing fixed), whole bodies and errors in ``respon
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 
+from llmitm.addons.delta_folder import DeltaFolder
 from llmitm.addons.patches.coalesce import coalesce_client_writes
 from llmitm.addons.patches.headers import indexed_headers
 from llmitm.addons.state import FlowState, Routed, flow_state
@@ -87,6 +89,13 @@ def set_facts(flow: http.HTTPFlow, routed: Routed, extra: float) -> None:
 class LlmStreamTranslator:
     name = "llmitm_stream_translator"
 
+    def __init__(self) -> None:
+        self.folder = DeltaFolder()
+        """Joins what live normalised Responses streams hold for their closing events."""
+
+    def done(self) -> None:
+        self.folder.stop()
+
     def load(self, loader: Loader) -> None:
         loader.add_option(
             "llmitm_batch_writes",
@@ -149,6 +158,9 @@ class LlmStreamTranslator:
         else:
             response.stream = StreamRewriter(pipeline, decode)
         self._stream_started(flow)
+        if getattr(pipeline, "holds_deltas", False):
+            with contextlib.suppress(RuntimeError):  # no running loop (a hook called by a test)
+                self.folder.add(pipeline)
         response.headers.pop("content-encoding", None)
         response.headers.pop("content-length", None)
         if flow.request.http_version.startswith("HTTP/1"):

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from llmitm.translate.context import TranslationContext
-from llmitm.translate.normalise_fast import DeltaTemplate, text_of
+from llmitm.translate.normalise_fast import DeltaTemplate, Parts, fold, text_of
 from llmitm.wire.errors import (
     ApiError,
     normalise_error,
@@ -121,26 +121,34 @@ class _Item:
         self.name: str | None = added.get("name")
         self.content_index = -1
         self.closed = False
-        self.texts: dict[int, list[str | bytes]] = {}
+        self.texts: dict[int, Parts] = {}
         self.annotations: dict[int, list[Any]] = {}
         self.part_types: dict[int, str] = {}
         self.open_parts: list[int] = []
-        self.summaries: dict[int, list[str | bytes]] = {}
+        self.summaries: dict[int, Parts] = {}
         self.open_summaries: list[int] = []
-        self.args: list[str | bytes] = []
+        self.args: Parts = []
         self.args_streamed = False
 
-    def text(self, content_index: int) -> list[str | bytes]:
+    def text(self, content_index: int) -> Parts:
         texts = self.texts.get(content_index)
         if texts is None:
             texts = self.texts[content_index] = []
         return texts
 
-    def summary(self, summary_index: int) -> list[str | bytes]:
+    def summary(self, summary_index: int) -> Parts:
         texts = self.summaries.get(summary_index)
         if texts is None:
             texts = self.summaries[summary_index] = []
         return texts
+
+    def fold(self) -> None:
+        """Join what has streamed of the item into few objects (:func:`fold`)."""
+        for parts in self.texts.values():
+            fold(parts)
+        for parts in self.summaries.values():
+            fold(parts)
+        fold(self.args)
 
     def done_item(self) -> dict[str, Any]:
         """The item as its ``output_item.done`` would carry it, from what streamed."""
@@ -207,6 +215,12 @@ class ResponsesNormaliser:
     def response_id(self) -> str | None:
         """The upstream's response id (the endpoint that minted it owns its state)."""
         return self._response["id"] if self._response is not None else None
+
+    def fold(self) -> None:
+        """Join the deltas its items hold for their closing events into few objects; for the
+        shell to call now and then on a live stream, never from a hot path."""
+        for item in self._items.values():
+            item.fold()
 
     # -- the fast path -------------------------------------------------------------------
 

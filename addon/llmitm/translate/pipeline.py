@@ -439,6 +439,19 @@ class StreamPipeline:
                 frames += translator.feed(obj)
         return frames
 
+    @property
+    def holds_deltas(self) -> bool:
+        """Whether the translator holds its deltas one by one until their items close (a
+        normalised Responses stream), which :meth:`fold` joins."""
+        return hasattr(self.translator, "fold")
+
+    def fold(self) -> None:
+        """Join the deltas the translator holds for its closing events into few objects: for
+        the shell to call now and then on a live stream, between chunks, never per chunk."""
+        fold = getattr(self.translator, "fold", None)
+        if fold is not None:
+            fold()
+
     def close(self) -> bytes:
         """The upstream body ended (or broke): flush and terminate the client's stream."""
         self._disarm()
@@ -492,6 +505,9 @@ class RestoringNormaliser:
     @property
     def sequence(self) -> int:
         return self.normaliser.sequence
+
+    def fold(self) -> None:
+        self.normaliser.fold()
 
     def _in_step(self) -> bool:
         template = self.normaliser.template

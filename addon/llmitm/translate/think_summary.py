@@ -68,6 +68,11 @@ class ReasoningAsSummary:
     def response_id(self) -> str | None:
         return self.inner.response_id
 
+    def fold(self) -> None:
+        fold = getattr(self.inner, "fold", None)
+        if fold is not None:
+            fold()
+
     @property
     def final_response(self) -> dict[str, Any] | None:
         return self.inner.final_response
