@@ -19,6 +19,12 @@ processes, one per ``llmitm_record`` setting):
                and RSS once they ended; ``--memory-runs`` rounds, medians; with
                ``--before``, the llmitm setups also through that checkout
 
+With ``--timeline N``, instead of the probe: each proxy on a fresh process (after a few
+warm-up streams) takes one burst of N concurrent paced streams while its RSS is sampled every
+10 ms, and the peak growth per stream over the RSS before the burst is told, with when it came
+(``--timeline-runs`` rounds, interleaved; ``--stream-events`` per stream; ``--normalised``:
+Responses streams normalised for a Responses upstream instead of translated over chat).
+
 With ``--split``, the big bodies go to a stamping upstream instead (this script run with
 ``--stamped-upstream``: a thread per connection that answers every request at once with a
 small chat completion or Response and notes when its first and last bytes came), and each
@@ -29,7 +35,8 @@ process reads the same monotonic clock.
 
     python scripts/bench_big_request.py [--sizes 0.2,1,5] [--runs 7] [--streams 1,64,256]
                                         [--skip-memory] [--skip-big] [--before PATH] [--split]
-                                        [--memory-runs 1]
+                                        [--memory-runs 1] [--timeline N [--timeline-runs 2]
+                                        [--stream-events 100] [--normalised]]
 
 Requests of all setups are interleaved round by round, every other round in reverse order.
 """
@@ -45,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -393,6 +401,94 @@ async def concurrent_streams(setup: bp.Setup, count: int) -> None:
     await asyncio.gather(*(bp.stream(setup, STREAM_EVENTS) for _ in range(count)))
 
 
+TIMELINE_EVERY_S = 0.01
+TIMELINE_AFTER_S = 1.5
+"""How long RSS is still sampled after the burst's streams have ended (records are built)."""
+
+
+def timeline_burst(pid: int, setup: bp.Setup, count: int) -> tuple[float, float, float]:
+    """One burst of ``count`` streams with RSS sampled throughout: (peak growth per stream in
+    KiB over the RSS before the burst, seconds from its start to the peak, to its end)."""
+    before = memory_kib(pid, "VmRSS")
+    samples: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append((time.monotonic(), memory_kib(pid, "VmRSS")))
+            time.sleep(TIMELINE_EVERY_S)
+
+    sampler = threading.Thread(target=sample)
+    started = time.monotonic()
+    sampler.start()
+    try:
+        asyncio.run(concurrent_streams(setup, count))
+        ended = time.monotonic() - started
+        time.sleep(TIMELINE_AFTER_S)
+    finally:
+        done.set()
+        sampler.join()
+    at, peak = max(samples, key=lambda sample: sample[1])
+    return (peak - before) / count, at - started, ended
+
+
+def run_timeline(
+    tmp: Path, count: int, before: str | None, runs: int, normalised: bool
+) -> list[str]:
+    """:func:`timeline_burst` of each proxy on fresh processes, ``runs`` rounds interleaved."""
+    model, endpoint = ("bench-pass", "both") if normalised else ("bench-over-chat", "chat-only")
+    kinds: list[tuple[str, str, str | None, tuple[str, ...], str | None]] = [
+        ("mitmdump", "bench-pass", None, (), None),
+        ("llmitm, recording on", model, endpoint, (), None),
+        ("llmitm, recording off", model, endpoint, ("llmitm_record=off",), None),
+    ]
+    if before:
+        kinds += [
+            ("before: llmitm, recording on", model, endpoint, (), before),
+            ("before: llmitm, recording off", model, endpoint, ("llmitm_record=off",), before),
+        ]
+    results: dict[str, list[tuple[float, float, float]]] = {kind[0]: [] for kind in kinds}
+    started = 0
+    for rnd in range(runs):
+        for label, kind_model, kind_endpoint, extra, code in kinds if rnd % 2 == 0 else kinds[::-1]:
+            started += 1
+            procs = bp.Processes(tmp / f"timeline-{started}")
+            procs.tmp.mkdir()
+            try:
+                both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
+                if label == "mitmdump":
+                    port, pid = bp.start_mitmdump(procs, both)
+                else:
+                    chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
+                    config = bp.CONFIG.format(both=both, chat=chat, responses=both)
+                    port, pid = bp.start_llmitm(procs, both, config, extra=extra, code=code)
+                api = "responses"
+                setup = bp.Setup(label, label, api, "llmitm", kind_model, kind_endpoint, None)
+                setup.port, setup.pid, setup.delay_ms = port, pid, STREAM_DELAY_MS
+                asyncio.run(concurrent_streams(setup, 2))  # warm up: imports, first connections
+                asyncio.run(concurrent_streams(setup, 1))
+                time.sleep(0.5)
+                bp.progress(f"timeline, round {rnd + 1}: {label}, {count} streams")
+                results[label].append(timeline_burst(pid, setup, count))
+            finally:
+                procs.stop_all()
+    path = "normalised for a Responses upstream" if normalised else "translated over chat"
+    lines = [
+        f"Timeline: one burst of {count} concurrent streams ({STREAM_EVENTS} events, one per "
+        f"{STREAM_DELAY_MS} ms, {path}), RSS sampled every {TIMELINE_EVERY_S * 1000:.0f} ms; "
+        "peak growth per stream over the RSS before the burst, and when (s from the start)",
+        "| proxy | KiB per stream, median | each run: KiB at s (streams ended at s) |",
+        "| --- | --- | --- |",
+    ]
+    base = statistics.median(r[0] for r in results["mitmdump"])
+    for label, runs_results in results.items():
+        median = statistics.median(r[0] for r in runs_results)
+        each = "; ".join(f"{kib:.1f} at {at:.2f} ({end:.2f})" for kib, at, end in runs_results)
+        ratio = "" if label == "mitmdump" else f" ({median / base:.2f}×)"
+        lines.append(f"| {label} | {median:.1f}{ratio} | {each} |")
+    return lines
+
+
 def run_memory(tmp: Path, levels: list[int], before: str | None = None, runs: int = 1) -> list[str]:
     """Peak RSS per proxy at each level of concurrent streams, on fresh processes; with
     ``before``, the llmitm setups again through that checkout; ``runs`` rounds of every
@@ -479,6 +575,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--memory-runs", type=int, default=1, help="rounds of the memory probe (medians)"
     )
+    parser.add_argument(
+        "--timeline", type=int, metavar="N", help="one burst of N streams, RSS sampled"
+    )
+    parser.add_argument("--timeline-runs", type=int, default=2, help="rounds of the timeline")
+    parser.add_argument("--stream-events", type=int, default=STREAM_EVENTS)
+    parser.add_argument(
+        "--normalised", action="store_true", help="timeline: streams normalised, not translated"
+    )
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-big", action="store_true")
     parser.add_argument("--profile", metavar="DIR", help="run llmitm under cProfile into DIR")
@@ -498,7 +602,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global STREAM_EVENTS
     args = parse_args(argv)
+    STREAM_EVENTS = args.stream_events
     if args.stamped_upstream:
         serve_stamped(Path(args.stamped_upstream))
         return 0
@@ -546,7 +652,12 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(KeyboardInterrupt):
                 procs.stop_all()
         lines += report_big(setups, args.sizes)
-    if not args.skip_memory:
+    if args.timeline:
+        timeline = run_timeline(
+            tmp, args.timeline, args.before, args.timeline_runs, args.normalised
+        )
+        lines += ["", *timeline]
+    elif not args.skip_memory:
         lines += ["", *run_memory(tmp, args.streams, args.before, args.memory_runs)]
     print(f"{os.cpu_count()} CPUs; {bp.describe_llmitm()}")
     print("\n".join(lines))
