@@ -54,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -401,6 +402,58 @@ async def concurrent_streams(setup: bp.Setup, count: int) -> None:
     await asyncio.gather(*(bp.stream(setup, STREAM_EVENTS) for _ in range(count)))
 
 
+Kind = tuple[str, str, str | None, tuple[str, ...], str | None]
+"""A proxy of the memory probes: label, model, the endpoint it must reach, llmitm's extra
+options, the checkout it runs (``None``: this one)."""
+
+
+def memory_kinds(before: str | None, normalised: bool = False) -> list[Kind]:
+    """Plain mitmdump, and llmitm with recording on and off (and through ``before``)."""
+    model, endpoint = ("bench-pass", "both") if normalised else ("bench-over-chat", "chat-only")
+    off = ("llmitm_record=off",)
+    kinds: list[Kind] = [
+        ("mitmdump", "bench-pass", None, (), None),
+        ("llmitm, recording on", model, endpoint, (), None),
+        ("llmitm, recording off", model, endpoint, off, None),
+    ]
+    if before:
+        kinds += [
+            ("before: llmitm, recording on", model, endpoint, (), before),
+            ("before: llmitm, recording off", model, endpoint, off, before),
+        ]
+    return kinds
+
+
+def interleaved(kinds: list[Kind], runs: int) -> Iterator[tuple[int, Kind]]:
+    """Every kind, ``runs`` rounds, every other round in reverse order."""
+    for rnd in range(runs):
+        for kind in kinds if rnd % 2 == 0 else kinds[::-1]:
+            yield rnd, kind
+
+
+@contextlib.contextmanager
+def fresh_proxy(folder: Path, kind: Kind) -> Iterator[tuple[int, bp.Setup]]:
+    """``kind`` on a fresh process beside its fake upstreams, warmed up: its pid and the
+    streams' setup; all stopped at the end."""
+    label, model, endpoint, extra, code = kind
+    procs = bp.Processes(folder)
+    procs.tmp.mkdir()
+    try:
+        both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
+        if label == "mitmdump":
+            port, pid = bp.start_mitmdump(procs, both)
+        else:
+            chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
+            config = bp.CONFIG.format(both=both, chat=chat, responses=both)
+            port, pid = bp.start_llmitm(procs, both, config, extra=extra, code=code)
+        setup = bp.Setup(label, label, "responses", "llmitm", model, endpoint, None)
+        setup.port, setup.pid, setup.delay_ms = port, pid, STREAM_DELAY_MS
+        asyncio.run(concurrent_streams(setup, 2))  # warm up: imports, first connections
+        yield pid, setup
+    finally:
+        procs.stop_all()
+
+
 TIMELINE_EVERY_S = 0.01
 TIMELINE_AFTER_S = 1.5
 """How long RSS is still sampled after the burst's streams have ended (records are built)."""
@@ -436,42 +489,15 @@ def run_timeline(
     tmp: Path, count: int, before: str | None, runs: int, normalised: bool
 ) -> list[str]:
     """:func:`timeline_burst` of each proxy on fresh processes, ``runs`` rounds interleaved."""
-    model, endpoint = ("bench-pass", "both") if normalised else ("bench-over-chat", "chat-only")
-    kinds: list[tuple[str, str, str | None, tuple[str, ...], str | None]] = [
-        ("mitmdump", "bench-pass", None, (), None),
-        ("llmitm, recording on", model, endpoint, (), None),
-        ("llmitm, recording off", model, endpoint, ("llmitm_record=off",), None),
-    ]
-    if before:
-        kinds += [
-            ("before: llmitm, recording on", model, endpoint, (), before),
-            ("before: llmitm, recording off", model, endpoint, ("llmitm_record=off",), before),
-        ]
+    kinds = memory_kinds(before, normalised)
     results: dict[str, list[tuple[float, float, float]]] = {kind[0]: [] for kind in kinds}
-    started = 0
-    for rnd in range(runs):
-        for label, kind_model, kind_endpoint, extra, code in kinds if rnd % 2 == 0 else kinds[::-1]:
-            started += 1
-            procs = bp.Processes(tmp / f"timeline-{started}")
-            procs.tmp.mkdir()
-            try:
-                both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
-                if label == "mitmdump":
-                    port, pid = bp.start_mitmdump(procs, both)
-                else:
-                    chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
-                    config = bp.CONFIG.format(both=both, chat=chat, responses=both)
-                    port, pid = bp.start_llmitm(procs, both, config, extra=extra, code=code)
-                api = "responses"
-                setup = bp.Setup(label, label, api, "llmitm", kind_model, kind_endpoint, None)
-                setup.port, setup.pid, setup.delay_ms = port, pid, STREAM_DELAY_MS
-                asyncio.run(concurrent_streams(setup, 2))  # warm up: imports, first connections
-                asyncio.run(concurrent_streams(setup, 1))
-                time.sleep(0.5)
-                bp.progress(f"timeline, round {rnd + 1}: {label}, {count} streams")
-                results[label].append(timeline_burst(pid, setup, count))
-            finally:
-                procs.stop_all()
+    for started, (rnd, kind) in enumerate(interleaved(kinds, runs), start=1):
+        label = kind[0]
+        with fresh_proxy(tmp / f"timeline-{started}", kind) as (pid, setup):
+            asyncio.run(concurrent_streams(setup, 1))
+            time.sleep(0.5)
+            bp.progress(f"timeline, round {rnd + 1}: {label}, {count} streams")
+            results[label].append(timeline_burst(pid, setup, count))
     path = "normalised for a Responses upstream" if normalised else "translated over chat"
     lines = [
         f"Timeline: one burst of {count} concurrent streams ({STREAM_EVENTS} events, one per "
@@ -493,50 +519,19 @@ def run_memory(tmp: Path, levels: list[int], before: str | None = None, runs: in
     """Peak RSS per proxy at each level of concurrent streams, on fresh processes; with
     ``before``, the llmitm setups again through that checkout; ``runs`` rounds of every
     proxy, interleaved (every other round in reverse order), reported as medians."""
-    kinds: list[tuple[str, str, str | None, tuple[str, ...], str | None]] = [
-        ("mitmdump", "bench-pass", None, (), None),
-        ("llmitm, recording on", "bench-over-chat", "chat-only", (), None),
-        ("llmitm, recording off", "bench-over-chat", "chat-only", ("llmitm_record=off",), None),
-    ]
-    if before:
-        kinds += [
-            ("before: llmitm, recording on", "bench-over-chat", "chat-only", (), before),
-            (
-                "before: llmitm, recording off",
-                "bench-over-chat",
-                "chat-only",
-                ("llmitm_record=off",),
-                before,
-            ),
-        ]
+    kinds = memory_kinds(before)
     rows: dict[str, list[list[tuple[int, int]]]] = {kind[0]: [] for kind in kinds}
-    started = 0
-    for rnd in range(runs):
-        for label, model, endpoint, extra, code in kinds if rnd % 2 == 0 else kinds[::-1]:
-            started += 1
-            procs = bp.Processes(tmp / f"memory-{started}")
-            procs.tmp.mkdir()
-            values: list[tuple[int, int]] = []
-            try:
-                both = f"http://127.0.0.1:{bp.start_fake(procs, 'chat,responses')}"
-                if label == "mitmdump":
-                    port, pid = bp.start_mitmdump(procs, both)
-                else:
-                    chat = f"http://127.0.0.1:{bp.start_fake(procs, 'chat')}"
-                    config = bp.CONFIG.format(both=both, chat=chat, responses=both)
-                    port, pid = bp.start_llmitm(procs, both, config, extra=extra, code=code)
-                setup = bp.Setup(label, label, "responses", "llmitm", model, endpoint, None)
-                setup.port, setup.pid, setup.delay_ms = port, pid, STREAM_DELAY_MS
-                asyncio.run(concurrent_streams(setup, 2))  # warm up: imports, first connections
-                for level in levels:
-                    bp.progress(f"memory, round {rnd + 1}: {label}, {level} concurrent streams")
-                    reset_peak(pid)
-                    asyncio.run(concurrent_streams(setup, level))
-                    time.sleep(0.3)
-                    values.append((memory_kib(pid, "VmHWM"), memory_kib(pid, "VmRSS")))
-            finally:
-                procs.stop_all()
-            rows[label].append(values)
+    for started, (rnd, kind) in enumerate(interleaved(kinds, runs), start=1):
+        label = kind[0]
+        values: list[tuple[int, int]] = []
+        with fresh_proxy(tmp / f"memory-{started}", kind) as (pid, setup):
+            for level in levels:
+                bp.progress(f"memory, round {rnd + 1}: {label}, {level} concurrent streams")
+                reset_peak(pid)
+                asyncio.run(concurrent_streams(setup, level))
+                time.sleep(0.3)
+                values.append((memory_kib(pid, "VmHWM"), memory_kib(pid, "VmRSS")))
+        rows[label].append(values)
     levels_text = " / ".join(map(str, levels))
     lines = [
         f"Memory: peak RSS (MiB) during {levels_text} concurrent streams (each level's own) "

@@ -28,10 +28,10 @@ async def test_live_streams_are_folded_until_they_finish() -> None:
     ending.finished = True
     folds = ending.folds
     await asyncio.sleep(0.05)
-    assert ending.folds == folds and ending not in folder.streams  # dropped, never folded
+    assert ending.folds == folds and ending not in folder.live  # dropped, never folded
     live.finished = True
     await asyncio.sleep(0.05)
-    assert not folder.streams and folder._timer is None  # nothing left: no timer either
+    assert not folder.live and folder._timer is None  # nothing left: no timer either
 
 
 async def test_stopping_the_folder_cancels_its_timer() -> None:

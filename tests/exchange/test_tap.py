@@ -282,7 +282,7 @@ def test_the_compactor_compacts_busy_taps_and_forgets_ended_ones() -> None:
         compactor.discard(quiet)
         del busy
         gc.collect()
-        assert len(compactor.taps) == 0
+        assert len(compactor.live) == 0
         await asyncio.sleep(0.01)
         assert compactor._timer is None  # nothing live: no timer either
 

@@ -11,9 +11,9 @@ chunk.
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from typing import Protocol
+
+from llmitm.addons.live_timer import LiveTimer
 
 EVERY = 0.5
 """Seconds between folds. A fold costs ~1 µs a live stream, ~50 ns a delta at 50 deltas a
@@ -26,38 +26,15 @@ class Foldable(Protocol):
     def fold(self) -> None: ...
 
 
-class DeltaFolder:
-    """The set of live streams to fold and the one timer that folds them."""
+class DeltaFolder(LiveTimer[Foldable]):
+    """The live normalised streams and the one timer that folds them."""
 
     def __init__(self, every: float = EVERY) -> None:
-        self.every = every
-        # Weak: a stream whose flow is gone goes with it.
-        self.streams: weakref.WeakSet[Foldable] = weakref.WeakSet()
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        super().__init__(every, _fold)
 
-    def add(self, stream: Foldable) -> None:
-        self.streams.add(stream)
-        loop = asyncio.get_running_loop()
-        # A timer left on a loop that has ended never fires: start one on this loop.
-        if self._timer is None or self._loop is not loop:
-            self._schedule(loop)
 
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _tick(self) -> None:
-        self._timer = None
-        for stream in list(self.streams):
-            if stream.finished:
-                self.streams.discard(stream)
-            else:
-                stream.fold()
-        if self.streams and self._loop is not None:
-            self._schedule(self._loop)
-
-    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._timer = loop.call_later(self.every, self._tick)
+def _fold(stream: Foldable) -> bool:
+    if stream.finished:
+        return False
+    stream.fold()
+    return True

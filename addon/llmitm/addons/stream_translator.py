@@ -3,7 +3,6 @@ in ``responseheaders`` (with framing fixed), whole bodies and errors in ``respon
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -159,8 +158,7 @@ class LlmStreamTranslator:
             response.stream = StreamRewriter(pipeline, decode)
         self._stream_started(flow)
         if getattr(pipeline, "holds_deltas", False):
-            with contextlib.suppress(RuntimeError):  # no running loop (a hook called by a test)
-                self.folder.add(pipeline)
+            self.folder.add(pipeline)
         response.headers.pop("content-encoding", None)
         response.headers.pop("content-length", None)
         if flow.request.http_version.startswith("HTTP/1"):

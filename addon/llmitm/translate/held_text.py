@@ -35,6 +35,3 @@ class HeldText:
         if self._joined:
             return "".join(self._joined + self._run)
         return "".join(self._run)
-
-    def __bool__(self) -> bool:
-        return bool(self._run or self._joined)

@@ -9,9 +9,9 @@ timer runs tens of times a second for the whole proxy, not once per chunk per st
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from typing import Protocol
+
+from llmitm.addons.live_timer import LiveTimer
 
 EVERY = 0.02
 """Seconds between compactions (a busy proxy relays a few hundred chunks in that time)."""
@@ -28,45 +28,14 @@ class Compactable(Protocol):
     def compact(self) -> None: ...
 
 
-class TapCompactor:
-    """The set of live taps and the one timer that compacts them."""
+class TapCompactor(LiveTimer[Compactable]):
+    """The live taps and the one timer that compacts them."""
 
     def __init__(self, every: float = EVERY, at_least: int = AT_LEAST) -> None:
-        self.every = every
+        super().__init__(every, self._compact)
         self.at_least = at_least
-        # Weak: a flow that ends without reaching the recorder's hooks takes its tap along.
-        self.taps: weakref.WeakSet[Compactable] = weakref.WeakSet()
-        self._timer: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def add(self, tap: Compactable) -> None:
-        self.taps.add(tap)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a hook called from a test): taps compact at the end
-            return
-        # A timer left on a loop that has ended never fires: start one on this loop.
-        if self._timer is None or self._loop is not loop:
-            self._schedule(loop)
-
-    def discard(self, tap: Compactable | None) -> None:
-        if tap is not None:
-            self.taps.discard(tap)
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _tick(self) -> None:
-        self._timer = None
-        at_least = self.at_least
-        for tap in list(self.taps):
-            if tap.pending() >= at_least:
-                tap.compact()
-        if self.taps and self._loop is not None:
-            self._schedule(self._loop)
-
-    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._timer = loop.call_later(self.every, self._tick)
+    def _compact(self, tap: Compactable) -> bool:
+        if tap.pending() >= self.at_least:
+            tap.compact()
+        return True  # compacted until the recorder lets it go
