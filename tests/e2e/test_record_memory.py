@@ -11,7 +11,7 @@ import asyncio
 import gc
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,8 +24,9 @@ from llmitm.addons.record.flows import Capture
 from llmitm.addons.state import FlowState
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.replay.capture import ClientRequest, RawHeaders
-from llmitm.replay.model import Interaction
+from llmitm.replay.model import Interaction, Pieces
 from llmitm.replay.tap import Leg, StreamTap
+from llmitm.store import SqliteStore
 from llmitm.testing.fake_upstream import serve_in_thread
 from llmitm.translate.pipeline import StreamPipeline
 
@@ -88,7 +89,12 @@ def traced() -> tracemalloc.Snapshot:
 
 
 @contextmanager
-def running_proxy(tmp_path: Path, record: str, recorded: list[str]) -> Iterator[InProcessProxy]:
+def running_proxy(
+    tmp_path: Path,
+    record: str,
+    recorded: list[str],
+    before_record: Callable[[Interaction], Interaction] | None = None,
+) -> Iterator[InProcessProxy]:
     """An in-process llmitm translating Responses to chat for a fake chat upstream."""
     with serve_in_thread(apis={"chat"}) as fake:
         config = tmp_path / "llmitm.toml"
@@ -108,7 +114,8 @@ def running_proxy(tmp_path: Path, record: str, recorded: list[str]) -> Iterator[
                 "llmitm_console": "off",
             },
             lambda scope, exchange: None,
-            before_record=lambda interaction: recorded.append(interaction.id) or interaction,
+            before_record=before_record
+            or (lambda interaction: recorded.append(interaction.id) or interaction),
         )
         proxy.start()
         try:
@@ -147,6 +154,50 @@ def test_streams_leave_nothing_behind(tmp_path: Path, record: str) -> None:
         assert held((StreamPipeline,), collect=False) == {"StreamPipeline": 0}
         counts = let_go(record, recorded, STREAMS)
         assert not any(counts.values()), counts
+
+
+def test_records_wait_for_the_store_with_their_streams_compressed(tmp_path: Path) -> None:
+    """The builder hands the recorder each streamed leg encoded as the store keeps it (what
+    a burst of ended streams leaves waiting for the store's writer is a few times smaller),
+    and the stored stream reads back as the client got it."""
+    seen: list[tuple[str, str | None, int, int]] = []
+
+    def look(interaction: Interaction) -> Interaction:
+        for leg, message in interaction.legs.items():
+            chunks = message.chunks
+            if isinstance(chunks, Pieces):
+                codec, data = chunks.encoded or (None, b"")
+                seen.append((leg, codec, len(data), sum(chunks.sizes)))
+        return interaction
+
+    with running_proxy(tmp_path, "record", [], before_record=look) as proxy:
+        answers = asyncio.run(streams(proxy.port()))
+        deadline = time.monotonic() + WAIT_S
+        while len(seen) < 2 * STREAMS and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert sorted({leg for leg, *_ in seen}) == ["client_resp", "upstream_resp"]
+    assert len(seen) == 2 * STREAMS
+    assert all(codec == "zstd" and 0 < held < whole / 4 for _, codec, held, whole in seen), seen
+
+    async def stored_answers() -> list[bytes]:
+        async with SqliteStore(tmp_path / "llmitm.db") as store:
+            loaded = await store.load_recordings()
+        return [i.legs["client_resp"].body() for i in loaded]
+
+    sent = sorted(dechunked(answer.split(b"\r\n\r\n", 1)[1]) for answer in answers)
+    assert sorted(asyncio.run(stored_answers())) == sent
+
+
+def dechunked(body: bytes) -> bytes:
+    """A chunked HTTP/1.1 body's bytes."""
+    out, at = bytearray(), 0
+    while True:
+        end = body.index(b"\r\n", at)
+        size = int(body[at:end].split(b";")[0], 16)
+        if size == 0:
+            return bytes(out)
+        out += body[end + 2 : end + 2 + size]
+        at = end + 2 + size + 2
 
 
 def test_a_second_round_of_streams_holds_nothing_more(tmp_path: Path) -> None:

@@ -3,8 +3,10 @@ and the store packs it and joins it without making that list."""
 
 from __future__ import annotations
 
-from llmitm.replay.model import Message, Pieces
-from llmitm.store.recording_rows import pack_index, unpack_chunks
+from llmitm.replay.model import Interaction, Message, Pieces
+from llmitm.store import blob_codec
+from llmitm.store.recording_rows import encode_pieces, pack_index, recording_rows, unpack_chunks
+from llmitm.store.recordings import RecordingWrite
 
 
 def as_pieces(chunks: list[tuple[int, bytes]]) -> Pieces:
@@ -51,3 +53,51 @@ def test_timed_pieces_are_stored_as_they_came_and_read_back_as_offsets() -> None
 def test_an_index_of_the_first_layout_still_reads() -> None:
     old = b"".join(t.to_bytes(8, "little") + len(d).to_bytes(8, "little") for t, d in AS_LIST)
     assert unpack_chunks(old, b"".join(d for _, d in AS_LIST)) == AS_LIST
+
+
+def test_encoded_pieces_hold_the_stores_bytes_and_read_as_before() -> None:
+    """Encoded, a stream's body waits for the store in the codec's bytes: the store's rows take
+    them as they are, and a reader still gets the pieces (the body decoded once, then kept)."""
+    datas = [b'data: {"n": %d, "delta": "some words"}\n\n' % i for i in range(100)]
+    chunks = [(i * 20_000, d) for i, d in enumerate(datas)]
+    pieces = as_pieces(chunks)
+    message = Message(chunks=pieces, status=200)
+    decoded: list[int] = []
+
+    def decode(codec: str, data: bytes) -> bytes:
+        decoded.append(len(data))
+        return blob_codec.decode(codec, data)
+
+    pieces.encode(blob_codec.encode, decode)
+    assert pieces.encoded is not None
+    codec, stored = pieces.encoded
+    assert (codec, stored) == blob_codec.encode(b"".join(datas)) and len(stored) < 1000
+    encode_pieces(message)  # a leg shared by two legs of a record is encoded once
+    assert pieces.encoded[1] is stored
+    interaction = Interaction(
+        id="0000000000001abcdef",
+        scope="global",
+        key="k" * 16,
+        key_version=1,
+        method="POST",
+        route="chat.completions",
+        model="m",
+        stream=True,
+        canonical_utf8=b"{}",
+        started_us=1,
+        legs={"upstream_resp": message, "client_resp": message},
+    )
+    _, rows, blobs = recording_rows([RecordingWrite(interaction)], None)
+    ((size, blob_codec_name, data),) = blobs.values()
+    assert (size, blob_codec_name) == (len(b"".join(datas)), codec) and data is stored
+    assert len(rows) == 2 and rows[0][6] == rows[1][6]  # both legs name the one blob
+    assert decoded == []  # the store took the encoded bytes; the body was not held whole
+    assert list(pieces) == chunks and message.body() == b"".join(datas)
+    assert message.body() is message.body() and decoded == [len(stored)]  # decoded once
+
+
+def test_a_small_body_is_kept_raw_as_the_store_keeps_it() -> None:
+    pieces = as_pieces(AS_LIST)
+    pieces.encode(blob_codec.encode, blob_codec.decode)
+    assert pieces.encoded == (blob_codec.RAW, b"".join(d for _, d in AS_LIST))
+    assert list(pieces) == AS_LIST

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from llmitm.replay.model import Interaction, Message
-from llmitm.store import MIGRATIONS, Migration, SqliteStore
+from llmitm.replay.model import Interaction, Message, Pieces
+from llmitm.store import MIGRATIONS, Migration, SqliteStore, blob_codec
+from llmitm.store.recording_rows import encode_pieces
 from llmitm.store.recordings import DeleteScope, RecordingWrite, RekeyRecording, ReplayMissRecord
 from tests.store.backends import Backend
 
@@ -66,6 +67,31 @@ async def test_recordings_round_trip_and_share_blobs(backend: Backend) -> None:
     # canonical text, both "{}", one shared chunk with two references
     assert backend.count("rec_blobs") == 1
     assert backend.query("SELECT refs FROM store_chunks") == [("2",)]
+
+
+async def test_a_stream_encoded_by_its_builder_is_stored_as_those_bytes(backend: Backend) -> None:
+    """The record builder compresses a stream's body as the store keeps it; the store writes
+    those bytes as they are, and the stream reads back piece for piece."""
+    t0 = 1_796_040_000.0
+    datas = [f'data: {{"n":{i},"text":"word {i}"}}\n\n'.encode() for i in range(200)]
+    pieces = Pieces.timed(
+        [t0 + i / 100 for i in range(200)], t0, [len(d) for d in datas], b"".join(datas)
+    )
+    expected = list(pieces)
+    interaction = recorded(7)
+    interaction.legs = {"upstream_resp": Message(headers=[], chunks=pieces, status=200)}
+    encode_pieces(interaction.legs["upstream_resp"])
+    assert pieces.encoded is not None
+    codec, stored = pieces.encoded
+    assert codec == blob_codec.ZSTD and len(stored) < len(pieces.body) // 4
+    async with backend.store() as store:
+        store.submit(RecordingWrite(interaction))
+        await store.flush()
+        (loaded,) = await store.load_recordings()
+    assert loaded.legs["upstream_resp"].chunks == expected
+    assert backend.query("SELECT codec, size, length(data) FROM rec_blobs") == [
+        (codec, str(sum(map(len, datas))), str(len(stored)))
+    ]
 
 
 async def test_the_migration_commutes_with_another_features_step(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import itertools
 import operator
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Literal, overload
@@ -22,6 +22,10 @@ Leg = Literal["client_req", "upstream_req", "upstream_resp", "client_resp"]
 LEGS: tuple[Leg, ...] = ("client_req", "upstream_req", "upstream_resp", "client_resp")
 Chunk = tuple[int, bytes]
 """(offset in microseconds since the request was complete, the bytes of one piece)."""
+Encoded = tuple[str, bytes]
+"""A body as a codec made it: the codec's name and its bytes."""
+Encode = Callable[[bytes], Encoded]
+Decode = Callable[[str, bytes], bytes]
 
 
 class Pieces(Sequence[Chunk]):
@@ -33,17 +37,40 @@ class Pieces(Sequence[Chunk]):
     :meth:`timed` makes one from arrival times (seconds since the epoch) and the time the
     request was complete: the store keeps those as they are, and offsets are worked out only
     when someone reads them (recording a 2000-piece stream then does no arithmetic per
-    piece, which cost it ~0.2 ms)."""
+    piece, which cost it ~0.2 ms).
 
-    __slots__ = ("_offsets", "_starts", "body", "sizes", "t0", "times")
+    :meth:`encode` lets the body wait for the store in the form the store keeps it
+    (:attr:`encoded`, a few times smaller), made back into bytes only if someone else reads
+    it: a record waits for the store's writer after it is built, and a burst of streams that
+    ended together left many waiting whole."""
+
+    __slots__ = ("_body", "_decode", "_offsets", "_starts", "encoded", "sizes", "t0", "times")
 
     def __init__(self, offsets: Sequence[int], sizes: Sequence[int], body: bytes) -> None:
         self._offsets: Sequence[int] | None = offsets
         self.sizes = sizes
-        self.body = body
+        self._body: bytes | None = body
+        self.encoded: Encoded | None = None
+        """``(codec, bytes)`` of the body once :meth:`encode` ran."""
+        self._decode: Decode | None = None
         self.times: Sequence[float] | None = None
         self.t0 = 0.0
         self._starts: list[int] | None = None
+
+    @property
+    def body(self) -> bytes:
+        body = self._body
+        if body is None:
+            assert self.encoded is not None and self._decode is not None
+            body = self._body = self._decode(*self.encoded)
+        return body
+
+    def encode(self, encode: Encode, decode: Decode) -> None:
+        """Hold the body as ``encode`` makes it, decoded by ``decode`` when read (and kept
+        whole from then on)."""
+        if self.encoded is None:
+            self.encoded, self._decode = encode(self.body), decode
+            self._body = None
 
     @classmethod
     def timed(cls, times: Sequence[float], t0: float, sizes: Sequence[int], body: bytes) -> Pieces:

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from llmitm.replay.model import Interaction
-from llmitm.store import blob_codec, postgres_content
+from llmitm.store import postgres_content
 from llmitm.store.content_chunks import cut
 from llmitm.store.recording_rows import (
     attach_legs,
@@ -89,7 +89,7 @@ async def apply_recordings(db: asyncpg.Connection, writes: Sequence[RecordingWri
             "INSERT INTO rec_blobs (sha256, size, codec, data) VALUES ($1, $2, $3, $4) "
             "ON CONFLICT (sha256) DO UPDATE SET size = EXCLUDED.size, codec = EXCLUDED.codec, "
             "data = EXCLUDED.data",
-            [(d, len(b), *blob_codec.encode(b)) for d, b in sorted(blobs.items())],
+            [(d, *blob) for d, blob in sorted(blobs.items())],
         )
     await db.executemany(_INSERT_INTERACTION, interactions)
     if any(puts.replaced):  # legs the new recording lacks must not keep released chunks

@@ -100,13 +100,19 @@ def leg_lane(interaction: Interaction, leg: str) -> str:
     return f"{leg}:{interaction.scope}"
 
 
+Blob = tuple[int, str, bytes]
+"""A ``rec_blobs`` row but its name: the body's size, its codec and the bytes stored."""
+
+
 def recording_rows(
     writes: Sequence[RecordingWrite], puts: Puts | None
-) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], dict[str, bytes]]:
-    """The rows of ``writes``; with ``puts``, whole bodies and canonical texts as chunks."""
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], dict[str, Blob]]:
+    """The rows of ``writes``; with ``puts``, whole bodies and canonical texts as chunks.
+    Blobs are encoded here, a stream's taken as its pieces hold it once encoded
+    (:func:`encode_pieces`)."""
     interactions: list[tuple[Any, ...]] = []
     messages: list[tuple[Any, ...]] = []
-    blobs: dict[str, bytes] = {}
+    blobs: dict[str, Blob] = {}
     # Legs that share one chunk list (a passthrough stream's upstream and client legs) are
     # joined and stored once.
     digests: dict[int, str] = {}
@@ -151,14 +157,15 @@ def recording_rows(
             elif message.chunks is None:
                 body = message.content or b""
                 digest = hashlib.sha256(body).hexdigest()
-                blobs.setdefault(digest, body)
+                if digest not in blobs:
+                    blobs[digest] = (len(body), *blob_codec.encode(body))
             else:
                 # A stream never repeats another (ids, timing), so it is named, not hashed:
                 # hashing half a megabyte per recorded stream would be CPU for nothing.
                 digest = digests.get(id(message.chunks), "")
                 if not digest:
                     digest = digests[id(message.chunks)] = f"stream:{i.id}:{leg}"
-                    blobs[digest] = message.body()
+                    blobs[digest] = _stream_blob(message)
                 chunk = (None,) if puts is not None else ()
             index_codec, index = blob_codec.RAW, None
             if message.chunks is not None:
@@ -178,6 +185,21 @@ def recording_rows(
                 )
             )
     return interactions, messages, blobs
+
+
+def encode_pieces(message: Message) -> None:
+    """Let a streamed leg's pieces hold their body as the store will keep it (see
+    :meth:`Pieces.encode`); :func:`recording_rows` then stores those bytes as they are."""
+    if isinstance(message.chunks, Pieces):
+        message.chunks.encode(blob_codec.encode, blob_codec.decode)
+
+
+def _stream_blob(message: Message) -> Blob:
+    chunks = message.chunks
+    if isinstance(chunks, Pieces) and chunks.encoded is not None:
+        return (sum(chunks.sizes), *chunks.encoded)
+    body = message.body()
+    return (len(body), *blob_codec.encode(body))
 
 
 def interaction_of(row: Sequence[Any], canonical_utf8: bytes) -> Interaction:

@@ -30,7 +30,7 @@ import aiosqlite
 import orjson
 
 from llmitm.replay.model import Interaction
-from llmitm.store import blob_codec, sqlite_content
+from llmitm.store import sqlite_content
 from llmitm.store.recording_rows import (
     attach_legs,
     chunk_names,
@@ -89,9 +89,7 @@ async def apply_recordings(db: aiosqlite.Connection, writes: Sequence[RecordingW
         else {"chunk_column": "", "chunk_mark": ""}
     )
     if blobs:
-        await db.executemany(
-            _INSERT_BLOB, [(d, len(b), *blob_codec.encode(b)) for d, b in blobs.items()]
-        )
+        await db.executemany(_INSERT_BLOB, [(d, *blob) for d, blob in blobs.items()])
     await db.executemany(_INSERT_INTERACTION.format(**columns), interactions)
     replaced = puts is not None and any(puts.replaced)
     if replaced:  # legs the new recording lacks must not keep released chunks

@@ -4,8 +4,9 @@ It answers the replay hits that wait for the router's plan, notes the upstream r
 router built, hooks the stream (one note per chunk: its time and the bytes in and out,
 nothing else on the hot path) and, when the flow ends — finished, aborted by the client or
 cut by the upstream — reads the flow's plain values, has
-:func:`llmitm.replay.capture.build_interaction` make the redacted record and hands it to
-the flow recorder (which queues it for the store's writer, never awaited).
+:func:`llmitm.replay.capture.build_interaction` make the redacted record, its streamed
+bodies compressed as the store keeps them, and hands it to the flow recorder (which queues
+it for the store's writer, never awaited).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from llmitm.addons.streams import flow_stream
 from llmitm.replay.capture import ClientResponse, FlowEnd, build_interaction, relayed_request
 from llmitm.replay.model import Interaction, new_id
 from llmitm.replay.tap import Leg, StreamTap, pieces
+from llmitm.store.recording_rows import encode_pieces
 
 if TYPE_CHECKING:
     from llmitm.addons.record.recorder import LlmFlowRecorder
@@ -108,7 +110,7 @@ class LlmRecordTap:
             capture.see()
             capture.see_sent()
             streamed = end if legs is None else with_pieces(end, *legs)
-            return build_interaction(
+            interaction = build_interaction(
                 capture,
                 streamed,
                 session=session,
@@ -116,6 +118,11 @@ class LlmRecordTap:
                 interaction_id=interaction_id,
                 memo=capture.memo,
             )
+            # Compressed here, on the builder's thread, not whole until the store's writer
+            # takes the record on the event loop.
+            for message in interaction.legs.values():
+                encode_pieces(message)
+            return interaction
 
         recorder.builder.submit(build)
 
