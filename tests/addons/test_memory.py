@@ -263,3 +263,51 @@ def test_malloc_arena_max_in_the_environment_decides_instead(
     assert heaps_after_a_thread("addon", MALLOC_ARENA_MAX="4") == 2
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert memory.cap_malloc_arenas() is False
+
+
+async def test_a_collection_is_due_from_a_bursts_end_until_it_runs(
+    counted_gc: CountedCollections,
+    trimming: memory.LlmMemoryTrim,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the record builder waits for after a burst: due once enough flows ended and none
+    is open, not while one is, and no longer once the collection ran."""
+    monkeypatch.setattr(memory, "TRIM_DELAY_S", 0.2)
+    for _ in range(memory.COLLECT_AFTER_FLOWS - 1):
+        trimming.response(tflow.tflow(resp=True))
+    assert not trimming.collection_due()  # too few to collect for
+    arriving = tflow.tflow(resp=True)
+    trimming.requestheaders(arriving)
+    trimming.response(tflow.tflow(resp=True))
+    assert not trimming.collection_due()  # enough, but a flow is open
+    trimming.response(arriving)
+    assert trimming.collection_due()
+    opening = tflow.tflow()
+    trimming.requestheaders(opening)
+    assert not trimming.collection_due()  # a new request: the collection waits for it
+    await asyncio.sleep(0.3)
+    assert counted_gc.calls == 0 and not trimming.collection_due()
+    assert opening in trimming._open
+
+
+async def test_the_collection_due_after_a_burst_runs_and_is_due_no_more(
+    counted_gc: CountedCollections,
+    trimming: memory.LlmMemoryTrim,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(memory, "TRIM_DELAY_S", 0.2)
+    for _ in range(memory.COLLECT_AFTER_FLOWS):
+        trimming.response(tflow.tflow(resp=True))
+    assert trimming.collection_due()
+    await asyncio.sleep(0.3)
+    assert counted_gc.calls == 1 and not trimming.collection_due()
+
+
+def test_the_proxys_record_builder_waits_for_its_memory_trim() -> None:
+    from llmitm.addons import make_addons
+    from llmitm.addons.record import LlmFlowRecorder
+
+    addons = make_addons()
+    (recorder,) = [addon for addon in addons if isinstance(addon, LlmFlowRecorder)]
+    (trim,) = [addon for addon in addons if isinstance(addon, memory.LlmMemoryTrim)]
+    assert recorder.builder.collection_due == trim.collection_due

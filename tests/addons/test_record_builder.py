@@ -1,6 +1,6 @@
 """The record builder: builds off the event loop and delivers on it, a build starting only
-once the store has fewer than STORE_AHEAD writes waiting (or PACE_S has passed), and every
-build delivered at flush."""
+once the store has fewer than STORE_AHEAD writes waiting and no collection is due after a
+burst (or PACE_S has passed), and every build delivered at flush."""
 
 from __future__ import annotations
 
@@ -48,6 +48,31 @@ async def test_a_store_that_stays_behind_holds_a_build_for_pace_s_at_most(
     await asyncio.sleep(0.1)
     assert delivered == []
     await asyncio.sleep(0.6)
+    assert delivered == ["built anyway"]
+    builder.flush()
+
+
+async def test_a_build_waits_for_the_collection_due_after_a_burst(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    due, delivered = [True], list[object]()
+    builder = RecordBuilder(delivered.append, collection_due=lambda: due[0])
+    builder.submit(lambda: "built after the collection")
+    await asyncio.sleep(0.3)
+    assert delivered == [] and builder.waiting == 1
+    due[0] = False
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if delivered:
+            break
+    assert delivered == ["built after the collection"]
+    builder.flush()
+    # Never longer than PACE_S, whatever the proxy says.
+    monkeypatch.setattr(builder_module, "PACE_S", 0.2)
+    due[0], delivered = True, []
+    builder = RecordBuilder(delivered.append, collection_due=lambda: due[0])
+    builder.submit(lambda: "built anyway")
+    await asyncio.sleep(0.7)
     assert delivered == ["built anyway"]
     builder.flush()
 

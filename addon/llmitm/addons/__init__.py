@@ -50,7 +50,9 @@ def make_addons() -> list[object]:
     # The recorder sees the client's request as sent — before LlmResponsesApi inlines stored
     # chains and the router rewrites it — and the upstream's response before LlmStreamTranslator
     # translates it; its tap, after them, sees the translated result.
-    recorder = LlmFlowRecorder(store, relay)
+    # The record builder waits for the memory trim's collection after a burst of flows.
+    memory = LlmMemoryTrim()
+    recorder = LlmFlowRecorder(store, relay, memory.collection_due)
     # LlmEgress answers what is not an LLM call before anything records or replays it;
     # LlmEgressGuard, after the router, what LLM call nothing in llmitm took.
     egress = LlmEgress(settings, relay)
@@ -113,7 +115,7 @@ def make_addons() -> list[object]:
         LlmTraces(metrics),  # spans from the facts metrics took (the otel extra, optional)
         LlmContentview(),
         LlmFlowSides(),  # last: the flow gets the client's request back once all have read it
-        LlmMemoryTrim(),  # after the flow's last readers: trims once its bodies are let go
+        memory,  # after the flow's last readers: trims once its bodies are let go
         LlmFirstScreen(settings, store),  # before the listen file: said before a command runs
         LlmGcFreeze(),  # after every addon's start-up: freezes what lives as long as the proxy
         ListenFile(),

@@ -141,6 +141,8 @@ class LlmMemoryTrim:
         # Flows whose request came and whose response or error has not: weak, so a flow
         # mitmproxy drops without either hook does not hold a trim off.
         self._open: weakref.WeakSet[http.HTTPFlow] = weakref.WeakSet()
+        self._collection_due = False
+        """Written on the event loop, read by the record builder (:meth:`collection_due`)."""
 
     def load(self, loader: Loader) -> None:
         # Now: llmitm's threads (the store's, the relay's, the record builder's) start later.
@@ -167,9 +169,15 @@ class LlmMemoryTrim:
         self._trim = _libc_trim() if self._enabled else None
         self._baseline = resident_mb() if self._trim is not None else None
 
+    def collection_due(self) -> bool:
+        """Whether a collection of what ended flows left is coming: flows enough ended, none
+        is open, and the look is pending (a flag, read from the record builder's thread)."""
+        return self._collection_due
+
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if self._enabled:
             self._open.add(flow)
+            self._collection_due = False  # the collection waits for this flow's end
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._ended(flow)
@@ -183,6 +191,7 @@ class LlmMemoryTrim:
             return
         self._ended_flows += 1
         self._ended_bytes += _body_bytes(flow)
+        self._collection_due = not self._open and self._worth_collecting()
         if self._pending is not None:
             return
         # After the hooks: the flow's bodies are only freed once mitmproxy has let go of it.
@@ -190,12 +199,14 @@ class LlmMemoryTrim:
         self._pending = asyncio.get_running_loop().call_later(TRIM_DELAY_S, self._check)
 
     def done(self) -> None:
+        self._collection_due = False
         if self._pending is not None:
             self._pending.cancel()
             self._pending = None
 
     def _check(self) -> None:
         self._pending = None
+        self._collection_due = False
         if not self._enabled:
             return
         idle = not any(flow.live for flow in self._open)

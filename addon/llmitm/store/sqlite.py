@@ -15,13 +15,15 @@ Owns connections, pragmas, file creation and the transaction around each batch. 
 
 What a SIGKILL loses: the flows in flight, and the flows whose last hook (``response`` or
 ``error``) ran but whose writes have not committed — a record also waits for the builder's
-worker, which redacts it off the event loop. From the client's last byte to the commit that
-window is milliseconds on an idle proxy (3 ms at most over a loopback test, bounded at 1 s by
-``tests/e2e/test_store_kill.py``) and grows under load by the batches and builds queued before
-it. A stream can add more in front: mitmproxy runs its last hook when the upstream ends the
-body (or the client hangs up), and a client that stops at the last event (the openai SDK at a
-chat stream's ``[DONE]``) has its answer that much earlier. The window is not closed by writing
-before the answer ends, on purpose: the hook path never waits for the disk. A stop (SIGINT,
+worker, which redacts it off the event loop once the client has its answer. From the
+client's last byte to the commit that window is ~50 ms on an idle proxy (54 ms at most over a
+loopback test, bounded at 1 s by ``tests/e2e/test_store_kill.py``), up to half a second more
+after a burst of flows ending together (the builder waits for the collection of what they
+left), and grows under load by the batches and builds queued before it. A stream can add
+more in front: mitmproxy runs its last hook when the upstream ends the body (or the client
+hangs up), and a client that stops at the last event (the openai SDK at a chat stream's
+``[DONE]``) has its answer that much earlier. The window is not closed by writing before the
+answer ends, on purpose: the hook path never waits for the disk. A stop (SIGINT,
 SIGTERM) loses none of it: the flows in flight get ``llmitm_stop_grace`` seconds to end
 (``addons/drain.py``), and the store closes once every queued write has committed.
 

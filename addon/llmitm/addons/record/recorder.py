@@ -53,7 +53,12 @@ class LlmFlowRecorder:
 
     name = "llmitm_recorder"
 
-    def __init__(self, store: LlmStore, relay: LlmRelay) -> None:
+    def __init__(
+        self,
+        store: LlmStore,
+        relay: LlmRelay,
+        collection_due: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.store = store
         self.shared_relay = relay
         self.settings = RecordSettings()
@@ -66,7 +71,7 @@ class LlmFlowRecorder:
         self.fingerprint_key: bytes | None = None
         """Makes ``Interaction.credential`` (replay.fingerprint); read from the store."""
         self._started = False
-        self.builder = RecordBuilder(self.finished, self._store_behind)
+        self.builder = RecordBuilder(self.finished, self._store_behind, collection_due)
         """Builds finished flows' records off the event loop, delivers them to finished()."""
         self.memo = RequestMemo()
         """What the records' redaction and keys made of recent bodies' parts: an agent's
