@@ -3,10 +3,11 @@ and the store packs it and joins it without making that list."""
 
 from __future__ import annotations
 
-from llmitm.replay.model import Interaction, Message, Pieces
+from llmitm.replay.model import Message, Pieces
 from llmitm.store import blob_codec
 from llmitm.store.recording_rows import encode_pieces, pack_index, recording_rows, unpack_chunks
 from llmitm.store.recordings import RecordingWrite
+from tests.store.test_store_recordings import recorded
 
 
 def as_pieces(chunks: list[tuple[int, bytes]]) -> Pieces:
@@ -74,19 +75,8 @@ def test_encoded_pieces_hold_the_stores_bytes_and_read_as_before() -> None:
     assert (codec, stored) == blob_codec.encode(b"".join(datas)) and len(stored) < 1000
     encode_pieces(message)  # a leg shared by two legs of a record is encoded once
     assert pieces.encoded[1] is stored
-    interaction = Interaction(
-        id="0000000000001abcdef",
-        scope="global",
-        key="k" * 16,
-        key_version=1,
-        method="POST",
-        route="chat.completions",
-        model="m",
-        stream=True,
-        canonical_utf8=b"{}",
-        started_us=1,
-        legs={"upstream_resp": message, "client_resp": message},
-    )
+    interaction = recorded(1)
+    interaction.legs = {"upstream_resp": message, "client_resp": message}
     _, rows, blobs = recording_rows([RecordingWrite(interaction)], None)
     ((size, blob_codec_name, data),) = blobs.values()
     assert (size, blob_codec_name) == (len(b"".join(datas)), codec) and data is stored
