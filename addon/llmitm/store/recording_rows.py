@@ -158,7 +158,7 @@ def recording_rows(
                 body = message.content or b""
                 digest = hashlib.sha256(body).hexdigest()
                 if digest not in blobs:
-                    blobs[digest] = (len(body), *blob_codec.encode(body))
+                    blobs[digest] = _blob(body)
             else:
                 # A stream never repeats another (ids, timing), so it is named, not hashed:
                 # hashing half a megabyte per recorded stream would be CPU for nothing.
@@ -198,7 +198,10 @@ def _stream_blob(message: Message) -> Blob:
     chunks = message.chunks
     if isinstance(chunks, Pieces) and chunks.encoded is not None:
         return (sum(chunks.sizes), *chunks.encoded)
-    body = message.body()
+    return _blob(message.body())
+
+
+def _blob(body: bytes) -> Blob:
     return (len(body), *blob_codec.encode(body))
 
 
