@@ -25,7 +25,7 @@ from llmitm.addons.state import FlowState
 from llmitm.exchange.stream import StreamRewriter
 from llmitm.replay.capture import ClientRequest, RawHeaders
 from llmitm.replay.model import Interaction, Pieces
-from llmitm.replay.tap import Leg, StreamTap
+from llmitm.replay.tap import Frames, StreamTap
 from llmitm.store import SqliteStore
 from llmitm.testing.fake_upstream import serve_in_thread
 from llmitm.translate.pipeline import StreamPipeline
@@ -38,7 +38,7 @@ HELD = (
     StreamRewriter,
     StreamPipeline,
     StreamTap,
-    Leg,
+    Frames,
     Capture,
     ClientRequest,
     RawHeaders,

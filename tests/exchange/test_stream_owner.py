@@ -41,9 +41,9 @@ def test_every_watcher_and_note_sees_every_chunk_and_a_rewatch_takes_its_place()
     assert first == [CHAT_SSE[:40]] and later == [CHAT_SSE[40:], b""]
     assert second == [CHAT_SSE[:40], CHAT_SSE[40:], b""]
     for kept in (tap, other):
-        times, upstream, client = kept.finish()
-        assert len(times) == 3 and upstream.body() == CHAT_SSE
-        assert client is not None and client.body() == b"".join(sent)
+        times, upstream, client = kept.finish().unpack()
+        assert len(times) == 3 and upstream[1] == CHAT_SSE
+        assert client is not None and client[1] == b"".join(sent)
 
 
 def test_the_outcome_of_a_translated_stream_names_its_response_and_usage() -> None:

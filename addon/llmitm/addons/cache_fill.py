@@ -81,8 +81,8 @@ class LlmCacheFill:
             return
         tap = pending.tap
         if tap is not None:
-            _times, upstream, client = tap.finish()
-            body = (client or upstream).body()
+            kept = tap.finish().unpack()
+            _sizes, body = kept.client or kept.upstream
             outcome = stream_outcome(flow)
             tokens = stream_tokens(outcome) if outcome is not None else None
         else:

@@ -9,29 +9,34 @@ left out, three appends and a length test per chunk measured 1.08× the proxy CP
 recording, one extend 1.06× (``scripts/bench_proxy.py``, 64 streams).
 
 Every so often, off the hot path, the recorder's compactor calls :meth:`compact`: the notes
-so far are joined into one buffer per direction and compressed (zstd, level 1: ~0.4 µs an
-event, a few times smaller — what a recorded stream holds while it flows and until its record
-is built is most of what recording costs in memory per stream), their sizes and times go
-into arrays, and the chunks are let go. Notes held until the flow's end instead were
-thousands of small objects per stream, which the garbage collector walked, the allocator
-could not reuse, and the end's passes found out of cache: ~3% of a busy proxy's CPU.
+so far become one compressed frame (zstd, level 1) holding their times, their sizes and their
+bytes in both directions, and the chunks are let go. What a recorded stream holds while it
+flows and until its record is built is most of what recording costs in memory per stream.
+Notes held until the flow's end instead were thousands of small objects per stream, which
+the garbage collector walked, the allocator could not reuse, and the end's passes found out
+of cache: ~3% of a busy proxy's CPU. Times and sizes went into arrays beside each direction's
+frames until the frames took them: held raw, they were as much memory as the compressed bytes
+(16 bytes an event, and seven arrays a stream), and one frame for both directions costs less
+to make than two. Against the arrays, the tap of a 100-event translated stream held 3.4 KiB
+instead of 4.9, of a 1,000-event one 19 instead of 29 (tracemalloc, chat chunks in and
+Responses deltas out, compacted eight at a time), and compacting cost no more.
 
 A frame of eight events starts with nothing to refer back to, while every event of a stream,
 and of every other stream from the same upstream, repeats the same JSON around its few new
 bytes. So frames are compressed against a dictionary (:class:`Primer`): the first
 :data:`PRIMER_BYTES` the process compacts, taken once, in memory only. Against it a stream's
-compressed legs came to ~60% of their size without (64 translated streams through
-``scripts/bench_big_request.py``'s fake upstream), and each frame compressed faster. A leg
-keeps the dictionary its frames were made with, so what the builder decompresses never
-depends on the process's state.
+compressed bytes came to ~60% of their size without (64 translated streams through
+``scripts/bench_big_request.py``'s fake upstream), and each frame compressed faster. A
+stream's frames keep the dictionary they were made with, so what the builder decompresses
+never depends on the process's state.
 
-A stream's own ids, model and words repeat within it, not in the dictionary, so a leg merges
-its older frames into longer ones as it grows (:class:`Leg`): a 1,216-event chat stream's
-leg held 21 bytes an event against 48 with eight-event frames alone, for ~0.45 µs of
-compaction more per event. Merging decompresses, and ``zstandard``'s codecs keep their
-contexts from call to call: a small frame decompresses in ~2 µs, against ~12 µs with the
-standard library's ``compression.zstd`` (its backport here), which makes a new context for
-every frame — the record builder too decompresses every frame of a leg.
+A stream's own ids, model and words repeat within it, not in the dictionary, so its older
+frames are merged into longer ones as it grows (:class:`Frames`): a 1,216-event chat stream
+held 21 bytes an event against 48 with eight-event frames alone, for ~0.45 µs of compaction
+more per event. Merging decompresses, and ``zstandard``'s codecs keep their contexts from
+call to call: a small frame decompresses in ~2 µs, against ~12 µs with the standard
+library's ``compression.zstd`` (its backport here), which makes a new context for every
+frame — the record builder too decompresses every frame of a stream.
 
 Sans-IO: no mitmproxy, no store, no clock but the chunks' arrival times.
 """
@@ -43,7 +48,9 @@ import operator
 import threading
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from time import time as now
+from typing import NamedTuple
 
 import zstandard
 
@@ -56,7 +63,7 @@ PRIMER_BYTES = 16384
 :data:`PRIMER_SAMPLE` of each, so that several streams, and both directions, are in it."""
 PRIMER_SAMPLE = 4096
 MERGE_PARTS = 8
-"""Frames of one rank a leg merges into one frame of the next rank."""
+"""Frames of one rank merged into one frame of the next rank."""
 MERGE_UP_TO = 64 << 10
 """Bytes of content beyond which frames are not merged: each merge compresses its content
 once more, on the event loop, and frames of tens of KB gain little more from it."""
@@ -74,11 +81,14 @@ class Primer:
         self._gathered = bytearray()
         self.dictionary: Dictionary | None = None
 
-    def for_leg(self, first: bytes) -> Dictionary | None:
-        """The dictionary for a leg whose first batch is ``first``; ``None`` until there is
-        one (the leg's frames then use none)."""
+    def for_stream(self, ins: list[bytes], outs: list[bytes] | None) -> Dictionary | None:
+        """The dictionary for a stream whose first batch is ``ins`` in and ``outs`` out;
+        ``None`` until there is one (the stream's frames then use none)."""
         if self.dictionary is None:
-            self._gathered += first[: self.sample]
+            sample = self.sample
+            self._gathered += b"".join(ins)[:sample]
+            if outs is not None:
+                self._gathered += b"".join(outs)[:sample]
             if len(self._gathered) >= self.size:
                 self.dictionary = Dictionary(
                     bytes(self._gathered), dict_type=zstandard.DICT_TYPE_RAWCONTENT
@@ -124,42 +134,71 @@ def _codec(dictionary: Dictionary | None) -> _Codec:
     return codec
 
 
-class Leg:
-    """One direction of a stream, compacted: its bytes in compressed parts, all against the
-    same dictionary, and each piece's size.
+class Kept(NamedTuple):
+    """What a tap kept, whole: each piece's arrival time, and each direction's piece sizes
+    and bytes (``client`` ``None``: every piece went out as it came in)."""
+
+    times: array[float]
+    upstream: tuple[array[int], bytes]
+    client: tuple[array[int], bytes] | None
+
+
+class Frames:
+    """A stream's notes compacted: compressed frames, all against the same dictionary, each
+    holding a batch's (or merged batches') arrival times, piece sizes and bytes of both
+    directions. A frame's sections, in order: arrival times (``q``, µs since the stream's
+    first piece), upstream sizes (``I``: a piece is one chunk, far below 4 GiB), client
+    sizes, upstream bytes, client bytes; a frame whose client got every piece as it came in
+    has no client sections. Native byte order: frames never leave the process.
 
     A compaction adds a frame of rank 0; :data:`MERGE_PARTS` frames of one rank at the end
     are merged into one frame of the next rank (up to :data:`MERGE_UP_TO` bytes of content),
     so a long stream holds a few frames a rank, each compressed across a long span of the
     stream, whose ids, model and words repeat within it and not in the dictionary."""
 
-    __slots__ = ("dictionary", "parts", "primer", "ranks", "raws", "sizes")
+    __slots__ = ("base", "counts", "dictionary", "parts", "primer", "ranks", "raws", "split")
 
     def __init__(self, primer: Primer = PRIMER) -> None:
+        self.base = 0.0
+        """The first piece's arrival time; the frames hold the others' in µs since it."""
         self.primer: Primer | None = primer
-        """Asked for the dictionary at the first part; ``None`` once it was."""
+        """Asked for the dictionary at the first frame; ``None`` once it was."""
         self.dictionary: Dictionary | None = None
         self.parts: list[bytes] = []
+        self.counts = array("I")
+        """Each frame's pieces."""
         self.ranks = array("B")
-        """Each part's rank: how many merges made it."""
+        """Each frame's rank: how many merges made it."""
         self.raws = array("I")
-        """Each part's bytes before compression."""
-        self.sizes = array("I")
-        """Each piece's size: a piece is one chunk, far below 4 GiB (half of ``q``'s bytes,
-        which every event of a long stream held twice)."""
+        """Each frame's bytes before compression."""
+        self.split = array("B")
+        """Whether each frame has client sections (1) or its client got the upstream's."""
 
-    def add(self, datas: list[bytes]) -> None:
-        self.sizes.extend(map(len, datas))
-        joined = b"".join(datas)
-        if not joined:
-            return
+    def add(self, times: list[float], ins: list[bytes], outs: list[bytes] | None) -> None:
+        """A batch of pieces: their arrival times, the bytes that came in, and those that
+        went out (``None``: the same)."""
         if self.primer is not None:
-            self.dictionary = self.primer.for_leg(joined)
+            self.dictionary = self.primer.for_stream(ins, outs)
             self.primer = None
+            self.base = times[0]
+        base = self.base
+        # Whole µs since the first piece, not the times themselves: eight bytes of a float's
+        # noise each made a frame half as dear again to compress, and barely compressed.
+        offsets = array("q", [round((at - base) * 1e6) for at in times])
+        sections = [offsets.tobytes(), array("I", map(len, ins)).tobytes()]
+        if outs is not None:
+            sections.append(array("I", map(len, outs)).tobytes())
+            sections += ins
+            sections += outs
+        else:
+            sections += ins
+        content = b"".join(sections)
         codec = _codec(self.dictionary)
-        self.parts.append(right_sized(codec.compress(joined)))
+        self.parts.append(right_sized(codec.compress(content)))
+        self.counts.append(len(times))
         self.ranks.append(0)
-        self.raws.append(len(joined))
+        self.raws.append(len(content))
+        self.split.append(outs is not None)
         if len(self.parts) >= MERGE_PARTS:
             self._merge(codec)
 
@@ -169,40 +208,104 @@ class Leg:
             raw = sum(raws[-MERGE_PARTS:])
             if raw > MERGE_UP_TO:
                 return
-            joined = b"".join(map(codec.decompress, parts[-MERGE_PARTS:]))
-            rank = ranks[-1] + 1
-            del parts[-MERGE_PARTS:], ranks[-MERGE_PARTS:], raws[-MERGE_PARTS:]
-            parts.append(right_sized(codec.compress(joined)))
+            merged = [
+                _Sections.of(codec.decompress(part), count, split)
+                for part, count, split in zip(
+                    parts[-MERGE_PARTS:],
+                    self.counts[-MERGE_PARTS:],
+                    self.split[-MERGE_PARTS:],
+                    strict=True,
+                )
+            ]
+            content, split = _Sections.join(merged)
+            count, rank = sum(self.counts[-MERGE_PARTS:]), ranks[-1] + 1
+            for column in (parts, ranks, raws, self.counts, self.split):
+                del column[-MERGE_PARTS:]
+            parts.append(right_sized(codec.compress(content)))
             ranks.append(rank)
-            raws.append(raw)
+            raws.append(len(content))
+            self.counts.append(count)
+            self.split.append(split)
 
-    def body(self) -> bytes:
-        """The whole leg, decompressed (each call: the record's builder calls it once, on
-        its own thread)."""
-        if not self.parts:
-            return b""
+    def unpack(self) -> Kept:
+        """Every piece, decompressed (each call: the record's builder calls it once, on its
+        own thread)."""
         decompress = _codec(self.dictionary).decompress
-        return b"".join(map(decompress, self.parts))
+        sections = [
+            _Sections.of(decompress(part), count, split)
+            for part, count, split in zip(self.parts, self.counts, self.split, strict=True)
+        ]
+        offsets = array("q")
+        up_sizes, up_bodies = array("I"), []
+        client_sizes, client_bodies = array("I"), []
+        for frame in sections:
+            offsets.frombytes(frame.times)
+            up_sizes.frombytes(frame.up_sizes)
+            up_bodies.append(frame.up)
+            client_sizes.frombytes(
+                frame.up_sizes if frame.client_sizes is None else frame.client_sizes
+            )
+            client_bodies.append(frame.up if frame.client is None else frame.client)
+        base = self.base
+        times = array("d", [base + offset / 1e6 for offset in offsets])
+        upstream = (up_sizes, b"".join(up_bodies))
+        if not any(self.split):
+            return Kept(times, upstream, None)
+        return Kept(times, upstream, (client_sizes, b"".join(client_bodies)))
 
-    def copy(self) -> Leg:
-        twin = Leg()
-        twin.primer, twin.dictionary, twin.parts = self.primer, self.dictionary, list(self.parts)
-        twin.ranks, twin.raws = array("B", self.ranks), array("I", self.raws)
-        twin.sizes = array("I", self.sizes)
-        return twin
+    def nbytes(self) -> int:
+        """Compressed bytes held."""
+        return sum(map(len, self.parts))
+
+
+@dataclass(slots=True)
+class _Sections:
+    """One frame's content, cut into its sections (the columns as views, not copies)."""
+
+    times: memoryview
+    up_sizes: memoryview
+    client_sizes: memoryview | None
+    up: bytes
+    client: bytes | None
+
+    @classmethod
+    def of(cls, content: bytes, count: int, split: bool) -> _Sections:
+        view = memoryview(content)
+        at = 8 * count
+        times, up_sizes = view[:at], view[at : at + 4 * count]
+        at += 4 * count
+        if not split:
+            return cls(times, up_sizes, None, content[at:], None)
+        client_sizes = view[at : at + 4 * count]
+        at += 4 * count
+        up_end = at + sum(up_sizes.cast("I"))
+        return cls(times, up_sizes, client_sizes, content[at:up_end], content[up_end:])
+
+    @staticmethod
+    def join(frames: list[_Sections]) -> tuple[bytes, bool]:
+        """One frame's content made of ``frames``, and whether it has client sections."""
+        split = any(frame.client is not None for frame in frames)
+        sections: list[bytes | memoryview] = [frame.times for frame in frames]
+        sections += [frame.up_sizes for frame in frames]
+        if split:
+            sections += [
+                frame.up_sizes if frame.client_sizes is None else frame.client_sizes
+                for frame in frames
+            ]
+        sections += [frame.up for frame in frames]
+        if split:
+            sections += [frame.up if frame.client is None else frame.client for frame in frames]
+        return b"".join(sections), split
 
 
 class _Tap:
-    """Notes in a flat list (the hot path's), compacted into arrival times and legs."""
+    """Notes in a flat list (the hot path's), compacted into frames."""
 
-    __slots__ = ("__weakref__", "client", "notes", "times", "upstream")
+    __slots__ = ("__weakref__", "frames", "notes")
 
     def __init__(self) -> None:
         self.notes: list[float | bytes] = []
-        self.times = array("d")
-        self.upstream = Leg()
-        self.client: Leg | None = None
-        """``None`` while every chunk went out as it came in."""
+        self.frames = Frames()
 
     def pending(self) -> int:
         """Notes not compacted yet."""
@@ -215,10 +318,10 @@ class _Tap:
             notes.clear()  # the same list: the stream callable extends it
             self._take(batch)
 
-    def finish(self) -> tuple[array[float], Leg, Leg | None]:
-        """Arrival times, the upstream leg, and the client leg (``None``: the same)."""
+    def finish(self) -> Frames:
+        """Every note compacted: the frames (:meth:`Frames.unpack` reads them)."""
         self.compact()
-        return self.times, self.upstream, self.client
+        return self.frames
 
     def _take(self, batch: list[float | bytes]) -> None:
         raise NotImplementedError
@@ -235,16 +338,10 @@ class StreamTap(_Tap):
         return self.notes.extend
 
     def _take(self, batch: list[float | bytes]) -> None:
-        self.times.extend(batch[0::3])  # type: ignore[arg-type]
         ins: list[bytes] = batch[1::3]  # type: ignore[assignment]
         outs: list[bytes] = batch[2::3]  # type: ignore[assignment]
-        client = self.client
-        if client is None and not all(map(operator.is_, ins, outs)):
-            # The first changed chunk: until now the client got the upstream's pieces.
-            client = self.client = self.upstream.copy()
-        self.upstream.add(ins)
-        if client is not None:
-            client.add(outs)
+        same = all(map(operator.is_, ins, outs))
+        self.frames.add(batch[0::3], ins, None if same else outs)  # type: ignore[arg-type]
 
 
 class PassTap(_Tap):
@@ -264,24 +361,22 @@ class PassTap(_Tap):
         self.relay: Callable[[bytes], bytes] = relay
 
     def _take(self, batch: list[float | bytes]) -> None:
-        self.times.extend(batch[0::2])  # type: ignore[arg-type]
-        self.upstream.add(batch[1::2])  # type: ignore[arg-type]
+        self.frames.add(batch[0::2], batch[1::2], None)  # type: ignore[arg-type]
 
 
-def pieces(times: array[float], t0: float, leg: Leg) -> Pieces:
-    """The pieces of ``leg`` that hold bytes, arrived at ``times`` (one per piece, empty ones
-    included): a stream callable's last call, and a translator holding bytes back, bring
+def pieces(times: array[float], t0: float, sizes: array[int], body: bytes) -> Pieces:
+    """The pieces of a direction that hold bytes, arrived at ``times`` (one per piece, empty
+    ones included): a stream callable's last call, and a translator holding bytes back, bring
     none. ``t0``: when the request was complete."""
-    sizes, body = leg.sizes, leg.body()
     empty = sizes.count(0)
     if not empty:
         return Pieces.timed(times, t0, sizes, body)
     if empty <= 64:  # the usual case (a translator's silent events): delete in place
-        times, sizes, at = array("d", times), array("q", sizes), 0
+        times, sizes, at = array("d", times), array("I", sizes), 0
         for _ in range(empty):
             at = sizes.index(0, at)
             del sizes[at]
             del times[at]
         return Pieces.timed(times, t0, sizes, body)
     kept = array("d", itertools.compress(times, sizes))
-    return Pieces.timed(kept, t0, array("q", filter(None, sizes)), body)
+    return Pieces.timed(kept, t0, array("I", filter(None, sizes)), body)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from array import array
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -27,7 +26,7 @@ from llmitm.addons.state import FlowState, flow_mint, flow_state
 from llmitm.addons.streams import flow_stream
 from llmitm.replay.capture import ClientResponse, FlowEnd, build_interaction, relayed_request
 from llmitm.replay.model import Interaction, new_id
-from llmitm.replay.tap import Leg, StreamTap, pieces
+from llmitm.replay.tap import Frames, StreamTap, pieces
 from llmitm.store.recording_rows import encode_pieces
 
 if TYPE_CHECKING:
@@ -97,7 +96,7 @@ class LlmRecordTap:
         self.compactor.discard(capture.tap)
         recorder = self.recorder
         try:
-            end, legs = flow_end(flow, capture)
+            end, frames = flow_end(flow, capture)
         except Exception:
             logger.exception("llmitm: cannot record %s", flow.request.pretty_url)
             return
@@ -109,7 +108,7 @@ class LlmRecordTap:
         def build() -> Interaction:
             capture.see()
             capture.see_sent()
-            streamed = end if legs is None else with_pieces(end, *legs)
+            streamed = end if frames is None else with_pieces(end, frames)
             interaction = build_interaction(
                 capture,
                 streamed,
@@ -127,27 +126,26 @@ class LlmRecordTap:
         recorder.builder.submit(build)
 
 
-Legs = tuple[array[float], Leg, Leg | None]
-
-
-def with_pieces(end: FlowEnd, times: array[float], upstream: Leg, client: Leg | None) -> FlowEnd:
-    """``end`` with the pieces of its stream's legs (decompressed here, by the builder)."""
+def with_pieces(end: FlowEnd, frames: Frames) -> FlowEnd:
+    """``end`` with the pieces of its stream (decompressed here, by the builder)."""
+    kept = frames.unpack()
+    client = kept.client
     return replace(
         end,
-        upstream_stream=pieces(times, end.t0, upstream),
-        client_stream=pieces(times, end.t0, client) if client is not None else None,
+        upstream_stream=pieces(kept.times, end.t0, *kept.upstream),
+        client_stream=pieces(kept.times, end.t0, *client) if client is not None else None,
     )
 
 
-def flow_end(flow: http.HTTPFlow, capture: Capture) -> tuple[FlowEnd, Legs | None]:
+def flow_end(flow: http.HTTPFlow, capture: Capture) -> tuple[FlowEnd, Frames | None]:
     """The plain values a finished flow holds, for :func:`build_interaction`, and its
-    stream's legs, still compressed (:func:`with_pieces` makes them the end's pieces)."""
+    stream's frames, still compressed (:func:`with_pieces` makes them the end's pieces)."""
     # An upstream that failed before its head: the flow ends at its error hook, before the
     # JSON answer the client gets is its response; that answer is what is kept.
     request, response = flow.request, gateway_answer(flow)
     t0 = request.timestamp_end or request.timestamp_start
     tap = capture.tap
-    legs = tap.finish() if tap is not None else None
+    frames = tap.finish() if tap is not None else None
     client: ClientResponse | None = None
     if response is not None:
         content: bytes | None = None
@@ -178,4 +176,4 @@ def flow_end(flow: http.HTTPFlow, capture: Capture) -> tuple[FlowEnd, Legs | Non
         upstream_cut=planned.upstream_cut if planned is not None else None,
         relayed=relayed,
         minted=mint.tape if mint is not None else None,
-    ), legs
+    ), frames
