@@ -235,23 +235,19 @@ class Frames:
             _Sections.of(decompress(part), count, split)
             for part, count, split in zip(self.parts, self.counts, self.split, strict=True)
         ]
-        offsets = array("q")
-        up_sizes, up_bodies = array("I"), []
-        client_sizes, client_bodies = array("I"), []
+        split = any(self.split)
+        offsets, up_sizes, client_sizes = array("q"), array("I"), array("I")
         for frame in sections:
             offsets.frombytes(frame.times)
             up_sizes.frombytes(frame.up_sizes)
-            up_bodies.append(frame.up)
-            client_sizes.frombytes(
-                frame.up_sizes if frame.client_sizes is None else frame.client_sizes
-            )
-            client_bodies.append(frame.up if frame.client is None else frame.client)
+            if split:
+                client_sizes.frombytes(frame.client_sizes)
         base = self.base
         times = array("d", [base + offset / 1e6 for offset in offsets])
-        upstream = (up_sizes, b"".join(up_bodies))
-        if not any(self.split):
+        upstream = (up_sizes, b"".join(frame.up for frame in sections))
+        if not split:
             return Kept(times, upstream, None)
-        return Kept(times, upstream, (client_sizes, b"".join(client_bodies)))
+        return Kept(times, upstream, (client_sizes, b"".join(f.client for f in sections)))
 
     def nbytes(self) -> int:
         """Compressed bytes held."""
@@ -260,13 +256,15 @@ class Frames:
 
 @dataclass(slots=True)
 class _Sections:
-    """One frame's content, cut into its sections (the columns as views, not copies)."""
+    """One frame's content, cut into its sections (the columns as views, not copies); the
+    client's are the upstream's where the frame has none (``split`` false)."""
 
     times: memoryview
     up_sizes: memoryview
-    client_sizes: memoryview | None
+    client_sizes: memoryview
     up: bytes
-    client: bytes | None
+    client: bytes
+    split: bool
 
     @classmethod
     def of(cls, content: bytes, count: int, split: bool) -> _Sections:
@@ -275,26 +273,24 @@ class _Sections:
         times, up_sizes = view[:at], view[at : at + 4 * count]
         at += 4 * count
         if not split:
-            return cls(times, up_sizes, None, content[at:], None)
+            up = content[at:]
+            return cls(times, up_sizes, up_sizes, up, up, split)
         client_sizes = view[at : at + 4 * count]
         at += 4 * count
         up_end = at + sum(up_sizes.cast("I"))
-        return cls(times, up_sizes, client_sizes, content[at:up_end], content[up_end:])
+        return cls(times, up_sizes, client_sizes, content[at:up_end], content[up_end:], split)
 
     @staticmethod
     def join(frames: list[_Sections]) -> tuple[bytes, bool]:
         """One frame's content made of ``frames``, and whether it has client sections."""
-        split = any(frame.client is not None for frame in frames)
+        split = any(frame.split for frame in frames)
         sections: list[bytes | memoryview] = [frame.times for frame in frames]
         sections += [frame.up_sizes for frame in frames]
         if split:
-            sections += [
-                frame.up_sizes if frame.client_sizes is None else frame.client_sizes
-                for frame in frames
-            ]
+            sections += [frame.client_sizes for frame in frames]
         sections += [frame.up for frame in frames]
         if split:
-            sections += [frame.up if frame.client is None else frame.client for frame in frames]
+            sections += [frame.client for frame in frames]
         return b"".join(sections), split
 
 
