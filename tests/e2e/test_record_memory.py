@@ -212,8 +212,10 @@ def test_a_second_round_of_streams_holds_nothing_more(tmp_path: Path) -> None:
             asyncio.run(streams(proxy.port()))
             assert not any(let_go("record", recorded, STREAMS).values())
             after_first = traced()
-            answers = asyncio.run(streams(proxy.port()))
-            assert all(b"response.completed" in answer for answer in answers)
+            # The answers are this test's client's, not the proxy's: checked, then let go
+            # before the snapshot (eight of them weigh about what the bound allows).
+            completed = [b"response.completed" in a for a in asyncio.run(streams(proxy.port()))]
+            assert all(completed), completed
             assert not any(let_go("record", recorded, 2 * STREAMS).values())
             after_second = traced()
         finally:
