@@ -12,8 +12,12 @@ purpose: answers that must vary (faults, tools, Responses) are the fake upstream
     with serve_in_thread(http2=True) as upstream:
         upstream.base_url, upstream.ca_file, upstream.stats()
 
-or ``python -m llmitm.testing.tls_upstream --port-file FILE [--http2] [--events N]``: it
-writes ``port ca_file`` to the file once listening and stops on SIGTERM.
+or ``python -m llmitm.testing.tls_upstream --port-file FILE [--http2] [--events N]
+[--event-delay-ms D] [--stats-file STATS]``: it writes ``port ca_file`` to the file once
+listening, stops on SIGTERM and then writes ``stats()`` as JSON to ``STATS``, with the median
+of :attr:`TlsUpstream.answer_times` in milliseconds as ``answer_ms``. A benchmark runs
+it so, in a process of its own: an upstream on the client's event loop holds the client's
+read of an event until it has written the events after it.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import datetime
 import ipaddress
 import signal
 import ssl
+import statistics
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,6 +169,9 @@ class TlsUpstream:
         self.resets = 0
         """HTTP/2 streams the client reset (gave up on) before their end."""
         self.protocols: Counter[str] = Counter()
+        self.answer_times: list[float] = []
+        """Seconds from the read that completed each request to the write of its answer's
+        first body piece: this server's own share of a client's time to first byte."""
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -226,12 +235,14 @@ class TlsUpstream:
     async def _serve_h11(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = h11.Connection(h11.SERVER)
         body = bytearray()
+        read_at = 0.0
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
                 data = await reader.read(READ_SIZE)
                 if not data:
                     return
+                read_at = time.perf_counter()
                 connection.receive_data(data)
             elif isinstance(event, h11.Data):
                 body += event.data
@@ -249,6 +260,8 @@ class TlsUpstream:
                     if index and self.event_delay:
                         await asyncio.sleep(self.event_delay)
                     writer.write(connection.send(h11.Data(data=piece)))
+                    if not index:
+                        self.answer_times.append(time.perf_counter() - read_at)
                     await writer.drain()
                 writer.write(connection.send(h11.EndOfMessage()))
                 await writer.drain()
@@ -270,11 +283,13 @@ class TlsUpstream:
         writer.write(connection.data_to_send())
         bodies: dict[int, bytearray] = {}
         answers: dict[int, asyncio.Task[None]] = {}
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 data = await reader.read(READ_SIZE)
                 if not data:
                     return
+                read_at = time.perf_counter()
                 for event in connection.receive_data(data):
                     if isinstance(event, h2.events.RequestReceived):
                         bodies[event.stream_id] = bytearray()
@@ -286,8 +301,12 @@ class TlsUpstream:
                         )
                     elif isinstance(event, h2.events.StreamEnded):
                         body = bytes(bodies.pop(event.stream_id, b""))
-                        answers[event.stream_id] = asyncio.ensure_future(
-                            self._answer_h2(connection, writer, event.stream_id, body)
+                        # Started at once, as the HTTP/1.1 side answers: its first write
+                        # does not wait for a turn of the loop.
+                        answers[event.stream_id] = asyncio.Task(
+                            self._answer_h2(connection, writer, event.stream_id, body, read_at),
+                            loop=loop,
+                            eager_start=True,
                         )
                     elif isinstance(event, h2.events.StreamReset):
                         self.resets += 1
@@ -307,6 +326,7 @@ class TlsUpstream:
         writer: asyncio.StreamWriter,
         stream_id: int,
         body: bytes,
+        read_at: float,
     ) -> None:
         self.requests += 1
         stream, pieces = chat_answer(body, self.events)
@@ -318,6 +338,8 @@ class TlsUpstream:
                     await asyncio.sleep(self.event_delay)
                 connection.send_data(stream_id, piece)
                 writer.write(connection.data_to_send())
+                if not index:
+                    self.answer_times.append(time.perf_counter() - read_at)
             connection.end_stream(stream_id)
             writer.write(connection.data_to_send())
 
@@ -340,7 +362,9 @@ def serve_in_thread(**options: Any) -> Iterator[TlsUpstream]:
 
 
 async def _main(args: argparse.Namespace) -> None:
-    upstream = TlsUpstream(http2=args.http2, events=args.events)
+    upstream = TlsUpstream(
+        http2=args.http2, events=args.events, event_delay=args.event_delay_ms / 1000
+    )
     await upstream.start(args.port)
     Path(args.port_file).write_text(f"{upstream.port} {upstream.ca_file}")
     stop = asyncio.Event()
@@ -349,6 +373,12 @@ async def _main(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await upstream.stop()
+    if args.stats_file:
+        times = upstream.answer_times
+        answer_ms = statistics.median(times) * 1000 if times else None
+        Path(args.stats_file).write_bytes(
+            orjson.dumps({**upstream.stats(), "answer_ms": answer_ms})
+        )
 
 
 def main() -> None:
@@ -357,6 +387,10 @@ def main() -> None:
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--http2", action="store_true", help="offer HTTP/2 by ALPN")
     parser.add_argument("--events", type=int, default=5, help="text deltas per stream")
+    parser.add_argument(
+        "--event-delay-ms", type=float, default=0.0, help="wait between events (after the first)"
+    )
+    parser.add_argument("--stats-file", help="where to write stats() as JSON once stopped")
     asyncio.run(_main(parser.parse_args()))
 
 
