@@ -4,7 +4,8 @@ measured in the same run.
 One ``llmitm run`` (reverse mode, recording off) with two routes to local TLS upstreams
 (``llmitm.testing.tls_upstream``: a CA made at start-up, trusted through
 ``ssl_verify_upstream_trusted_ca``), each route with an upstream of its own so each counts
-its own handshakes:
+its own handshakes, and each upstream in a process of its own (on the client's event loop,
+an upstream writing a stream's later events would hold the client's read of the first):
 
   direct    a route with one endpoint: mitmproxy's own connection to the upstream
   failover  a route with two endpoints (the first healthy): llmitm's relay and its client
@@ -15,7 +16,10 @@ path speaks HTTP/2 to an upstream offering it as well: it offers HTTP/2 upstream
 client that spoke it), as an SDK does, and sends streamed chat requests one at a time,
 alternating the setups request by request (reversed every other round). Per setup: the median
 and p90 time to the first body byte (TTFB) of the 2nd..Nth request, the proxy process's CPU
-per request, and the TLS handshakes the upstream saw per 100 requests. ``--twin-code
+per request, the TLS handshakes the upstream saw per 100 requests, and the upstream's own
+median time from a request's last read to its answer's first body write (``upstream``: the
+part of the TTFB that is neither the proxy's nor the network's; the HTTP/2 side of this
+Python upstream costs more than its HTTP/1.1 side, where a real upstream's would not). ``--twin-code
 CHECKOUT`` runs the same setups through a second llmitm running an older checkout's code
 (e.g. a worktree of the commit before the pool), with upstreams of its own.
 
@@ -33,9 +37,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,8 +52,6 @@ import h2.connection
 import h2.events
 import orjson
 from bench_proxy import Processes, cpu_seconds, start_llmitm
-
-from llmitm.testing.tls_upstream import TlsUpstream
 
 CONFIG = """\
 [routing]
@@ -83,10 +85,60 @@ SETTLE_S = 0.02  # after a request: let the proxy finish the flow before reading
 
 
 @dataclass
+class Upstream:
+    """A local TLS upstream (``llmitm.testing.tls_upstream``) running in a process of its own;
+    its counts are read once it has stopped."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    ca_file: str
+    stats_file: Path
+    handshakes: int = 0
+    protocols: list[str] = field(default_factory=list)
+    answer_ms: float = 0.0
+    """The median time from the read that completed a request to the write of its answer's
+    first body piece: the upstream's own share of the TTFB."""
+
+    @classmethod
+    def start(cls, procs: Processes, name: str, args: argparse.Namespace) -> Upstream:
+        port_file = procs.tmp / f"{name}.port"
+        stats_file = procs.tmp / f"{name}.stats.json"
+        command = [
+            sys.executable, "-m", "llmitm.testing.tls_upstream",
+            "--port-file", str(port_file), "--stats-file", str(stats_file),
+            "--events", str(args.events), "--event-delay-ms", str(args.event_delay_ms),
+            *(["--http2"] if args.http2 else []),
+        ]  # fmt: skip
+        process = procs.start(name, command)
+
+        def ready() -> list[str] | None:
+            text = port_file.read_text().split() if port_file.exists() else []
+            return text if len(text) == 2 else None
+
+        port, ca_file = procs.wait_ready(name, process, ready)  # type: ignore[misc]
+        return cls(name, process, int(port), ca_file, stats_file)
+
+    @property
+    def base_url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        """Stop the process and read what it counted."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        self.process.wait(timeout=10)
+        stats = orjson.loads(self.stats_file.read_bytes())
+        self.handshakes = stats["handshakes"]
+        self.protocols = sorted(stats["protocols"])
+        self.answer_ms = stats["answer_ms"] or 0.0
+
+
+@dataclass
 class Setup:
     name: str
     model: str
-    upstream: TlsUpstream
+    upstream: Upstream
     port: int = 0
     pid: int = 0
     connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
@@ -94,7 +146,6 @@ class Setup:
     ttfb: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     cpu_first: list[float] = field(default_factory=list)
-    handshakes_before: int = 0
 
 
 @dataclass
@@ -244,8 +295,6 @@ def percentile(values: list[float], q: float) -> float:
 async def measure(
     setups: list[Setup], requests: int, events: int, client_http2: bool = False
 ) -> None:
-    for setup in setups:
-        setup.handshakes_before = setup.upstream.handshakes
     for index in range(requests):
         order = setups if index % 2 == 0 else list(reversed(setups))
         for setup in order:
@@ -264,7 +313,8 @@ async def measure(
 def report(setups: list[Setup], requests: int) -> list[str]:
     lines = [
         f"{'setup':<16} {'TTFB p50':>8} {'p90':>6} {'added':>6} {'CPU 1st byte':>12} "
-        f"{'added':>6} {'CPU/req':>7} {'handshakes/100':>14} {'protocol':>8}   (ms)"
+        f"{'added':>6} {'CPU/req':>7} {'handshakes/100':>14} {'protocol':>8} {'upstream':>8}"
+        "   (ms)"
     ]
     direct: dict[str, tuple[float, float]] = {}
     for setup in setups:
@@ -276,13 +326,13 @@ def report(setups: list[Setup], requests: int) -> list[str]:
             direct[twin] = (ttfb, first)
         elif twin in direct:
             added = [f"{ttfb - direct[twin][0]:+.2f}", f"{first - direct[twin][1]:+.2f}"]
-        handshakes = setup.upstream.handshakes - setup.handshakes_before
-        protocols = ",".join(sorted(setup.upstream.protocols)) or "-"
+        handshakes = setup.upstream.handshakes
+        protocols = ",".join(setup.upstream.protocols) or "-"
         lines.append(
             f"{setup.name:<16} {ttfb:>8.2f} {percentile(setup.ttfb, 0.9) * 1000:>6.2f} "
             f"{added[0]:>6} {first:>12.2f} {added[1]:>6} "
             f"{statistics.median(setup.cpu) * 1000:>7.2f} "
-            f"{handshakes * 100 / requests:>14.1f} {protocols:>8}"
+            f"{handshakes * 100 / requests:>14.1f} {protocols:>8} {setup.upstream.answer_ms:>8.2f}"
         )
     return lines
 
@@ -292,29 +342,22 @@ async def run(args: argparse.Namespace, procs: Processes) -> list[str]:
     twins = [("", None)] + ([("before", args.twin_code)] if args.twin_code else [])
     bundle = procs.tmp / "upstream-cas.pem"
     for suffix, code in twins:
-        delay = args.event_delay_ms / 1000
-        direct = TlsUpstream(http2=args.http2, events=args.events, event_delay=delay)
-        failover = TlsUpstream(http2=args.http2, events=args.events, event_delay=delay)
-        await direct.start()
-        await failover.start()
+        direct = Upstream.start(procs, f"upstream-direct{suffix}", args)
+        failover = Upstream.start(procs, f"upstream-failover{suffix}", args)
         cas = b"".join(Path(u.ca_file).read_bytes() for u in (direct, failover))
         bundle.write_bytes(bundle.read_bytes() + cas if bundle.exists() else cas)
         name = f"llmitm-{suffix}" if suffix else "llmitm"
         config = CONFIG.format(direct=direct.base_url, failover=failover.base_url)
         extra = [f"ssl_verify_upstream_trusted_ca={bundle}", "llmitm_record=off"]
-        # start_llmitm blocks while the process starts: off the loop, so the upstreams answer.
-        port, pid = await asyncio.to_thread(
-            start_llmitm, procs, "http://127.0.0.1:9", config, extra=extra, code=code, name=name
+        port, pid = start_llmitm(
+            procs, "http://127.0.0.1:9", config, extra=extra, code=code, name=name
         )
         label = f" {suffix}" if suffix else ""
         setups.append(Setup(f"direct{label}", "direct-m", direct, port, pid))
         setups.append(Setup(f"failover{label}", "failover-m", failover, port, pid))
-    try:
-        await measure(setups, args.requests, args.events, args.client_http2)
-    finally:
-        for setup in setups:
-            with contextlib.suppress(Exception):
-                await setup.upstream.stop()
+    await measure(setups, args.requests, args.events, args.client_http2)
+    for setup in setups:
+        setup.upstream.stop()
     return report(setups, args.requests)
 
 
