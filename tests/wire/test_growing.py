@@ -204,8 +204,9 @@ def test_items_are_unchanged_only_when_each_serialises_as_it_did(
     now: list[Any], verdict: bool
 ) -> None:
     before = [orjson.dumps(part) for part in ({"a": "xy"}, {"b": "z"})]
-    assert _unchanged(now, before) is verdict
-    assert _unchanged([], []) is True
+    for group in (1, 2**20):
+        assert _unchanged(now, before, group) is verdict
+        assert _unchanged([], [], group) is True
 
 
 @settings(max_examples=300, deadline=None)
@@ -214,5 +215,8 @@ def test_the_whole_list_check_is_the_item_by_item_one(
     before: list[dict[str, Any]], now: list[dict[str, Any]]
 ) -> None:
     kept = [orjson.dumps(part) for part in before]
-    assert _unchanged(now, kept) == ([orjson.dumps(part) for part in now] == kept)
-    assert _unchanged(before, kept)
+    verdict = [orjson.dumps(part) for part in now] == kept
+    # Checked in groups of every size: one item a group, a few, all at once.
+    for group in (1, 8, 20, 64, 2**20):
+        assert _unchanged(now, kept, group) == verdict
+        assert _unchanged(before, kept, group)
