@@ -89,7 +89,6 @@ class Upstream:
     """A local TLS upstream (``llmitm.testing.tls_upstream``) running in a process of its own;
     its counts are read once it has stopped."""
 
-    name: str
     process: subprocess.Popen[bytes]
     port: int
     ca_file: str
@@ -117,7 +116,7 @@ class Upstream:
             return text if len(text) == 2 else None
 
         port, ca_file = procs.wait_ready(name, process, ready)  # type: ignore[misc]
-        return cls(name, process, int(port), ca_file, stats_file)
+        return cls(process, int(port), ca_file, stats_file)
 
     @property
     def base_url(self) -> str:
