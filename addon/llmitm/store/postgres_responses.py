@@ -53,6 +53,7 @@ from llmitm.responses_api.records import (
 )
 from llmitm.store import postgres_content
 from llmitm.store.content_chunks import cut
+from llmitm.store.input_index import InputIndex, index_of
 from llmitm.store.response_rows import (
     LEASE_COLUMNS,
     SEAL_KEY_NAME,
@@ -92,6 +93,11 @@ async def _across_proxies(db: asyncpg.Connection) -> bool:
 
 
 async def apply_saved(db: asyncpg.Connection, writes: Sequence[ResponseSaved]) -> None:
+    with index_of(db).writing() as index:
+        await _save(db, writes, index)
+
+
+async def _save(db: asyncpg.Connection, writes: Sequence[ResponseSaved], index: InputIndex) -> None:
     # A response saved twice in one batch: the last save wins, as across batches.
     writes = list({w.record.id: w for w in writes}.values())
     store = postgres_content.content_of(db)
@@ -101,7 +107,7 @@ async def apply_saved(db: asyncpg.Connection, writes: Sequence[ResponseSaved]) -
     while True:
         puts = store.session()
         rows, item_rows, input_keys = await cut(
-            saved_weight(values, puts), saved_rows, writes, values, puts
+            saved_weight(values, puts), saved_rows, writes, values, puts, index
         )
         # The chunks the last save of these responses held, their rows locked.
         puts.replacing(
@@ -153,6 +159,7 @@ async def _delete(db: asyncpg.Connection, ids: list[str]) -> None:
     waits for this (or this for it) on the id's lock, so none is deleted unreleased."""
     if not ids:
         return
+    index_of(db).clear()  # a response gone may have held a resent item's index row
     await postgres_content.lock_owners(db, "response:", ids)
     rows = await db.fetch(
         "SELECT id, input_chunk, response_chunk FROM responses WHERE id = ANY($1::text[]) "
@@ -380,9 +387,32 @@ async def read_items(
             if hit is not None:  # else a key shared by chance: try an older one
                 best = hit
                 break
+        if best is None:
+            best = await _resent_in(db, item_id, now, credential)
         if best is not None:
             found[item_id] = best[1]
     return found
+
+
+async def _resent_in(
+    db: asyncpg.Connection, item_id: str, now: float, credential: str | None
+) -> tuple[float, dict[str, Any]] | None:
+    """The item from the newest response whose input names it, looked for in the ids
+    themselves: the response its index row named is gone, and later ones resent it without
+    a row of their own (``store.input_index``). Only when no row led to it: a scan."""
+    candidates = await db.fetch(
+        "SELECT id, created_at FROM responses WHERE position($1::bytea IN input_items) > 0 "
+        "AND (expires_at IS NULL OR expires_at > $2) "
+        "AND ($3::text IS NULL OR credential = $3) ORDER BY created_at DESC",
+        orjson.dumps(item_id),
+        now,
+        credential,
+    )
+    for response_id, created_at in candidates:
+        hit = await _item_of(db, response_id, created_at, item_id, credential)
+        if hit is not None:
+            return hit
+    return None
 
 
 async def _item_of(

@@ -19,6 +19,7 @@ import orjson
 
 from llmitm.responses_api.records import ResponseSaved, RunLease, StoredResponse, split_id
 from llmitm.store.content_chunks import Puts
+from llmitm.store.input_index import InputIndex
 
 SEAL_KEY_NAME = "reasoning-seal"
 """The ``llmitm_secrets`` row of the key that seals reasoning (``responses_api.seal``)."""
@@ -95,12 +96,16 @@ def saved_weight(serialised: list[Serialised], puts: Puts | None) -> int:
 
 
 def saved_rows(
-    writes: Sequence[ResponseSaved], serialised: list[Serialised], puts: Puts | None
+    writes: Sequence[ResponseSaved],
+    serialised: list[Serialised],
+    puts: Puts | None,
+    index: InputIndex | None = None,
 ) -> tuple[list[tuple[Any, ...]], list[tuple[str, str, bytes]], list[tuple[int, int]]]:
     """The ``responses``, ``response_items`` and ``response_input_ids`` rows of ``writes``
     (``serialised``: :func:`serialised` of each); with ``puts``, the Response object and the
     input items as chunks, output items only indexed (an empty ``item``: read from the
-    response), input items by key."""
+    response), input items by key, those ``index`` holds at an earlier response left out."""
+    index = index or InputIndex()
     rows: list[tuple[Any, ...]] = []
     item_rows: list[tuple[str, str, bytes]] = []
     input_keys: list[tuple[int, int]] = []
@@ -112,11 +117,7 @@ def saved_rows(
             response_chunk = puts.put(RESPONSE_LANE, response)
             key = id_key(record.id)
             values = (b"", orjson.dumps(ids), input_chunk, response_chunk, key)
-            input_keys += [
-                (id_key(item["id"]), key)
-                for item in record.input_items
-                if isinstance(item.get("id"), str)
-            ]
+            input_keys += index.rows(record, key, id_key)
             output = record.response.get("output")
             indexed = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
         else:

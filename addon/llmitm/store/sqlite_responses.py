@@ -16,8 +16,8 @@ their ids (a resent item's id may differ from turn to turn, and would break the 
 ids go in ``input_items`` as a JSON list (``null`` for an item whose first key is not its id,
 kept whole). An output item's ``response_items`` row holds an empty ``item`` (it is read
 from its response); input items are found through ``response_input_ids``, 64-bit keys of
-item and response ids, since a resent history has fresh ids every turn and an index of them
-grows with the square of the turns.
+item and response ids, one row where an item first came with its bytes
+(``store.input_index``), and else in the responses' id lists.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from llmitm.responses_api.records import (
     StoredResponse,
 )
 from llmitm.store import sqlite_content
+from llmitm.store.input_index import InputIndex, index_of
 from llmitm.store.response_rows import (
     LEASE_COLUMNS,
     SEAL_KEY_NAME,
@@ -80,6 +81,13 @@ async def _release(db: aiosqlite.Connection, where: str, params: tuple[Any, ...]
 
 
 async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved]) -> None:
+    with index_of(db).writing() as index:
+        await _save(db, writes, index)
+
+
+async def _save(
+    db: aiosqlite.Connection, writes: Sequence[ResponseSaved], index: InputIndex
+) -> None:
     # A response saved twice in one batch: the last save wins, as across batches.
     writes = list({w.record.id: w for w in writes}.values())
     store = sqlite_content.content_of(db)
@@ -89,7 +97,7 @@ async def apply_saved(db: aiosqlite.Connection, writes: Sequence[ResponseSaved])
     while True:
         puts = store.session() if chunked else None
         rows, item_rows, input_keys = await sqlite_content.cut(
-            saved_weight(values, puts), saved_rows, writes, values, puts
+            saved_weight(values, puts), saved_rows, writes, values, puts, index
         )
         if puts is None:
             break
@@ -137,6 +145,7 @@ _SAVED_BEFORE = (
 
 
 async def apply_deleted(db: aiosqlite.Connection, writes: Sequence[ResponseDeleted]) -> None:
+    index_of(db).clear()  # a response gone may have held a resent item's index row
     ids = [(w.id,) for w in writes]
     if await sqlite_content.content_of(db).ready(db):
         await _release(
@@ -176,6 +185,7 @@ async def apply_owned(db: aiosqlite.Connection, writes: Sequence[ResponseOwned])
 
 async def apply_purged(db: aiosqlite.Connection, writes: Sequence[ResponsesPurged]) -> None:
     now = max(w.now for w in writes)
+    index_of(db).clear()
     if await sqlite_content.content_of(db).ready(db):
         await _release(db, "expires_at <= ?", (now,))
         await db.execute(
@@ -406,9 +416,32 @@ async def read_items(
                 if hit is not None:  # else a key shared by chance: try an older one
                     best = hit
                     break
+            if best is None:
+                best = await _resent_in(db, item_id, credential)
         if best is not None:
             found[item_id] = best[1]
     return found
+
+
+async def _resent_in(
+    db: aiosqlite.Connection, item_id: str, credential: str | None
+) -> tuple[float, dict[str, Any]] | None:
+    """The item from the newest response whose input names it, looked for in the ids
+    themselves: the response its index row named is gone, and later ones resent it without
+    a row of their own (``store.input_index``). Only when no row led to it: a scan."""
+    sql = f"""
+        SELECT id, created_at FROM responses
+        WHERE instr(input_items, ?) > 0 AND {_LIVE} AND {_OWNED}
+        ORDER BY created_at DESC
+    """
+    params = (orjson.dumps(item_id), time.time(), credential, credential)
+    async with db.execute(sql, params) as cursor:
+        candidates = await cursor.fetchall()
+    for response_id, created_at in candidates:
+        hit = await _item_of(db, response_id, created_at, item_id, credential)
+        if hit is not None:
+            return hit
+    return None
 
 
 async def _item_of(

@@ -1,0 +1,98 @@
+"""Which input items a saved response indexes by id (``response_input_ids``), so that a
+history resent every turn adds index rows for what the turn adds, not for all it resends.
+
+An item is found by id through the responses whose rows name it. A client that resends its
+history resends each item with its id and its bytes unchanged, and indexing every one of
+them again under every turn made the index grow with the square of the turns (2,500 rows
+and half the write's time at turn 50 of a conversation of 100 items). So the writer keeps,
+per credential and item id, the response whose row indexes the item and the item's bytes
+there (their length and hash: a resent item's bytes are the same object each turn, whose
+hash Python keeps); a later response that resends those bytes under that id adds no row.
+
+What this index then names is the item's first response with those bytes, where every later
+one holds the same item: readers find the same item as before. When that response is gone
+(deleted, expired, or written by another process the memo never saw), a reader that finds
+no row looks through the responses' id lists instead (``store.sqlite_responses``,
+``store.postgres_responses``), and a delete or purge empties the memo, so the next turn
+indexes all it holds again. Items whose bytes were not kept as they came
+(:attr:`StoredResponse.input_json` ``None``) are all indexed, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from llmitm.responses_api.records import StoredResponse
+
+MAX_ITEMS = 16384
+"""Items remembered, the least recently resent forgotten first (~200 bytes each): one
+forgotten is indexed again when it comes back, which costs a row, not a wrong answer."""
+
+Holder = tuple[int, int, int]
+"""Where an item is indexed: the length and hash of its bytes, the response key."""
+
+
+class InputIndex:
+    """One writer's memo of where each resent item is indexed (:func:`index_of`)."""
+
+    def __init__(self, max_items: int = MAX_ITEMS) -> None:
+        self.max_items = max_items
+        self._holders: OrderedDict[tuple[str | None, str], Holder] = OrderedDict()
+
+    def rows(
+        self, record: StoredResponse, response_key: int, key_of: Callable[[str], int]
+    ) -> list[tuple[int, int]]:
+        """The ``(item_key, response_key)`` rows ``record`` adds (``key_of``: an item id's
+        64-bit key); the items it indexes are remembered as indexed there."""
+        items = record.input_items
+        made = record.input_json
+        if made is None or len(made) != len(items):
+            return [(key_of(i["id"]), response_key) for i in items if isinstance(i.get("id"), str)]
+        holders = self._holders
+        credential = record.credential
+        rows: list[tuple[int, int]] = []
+        for item, (_, data) in zip(items, made, strict=True):
+            item_id = item.get("id")
+            if not isinstance(item_id, str):
+                continue
+            name = (credential, item_id)
+            held = holders.get(name)
+            length, digest = len(data), hash(data)
+            if held is not None and held[2] != response_key and held[:2] == (length, digest):
+                holders.move_to_end(name)
+                continue  # indexed at an earlier response, with these very bytes
+            holders[name] = (length, digest, response_key)
+            holders.move_to_end(name)
+            rows.append((key_of(item_id), response_key))
+        while len(holders) > self.max_items:
+            holders.popitem(last=False)
+        return rows
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[InputIndex]:
+        """Around a write of rows it made: a write that fails may leave rows it counted on
+        unwritten, so it forgets them all."""
+        try:
+            yield self
+        except BaseException:
+            self.clear()
+            raise
+
+    def clear(self) -> None:
+        """Forget every holder: one may be gone (a delete, a purge, a failed write)."""
+        self._holders.clear()
+
+
+_WRITERS: weakref.WeakKeyDictionary[Any, InputIndex] = weakref.WeakKeyDictionary()
+
+
+def index_of(db: Any) -> InputIndex:
+    """The memo of writer connection ``db`` (either backend's), as long as it lives."""
+    index = _WRITERS.get(db)
+    if index is None:
+        index = _WRITERS[db] = InputIndex()
+    return index
