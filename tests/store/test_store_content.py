@@ -142,6 +142,60 @@ def test_a_value_is_put_back_byte_for_byte_whatever_it_is() -> None:
     assert recipes and max(len(r) for r in recipes) < 2_500
 
 
+def test_a_value_given_as_parts_is_put_back_byte_for_byte() -> None:
+    # A stored history as the store gets it: each resent item the same bytes object turn
+    # after turn. Also an item changed in place, the same value as bytes after parts (and
+    # back), and parts cut anywhere (inside strings, empty ones): what parts share is never
+    # more than what their bytes share, and each turn's recipe holds only what it adds.
+    rng = random.Random(11)
+    bases = content.Bases()
+    stored: dict[bytes, tuple[str, bytes]] = {}
+    items: list[bytes] = []
+    values: list[tuple[content.Value, bool]] = []  # (value, plain growth of the one before)
+    for turn in range(40):
+        items.append(orjson.dumps({"role": "user", "content": text(rng, rng.choice([30, 900]))}))
+        edited = turn % 7 == 3
+        if edited:
+            items[rng.randrange(len(items))] = orjson.dumps({"edited": text(rng, 700)})
+        parts = [b"[", *(p for item in items for p in (item, b","))]
+        parts[-1] = b"]"
+        values.append((content.Joined(parts), not edited and turn > 0))
+        whole = b"".join(parts)
+        if turn % 5 == 0:
+            values.append((whole, False))
+        if turn % 6 == 0:
+            cuts = [0, *sorted(rng.sample(range(len(whole)), 12)), len(whole), len(whole)]
+            cut = [whole[a:b] for a, b in itertools.pairwise(cuts)]
+            values.append((content.Joined(cut), False))
+    added: list[int] = []
+    for value, grown in values:
+        whole = bytes(value)
+        for _ in range(5):
+            a, b = sorted(rng.randrange(len(whole) + 1) for _ in range(2))
+            if isinstance(value, content.Joined):
+                assert value.between(a, b) == whole[a:b]
+        candidates = bases.candidates("lane")
+        base, prefix, suffix = content.best_base(value, candidates)
+        if base is not None:
+            other = bytes(base.data)
+            assert prefix + suffix <= min(len(whole), len(other))
+            assert whole[:prefix] == other[:prefix]
+            assert whole[len(whole) - suffix :] == other[len(other) - suffix :]
+            as_bytes = content.shared_ends(whole, content.Recent(b"", other, 0))
+            assert prefix + suffix <= sum(as_bytes)
+            if grown and isinstance(base.data, content.Joined):
+                assert (prefix, suffix) == as_bytes
+        encoded = content.encode(value, base, prefix, suffix)
+        new = [c for c in encoded.chunks if c.name not in stored]
+        for chunk in encoded.chunks:
+            stored[chunk.name] = (chunk.kind, chunk.data)
+        bases.remember("lane", encoded.name, value, base.depth + 1 if base else 0)
+        assert content.assemble(encoded.name, stored.__getitem__, {}) == whole
+        if grown and base is not None and isinstance(base.data, content.Joined):
+            added.append(sum(len(c.data) for c in new) - len(items[-1]))
+    assert added and max(added) < 200  # a recipe's ops and framing, besides the new item
+
+
 def test_a_base_is_found_by_what_it_shares_whatever_its_ends_look_like() -> None:
     # Candidates sharing nothing are passed over by their ends alone; what is shared across
     # those ends (a prefix, a suffix, or half of it on each side) still finds its base.

@@ -17,7 +17,9 @@ encoding (whose references name their chunks in turn), so equal names mean equal
 a value encoded twice is stored once. Cutting needs no JSON parser: a cut in the wrong place
 (a value that is not JSON, a string misread) only shares less — putting the pieces back always
 gives the exact bytes. Only the bytes a value adds are hashed, scanned and compressed: finding
-the shared prefix and suffix is a memory comparison.
+the shared prefix and suffix is a memory comparison, and of a value given as its parts
+(:class:`Joined`: the stored input items, each kept since it was new) a comparison of parts,
+most of them the very objects of the last turn's value.
 
 Recipe encoding: ``RECIPE_MAGIC`` then ops — ``L`` + u32 length + bytes (literal), ``R`` +
 32-byte name (a whole chunk), ``S`` + 32-byte name + u64 start + u64 length (a slice of a
@@ -30,7 +32,7 @@ import hashlib
 import re
 import struct
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from llmitm.wire.shared_bytes import common_prefix, common_suffix
@@ -58,6 +60,46 @@ def name_of(data: bytes) -> bytes:
     """A chunk's name: the sha256 of its content (fastest of hashlib's on x86 with SHA-NI,
     and the only one the export folder's blob names already use)."""
     return hashlib.sha256(data).digest()
+
+
+class Joined:
+    """A value given as the parts it is made of, joined only where a part is new: a stored
+    history's items, each the JSON kept of it since it was new, so that a resent item is the
+    same bytes object turn after turn. Comparing with the last turn's value goes part by
+    part (the same object is equal at once), and only the parts a turn adds are copied; the
+    history joined whole was a fresh buffer as large as itself each turn, and fresh pages
+    are most of what such a buffer costs."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: Sequence[bytes]) -> None:
+        self.parts = tuple(parts)
+        self.size = sum(map(len, self.parts))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+    def between(self, start: int, end: int) -> bytes:
+        """Its bytes from ``start`` to ``end``, joined from the parts that hold them."""
+        if end <= start:
+            return b""
+        pieces: list[bytes] = []
+        at = 0
+        for part in self.parts:
+            after = at + len(part)
+            if after > start and at < end:
+                pieces.append(part[max(0, start - at) : end - at])
+            if after >= end:
+                break
+            at = after
+        return b"".join(pieces)
+
+
+Value = bytes | Joined
+"""What a lane keeps: bytes, or the parts they are joined from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +156,7 @@ class Recent:
     """A recent value of a lane: a base a new value may be sliced from."""
 
     name: bytes
-    data: bytes
+    data: Value
     depth: int
 
 
@@ -139,7 +181,7 @@ class Bases:
         recent = self._lanes.get(lane)
         return list(reversed(recent.values())) if recent else []
 
-    def remember(self, lane: str, name: bytes, data: bytes, depth: int) -> None:
+    def remember(self, lane: str, name: bytes, data: Value, depth: int) -> None:
         recent = self._lanes.setdefault(lane, OrderedDict())
         old = recent.pop(name, None)
         if old is not None:
@@ -177,7 +219,7 @@ class Bases:
 
 
 def best_base(
-    data: bytes, candidates: list[Recent], measured: tuple[Recent, int, int] | None = None
+    data: Value, candidates: list[Recent], measured: tuple[Recent, int, int] | None = None
 ) -> tuple[Recent | None, int, int]:
     """The candidate sharing the most bytes with ``data`` as prefix + suffix, and those;
     ``measured``: one candidate's :func:`shared_ends` with ``data``, made already."""
@@ -200,11 +242,15 @@ def best_base(
     return best, best_p, best_s
 
 
-def shared_ends(data: bytes, candidate: Recent) -> tuple[int, int]:
+def shared_ends(data: Value, candidate: Recent) -> tuple[int, int]:
     """The bytes ``data`` shares with ``candidate`` as prefix and as suffix (0, 0 when they
-    cannot share :data:`MIN_SHARED`)."""
-    edge = MIN_SHARED // 2
+    cannot share :data:`MIN_SHARED`); of two :class:`Joined` values, what their parts share
+    (as much, unless a part of one is cut short in the other: then less, never more)."""
     other = candidate.data
+    if isinstance(data, Joined) and isinstance(other, Joined):
+        return _shared_parts(data, other)
+    data, other = bytes(data), bytes(other)
+    edge = MIN_SHARED // 2
     if not other.startswith(data[:edge]) and not other.endswith(data[-edge:]):
         # Under half of MIN_SHARED at either end: the two cannot share enough. Most values
         # of a lane (the answers, the stored Response) share nothing with any recent one,
@@ -214,13 +260,33 @@ def shared_ends(data: bytes, candidate: Recent) -> tuple[int, int]:
     return p, common_suffix(data, other, min(len(data), len(other)) - p)
 
 
-def encode(data: bytes, base: Recent | None = None, prefix: int = 0, suffix: int = 0) -> Encoded:
+def _shared_parts(data: Joined, other: Joined) -> tuple[int, int]:
+    """:func:`shared_ends` part by part: equal parts whole, then the bytes the first unequal
+    pair shares."""
+    limit = min(len(data), len(other))
+    p = 0
+    for mine, theirs in zip(data.parts, other.parts, strict=False):
+        if mine != theirs:  # the same object compares equal at once
+            p += common_prefix(mine, theirs)
+            break
+        p += len(mine)
+    p = min(p, limit)
+    s, room = 0, limit - p
+    for mine, theirs in zip(reversed(data.parts), reversed(other.parts), strict=False):
+        if mine != theirs or len(mine) > room - s:
+            s += common_suffix(mine, theirs, min(len(mine), len(theirs), room - s))
+            break
+        s += len(mine)
+    return (p, s) if p + s >= MIN_SHARED else (0, 0)
+
+
+def encode(data: Value, base: Recent | None = None, prefix: int = 0, suffix: int = 0) -> Encoded:
     """``data`` as chunks: a leaf when small, else a recipe slicing ``base`` (``prefix`` and
     ``suffix`` bytes of it, see :func:`best_base`) with the long strings of the rest as leaves."""
     if base is not None and prefix == len(data) == len(base.data):
         return Encoded(base.name)  # the same value again: the same chunk
     if len(data) < SMALL:
-        return _leaf(data)
+        return _leaf(bytes(data))
     ops: list[bytes] = []
     chunks: list[Chunk] = []
     children: list[bytes] = []
@@ -229,28 +295,35 @@ def encode(data: bytes, base: Recent | None = None, prefix: int = 0, suffix: int
     if prefix:
         ops.append(_SLICE.pack(b"S", base.name, 0, prefix))  # type: ignore[union-attr]
         children.append(base.name)  # type: ignore[union-attr]
-    middle_end = len(data) - suffix
-    at = prefix
-    for match in _STRING.finditer(data, prefix, middle_end):
+    # Only what lies between the shared ends is read: of a Joined value, only its new parts
+    # are copied (an unchanged bytes value is its own whole slice, not a copy).
+    middle = (
+        data[prefix : len(data) - suffix]
+        if isinstance(data, bytes)
+        else data.between(prefix, len(data) - suffix)
+    )
+    at = 0
+    for match in _STRING.finditer(middle):
         start, end = match.span()
         if end - start < LONG_STRING:
             continue
         if start > at:
-            ops.append(_literal(data[at:start]))
-        text = data[start:end]
+            ops.append(_literal(middle[at:start]))
+        text = middle[start:end]
         name = name_of(text)
         chunks.append(Chunk(name, LEAF, text))
         children.append(name)
         ops.append(b"R" + name)
         at = end
-    if middle_end > at:
-        ops.append(_literal(data[at:middle_end]))
+    if len(middle) > at:
+        ops.append(_literal(middle[at:]))
     if suffix:
         blen = len(base.data)  # type: ignore[union-attr]
         ops.append(_SLICE.pack(b"S", base.name, blen - suffix, suffix))  # type: ignore[union-attr]
         children.append(base.name)  # type: ignore[union-attr]
     if not children:
-        return _leaf(data)  # nothing shared: one leaf is smaller than a recipe of literals
+        # Nothing shared: one leaf is smaller than a recipe of literals.
+        return _leaf(middle if len(middle) == len(data) else bytes(data))
     recipe = RECIPE_MAGIC + b"".join(ops)
     name = name_of(recipe)
     chunks.append(Chunk(name, RECIPE, recipe))

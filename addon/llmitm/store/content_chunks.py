@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llmitm.store import blob_codec, content
-from llmitm.store.content import LEAF, Bases
+from llmitm.store.content import LEAF, Bases, Value
 
 TABLE = "store_chunks"
 
@@ -44,7 +44,7 @@ class Puts:
         self.bases = bases
         self._encoded: list[content.Encoded] = []
         self._replacing: tuple[str, tuple[Any, ...]] | None = None
-        self._weighed: dict[str, tuple[bytes, tuple[content.Recent, int, int]]] = {}
+        self._weighed: dict[str, tuple[Value, tuple[content.Recent, int, int]]] = {}
         """:meth:`unshared`'s last comparison in each lane: the value, the value it was
         compared with, and the prefix and suffix they share."""
         self.replaced: list[bytes | None] = []
@@ -57,7 +57,7 @@ class Puts:
         """Also run ``sql`` (one column of chunk names) in the commit's query."""
         self._replacing = (sql, params)
 
-    def unshared(self, lane: str, data: bytes) -> int:
+    def unshared(self, lane: str, data: Value) -> int:
         """About how many bytes putting ``data`` would scan and hash: what the newest recent
         value of ``lane`` does not share with it as prefix and suffix (all of it when there
         is none). A memory comparison, whose result :meth:`put` takes up: weighing a write
@@ -69,7 +69,7 @@ class Puts:
         self._weighed[lane] = (data, (newest[0], prefix, suffix))
         return len(data) - prefix - suffix if prefix + suffix >= content.MIN_SHARED else len(data)
 
-    def put(self, lane: str, data: bytes) -> bytes:
+    def put(self, lane: str, data: Value) -> bytes:
         """The chunk name ``data`` will have, with one reference, once committed."""
         base, prefix, suffix = self._base_of(lane, data)
         encoded = content.encode(data, base, prefix, suffix)
@@ -78,7 +78,7 @@ class Puts:
         self.bases.remember(lane, encoded.name, data, depth)
         return encoded.name
 
-    def _base_of(self, lane: str, data: bytes) -> tuple[content.Recent | None, int, int]:
+    def _base_of(self, lane: str, data: Value) -> tuple[content.Recent | None, int, int]:
         weighed, measured = self._weighed.pop(lane, (None, None))
         # The same value, often the same bytes made again (a canonical text encoded twice).
         if measured is not None and not (weighed is data or weighed == data):

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from llmitm.responses_api.records import ResponseSaved, RunLease, StoredResponse, split_id
+from llmitm.store.content import Joined, Value
 from llmitm.store.content_chunks import Puts
 from llmitm.store.input_index import InputIndex
 
@@ -57,7 +58,7 @@ def id_key(ident: str) -> int:
     )
 
 
-Serialised = tuple[list[str | None] | None, bytes, bytes]
+Serialised = tuple[list[str | None] | None, Value, bytes]
 
 INPUT_LANE = "input_items"
 RESPONSE_LANE = "response"
@@ -72,13 +73,13 @@ def serialised(record: StoredResponse, chunked: bool) -> Serialised:
         return None, orjson.dumps(record.input_items), orjson.dumps(record.response)
     made = record.input_json
     if made is not None and len(made) == len(record.input_items):
-        # Each item's JSON made when it was new: a resent history is joined, not serialised
-        # (in one piece: a history's bytes are copied once).
+        # Each item's JSON made when it was new: a resent history is neither serialised nor
+        # joined whole; the store copies the parts a turn adds (``store.content.Joined``).
         pieces = [b"["]
         for _, data in made:
             pieces += (data, b",")
         pieces[-1] = b"]" if made else b"[]"
-        return [item_id for item_id, _ in made], b"".join(pieces), orjson.dumps(record.response)
+        return [item_id for item_id, _ in made], Joined(pieces), orjson.dumps(record.response)
     ids, bare = split_ids(record.input_items)
     return ids, orjson.dumps(bare), orjson.dumps(record.response)
 
