@@ -157,3 +157,13 @@ def test_a_failed_write_forgets_where_items_were_indexed(failing: bool) -> None:
             raise RuntimeError("the transaction rolled back")
     again = conversation.record()
     assert len(index.rows(again, 2, key_of)) == (2 if failing else 0)
+
+
+def test_the_least_recently_saved_credential_is_forgotten_first() -> None:
+    ours, theirs = Conversation("fp-ours", "ours"), Conversation("fp-theirs", "theirs")
+    index = InputIndex(max_items=4)
+    assert len(index.rows(ours.next(), 1, key_of)) == 2
+    theirs.next()
+    assert len(index.rows(theirs.next(), 2, key_of)) == 4  # four items: ours are forgotten
+    assert len(index.rows(theirs.record(), 3, key_of)) == 0
+    assert len(index.rows(ours.record(), 4, key_of)) == 2

@@ -29,8 +29,9 @@ from typing import Any
 from llmitm.responses_api.records import StoredResponse
 
 MAX_ITEMS = 16384
-"""Items remembered, the least recently resent forgotten first (~200 bytes each): one
-forgotten is indexed again when it comes back, which costs a row, not a wrong answer."""
+"""Items remembered (~150 bytes each), the oldest of the least recently saved credentials
+forgotten first: one forgotten is indexed again when it comes back, which costs a row, not
+a wrong answer."""
 
 Holder = tuple[int, int, int]
 """Where an item is indexed: the length and hash of its bytes, the response key."""
@@ -41,7 +42,9 @@ class InputIndex:
 
     def __init__(self, max_items: int = MAX_ITEMS) -> None:
         self.max_items = max_items
-        self._holders: OrderedDict[tuple[str | None, str], Holder] = OrderedDict()
+        self._held: OrderedDict[str | None, dict[str, Holder]] = OrderedDict()
+        """Per credential (the least recently saved for first), item id to holder."""
+        self._size = 0
 
     def rows(
         self, record: StoredResponse, response_key: int, key_of: Callable[[str], int]
@@ -52,25 +55,40 @@ class InputIndex:
         made = record.input_json
         if made is None or len(made) != len(items):
             return [(key_of(i["id"]), response_key) for i in items if isinstance(i.get("id"), str)]
-        holders = self._holders
-        credential = record.credential
+        held = self._held.get(record.credential)
+        if held is None:
+            held = self._held[record.credential] = {}
+        else:
+            self._held.move_to_end(record.credential)
+        before = len(held)
         rows: list[tuple[int, int]] = []
-        for item, (_, data) in zip(items, made, strict=True):
-            item_id = item.get("id")
-            if not isinstance(item_id, str):
-                continue
-            name = (credential, item_id)
-            held = holders.get(name)
-            length, digest = len(data), hash(data)
-            if held is not None and held[2] != response_key and held[:2] == (length, digest):
-                holders.move_to_end(name)
+        for item, (item_id, data) in zip(items, made, strict=True):
+            if item_id is None:  # an id that is not the item's first key, or none
+                item_id = item.get("id")
+                if not isinstance(item_id, str):
+                    continue
+            holder = held.get(item_id)
+            if (
+                holder is not None
+                and holder[2] != response_key
+                and holder[0] == len(data)
+                and holder[1] == hash(data)
+            ):
                 continue  # indexed at an earlier response, with these very bytes
-            holders[name] = (length, digest, response_key)
-            holders.move_to_end(name)
+            held[item_id] = (len(data), hash(data), response_key)
             rows.append((key_of(item_id), response_key))
-        while len(holders) > self.max_items:
-            holders.popitem(last=False)
+        self._size += len(held) - before
+        self._forget_beyond_bound()
         return rows
+
+    def _forget_beyond_bound(self) -> None:
+        """The oldest items of the least recently saved credentials first."""
+        while self._size > self.max_items:
+            credential, held = next(iter(self._held.items()))
+            del held[next(iter(held))]
+            self._size -= 1
+            if not held:
+                del self._held[credential]
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[InputIndex]:
@@ -84,7 +102,8 @@ class InputIndex:
 
     def clear(self) -> None:
         """Forget every holder: one may be gone (a delete, a purge, a failed write)."""
-        self._holders.clear()
+        self._held.clear()
+        self._size = 0
 
 
 _WRITERS: weakref.WeakKeyDictionary[Any, InputIndex] = weakref.WeakKeyDictionary()
