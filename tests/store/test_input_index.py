@@ -59,9 +59,13 @@ class Conversation:
 async def test_a_resent_history_is_indexed_once_and_every_item_found(backend: Backend) -> None:
     conversation = Conversation()
     async with backend.store() as store:
-        for _ in range(30):
-            store.submit(ResponseSaved(conversation.next()))
+        saved = [conversation.next() for _ in range(30)]
+        for record in saved:
+            store.submit(ResponseSaved(record))
         await store.flush()
+        # The items, handed to the store as their parts, read back as they were.
+        for record in saved[::7]:
+            assert await store.response(record.id) == record
         # One row an item, where it first came: not one an item a turn (930 rows).
         assert backend.count("response_input_ids") == 60
         items = conversation.items
