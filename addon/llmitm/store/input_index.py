@@ -4,7 +4,8 @@ history resent every turn adds index rows for what the turn adds, not for all it
 An item is found by id through the responses whose rows name it. A client that resends its
 history resends each item with its id and its bytes unchanged, and indexing every one of
 them again under every turn made the index grow with the square of the turns (2,500 rows
-and half the write's time at turn 50 of a conversation of 100 items). So the writer keeps,
+after 50 turns of 100 items, and the one statement on SQLite's thread whose time grew with
+the turn, 0.03 to 0.40 ms). So the writer keeps,
 per credential and item id, the response whose row indexes the item and the item's bytes
 there (their length and hash: a resent item's bytes are the same object each turn, whose
 hash Python keeps); a later response that resends those bytes under that id adds no row.

@@ -100,13 +100,12 @@ def saved_rows(
     writes: Sequence[ResponseSaved],
     serialised: list[Serialised],
     puts: Puts | None,
-    index: InputIndex | None = None,
+    index: InputIndex,
 ) -> tuple[list[tuple[Any, ...]], list[tuple[str, str, bytes]], list[tuple[int, int]]]:
     """The ``responses``, ``response_items`` and ``response_input_ids`` rows of ``writes``
     (``serialised``: :func:`serialised` of each); with ``puts``, the Response object and the
     input items as chunks, output items only indexed (an empty ``item``: read from the
     response), input items by key, those ``index`` holds at an earlier response left out."""
-    index = index or InputIndex()
     rows: list[tuple[Any, ...]] = []
     item_rows: list[tuple[str, str, bytes]] = []
     input_keys: list[tuple[int, int]] = []
