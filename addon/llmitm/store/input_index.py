@@ -5,10 +5,10 @@ An item is found by id through the responses whose rows name it. A client that r
 history resends each item with its id and its bytes unchanged, and indexing every one of
 them again under every turn made the index grow with the square of the turns (2,500 rows
 after 50 turns of 100 items, and the one statement on SQLite's thread whose time grew with
-the turn, 0.03 to 0.40 ms). So the writer keeps,
-per credential and item id, the response whose row indexes the item and the item's bytes
-there (their length and hash: a resent item's bytes are the same object each turn, whose
-hash Python keeps); a later response that resends those bytes under that id adds no row.
+the turn, 0.03 to 0.40 ms). So the writer keeps, per credential and item id, the response
+whose row indexes the item and the item's bytes there (their length and hash: a resent
+item's bytes are the same object each turn, whose hash Python keeps); a later response that
+resends those bytes under that id adds no row.
 
 What this index then names is the item's first response with those bytes, where every later
 one holds the same item: readers find the same item as before. When that response is gone
