@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmitm.replay import keys
 from llmitm.replay.capture import ClientRequest, see_request
 from llmitm.replay.keys import KeyOptions, match_key
 from llmitm.replay.memo import RequestMemo
@@ -186,7 +187,7 @@ def test_a_resent_history_reuses_its_parts() -> None:
 def kept_form(parts: dict, item: dict) -> object:
     data = orjson.dumps(item)
     (part,) = [p for p in parts.values() if p.data == data]
-    return part.keyed[KeyOptions()][0]
+    return part.keyed[KeyOptions()].form
 
 
 def test_a_part_holding_a_credential_is_not_kept() -> None:
@@ -222,3 +223,17 @@ def test_parts_alike_at_both_ends_are_told_apart_and_all_kept() -> None:
     assert len(kept) == 51  # every item, and the model
     memo.see(body, KeyOptions())
     assert all(memo._parts.kept()[key] is part for key, part in kept.items())
+
+
+def test_a_key_spliced_from_item_texts_is_the_whole_one_at_its_edges() -> None:
+    """An empty conversation array, and a client that sends the text standing in for the
+    array while the fields around it are spelt: the same key as the whole body's."""
+    memo = RequestMemo()
+    for body in (
+        {"model": "m", "input": [], "instructions": "x"},
+        {"model": "m", "input": [{"role": "user", "content": "hi"}], "include": [keys._SLOT]},
+    ):
+        content = orjson.dumps(body)
+        whole = see_request(request(content), KeyOptions(), None)
+        reused = see_request(request(content), KeyOptions(), None, memo)
+        assert reused.key == whole.key

@@ -110,6 +110,7 @@ def see_request(
         parsed=None if seen is None else seen.body,
         redacted=True,
         canonical=None if seen is None else seen.canonical,
+        item_texts=None if seen is None else seen.item_texts,
     )
     message = Message(
         headers=redact_headers(request.headers),

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 from urllib.parse import parse_qsl
 
 import orjson
@@ -293,6 +294,54 @@ def volatile_values(body: Any, options: KeyOptions) -> list[tuple[str, str]]:
 
 _FORMS = PrefixHasher()
 """The sha256 states of recent keys' texts (their next turn's is hashed from there)."""
+_TEXT = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
+"""How a key's text is spelt."""
+_ITEM_LINE = b"\n" + b" " * 6
+"""A line break inside an item of the body's conversation array, which the text indents three
+levels deep (the fields, ``body``, the array)."""
+_ITEM_SEPARATOR = b"," + _ITEM_LINE
+_SLOT = "\x00llmitm-items-" + secrets.token_hex(8)
+"""Stands in for the conversation array while the fields around it are spelt."""
+_SLOT_TEXT = orjson.dumps(_SLOT)
+
+
+class ItemTexts(NamedTuple):
+    """A canonical body's conversation array (``body[name]``), each item spelt by
+    :func:`item_text`."""
+
+    name: str
+    texts: list[bytes]
+
+
+def item_text(form: Any) -> bytes:
+    """An item's canonical form as a key's text spells it in the body's conversation array.
+
+    The text is sorted-key JSON indented by two spaces a level, and JSON puts no raw line
+    break inside a string: the item spelt alone, its line breaks indented three levels more,
+    is the item spelt in place."""
+    return orjson.dumps(form, option=_TEXT).replace(b"\n", _ITEM_LINE)
+
+
+def _spelt(fields: dict[str, Any], items: ItemTexts | None) -> bytes:
+    """The key's text of ``fields``: the conversation array spliced in from its items' texts
+    (a resent item's is kept with its part in the memo: spelling the whole history again
+    each turn re-encoded every string of it)."""
+    body = fields["body"]
+    array = None if items is None else body.get(items.name)
+    if items is None or type(array) is not list or len(array) != len(items.texts):
+        return orjson.dumps(fields, option=_TEXT)
+    text = orjson.dumps({**fields, "body": {**body, items.name: _SLOT}}, option=_TEXT)
+    at = text.find(_SLOT_TEXT)
+    if at < 0 or text.find(_SLOT_TEXT, at + 1) >= 0:  # the slot's text sent by the client
+        return orjson.dumps(fields, option=_TEXT)
+    if not items.texts:
+        return b"".join((text[:at], b"[]", text[at + len(_SLOT_TEXT) :]))
+    # One join for the whole text: a history's bytes are copied once, into one fresh buffer.
+    pieces = [text[:at] + b"[" + _ITEM_LINE]
+    for item in items.texts:
+        pieces += (item, _ITEM_SEPARATOR)
+    pieces[-1] = b"\n    ]" + text[at + len(_SLOT_TEXT) :]
+    return b"".join(pieces)
 
 
 def match_key(
@@ -306,13 +355,15 @@ def match_key(
     parsed: dict[str, Any] | None = None,
     redacted: bool = False,
     canonical: Any = None,
+    item_texts: ItemTexts | None = None,
 ) -> MatchKey:
     """The key of one client request (``url_path`` with its query; headers as sent;
     ``parsed``: ``content`` already parsed as a JSON object, not parsed again;
     ``redacted``: ``content`` is :func:`~llmitm.wire.redact.redact_body`'s output, so its
     walk is not done twice — the key is the same either way; ``canonical``: with ``parsed``,
     :func:`canonical_body` of it under ``options``, made already — by
-    :class:`~llmitm.replay.memo.RequestMemo`, which also checked its depth)."""
+    :class:`~llmitm.replay.memo.RequestMemo`, which also checked its depth, and spelt the
+    items of its conversation array, ``item_texts``)."""
     method = method.upper()
     route, deployment = route_of(method, url_path)
     query = url_path.partition("?")[2]
@@ -342,6 +393,9 @@ def match_key(
         canonical = text
     elif canonical is None:
         canonical = canonical_body(body, options, redacted)
+        item_texts = None
+    if type(canonical) is not dict:
+        item_texts = None
     fields: dict[str, Any] = {
         "method": method,
         "route": route,
@@ -352,7 +406,7 @@ def match_key(
     }
     if options.match_host:
         fields["host"] = host.lower()
-    form = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    form = _spelt(fields, item_texts)
     # The bytes of the text, hashed from where they differ from a recent key's (a resent
     # history's text is the last turn's with a few items more).
     digest = _FORMS.digest(form).hex()[:16]

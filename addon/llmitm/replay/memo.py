@@ -42,8 +42,10 @@ import orjson
 from llmitm.replay.keys import (
     DROPPED_FIELDS,
     DROPPED_PATHS,
+    ItemTexts,
     KeyOptions,
     Numbering,
+    item_text,
     reduced,
     volatile_pattern,
     with_placeholders,
@@ -86,14 +88,28 @@ class _Part:
     named: bool
     """It holds a secret-named field with a string (``redact_fields``'s verdict)."""
     too_deep: bool
-    keyed: dict[KeyOptions, tuple[Any, Numbered]] = field(default_factory=dict)
-    """Per key options: its canonical form (:data:`_AS_IS`: itself) and what it numbered."""
+    keyed: dict[KeyOptions, _Keyed] = field(default_factory=dict)
+    """Per key options: its canonical form and what it numbered."""
 
     def forms_cost(self) -> int:
         """Bytes its forms hold, roughly: a form of about its bytes' size per options whose
-        form is not the part itself."""
-        forms = sum(form is not _AS_IS and form is not _DROPPED for form, _ in self.keyed.values())
-        return len(self.data) * forms
+        form is not the part itself, and each item text kept."""
+        forms = sum(k.form is not _AS_IS and k.form is not _DROPPED for k in self.keyed.values())
+        texts = sum(len(k.text) for k in self.keyed.values() if k.text is not None)
+        return len(self.data) * forms + texts
+
+
+@dataclass(slots=True)
+class _Keyed:
+    """A part's canonical form under one set of key options."""
+
+    form: Any
+    """:data:`_AS_IS` (the part itself), :data:`_DROPPED`, or the form."""
+    numbered: Numbered
+    """The volatile values it numbered, in order, with their numbers."""
+    text: bytes | None = None
+    """An item's form as the key's text spells it (:func:`~llmitm.replay.keys.item_text`),
+    made when first asked for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +122,9 @@ class Seen:
     """The redacted body, parsed (``content`` parsed again is equal to it)."""
     canonical: Any
     """:func:`~llmitm.replay.keys.canonical_body` of ``body`` (``None``: no options given)."""
+    item_texts: ItemTexts | None = None
+    """The canonical conversation array's items as the key's text spells them (with
+    ``canonical``), each kept with its part: the key's text is spliced from them."""
 
 
 class RequestMemo:
@@ -155,7 +174,9 @@ class RequestMemo:
                 else _redacted(*value)
                 for name, value in layout
             }
-            canonical = None if options is None else self._canonical(layout, sequence, options)
+            canonical, texts = (
+                (None, None) if options is None else self._canonical(layout, sequence, options)
+            )
             self._parts.trim()
         changed = any(part.changed for part in parts)
         named = any(part.named for part in parts)
@@ -166,7 +187,8 @@ class RequestMemo:
             # credential and by a secret-named field's presence when none can; the two
             # disagree only where such a field holds the placeholder already.
             changed = named
-        return Seen(orjson.dumps(redacted) if changed else content, redacted, canonical)
+        content = orjson.dumps(redacted) if changed else content
+        return Seen(content, redacted, canonical, texts)
 
     def _items(self, name: str, items: list[Any], grown: Grown) -> list[tuple[Any, _Part]]:
         """Each item of the conversation array with its part: a resent item's is the part
@@ -208,19 +230,31 @@ class RequestMemo:
 
     def _canonical(
         self, layout: list[tuple[str, Any]], sequence: str, options: KeyOptions
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], ItemTexts]:
         numbering = Numbering()
         out: dict[str, Any] = {}
+        texts: list[bytes] = []
         for name, value in layout:
             if isinstance(value, list):
-                out[name] = [
-                    self._form(*pair, sequence, True, options, numbering) for pair in value
-                ]
+                forms = out[name] = []
+                for item, part in value:
+                    form = self._form(item, part, sequence, True, options, numbering)
+                    forms.append(form)
+                    texts.append(self._text(part, sequence, options, form))
             else:
                 form = self._form(*value, name, False, options, numbering)
                 if form is not _DROPPED:
                     out[name] = form
-        return out
+        return out, ItemTexts(sequence, texts)
+
+    def _text(self, part: _Part, name: str, options: KeyOptions, form: Any) -> bytes:
+        """The text of an item's form (``part.keyed[options]``'s, just made or reused)."""
+        keyed = part.keyed[options]
+        if keyed.text is None:
+            keyed.text = item_text(form)
+            if part.redacted is _AS_IS:  # a kept part
+                self._parts.charge((name, True), part.data, part.forms_cost())
+        return keyed.text
 
     def _form(
         self,
@@ -233,16 +267,16 @@ class RequestMemo:
     ) -> Any:
         kept = part.keyed.get(options)
         if kept is not None:
-            form, numbered = kept
+            form = kept.form
             same = True
-            for kind, volatile, number in numbered:  # every one: the numbering a walk leaves
+            for kind, volatile, number in kept.numbered:  # every one: the walk's numbering
                 same = numbering.number(kind, volatile) == number and same
             if same:
                 return value if form is _AS_IS else form
         redacted = _redacted(value, part)
         whole = reduced({name: [redacted] if item else redacted}, options, True)
         if name not in whole:
-            part.keyed[options] = (_DROPPED, ())
+            part.keyed[options] = _Keyed(_DROPPED, ())
             return _DROPPED
         form = whole[name][0] if item else whole[name]
         numbered: Numbered = ()
@@ -254,9 +288,9 @@ class RequestMemo:
         if not numbered and part.redacted is _AS_IS and form == value:
             # The part itself (no volatile value, nothing dropped): next time, that body's
             # own copy serves, and nothing is held for it.
-            part.keyed[options] = (_AS_IS, ())
+            part.keyed[options] = _Keyed(_AS_IS, ())
         else:
-            part.keyed[options] = (form, numbered)
+            part.keyed[options] = _Keyed(form, numbered)
         if part.redacted is _AS_IS:  # a kept part
             self._parts.charge((name, item), part.data, part.forms_cost())
         return form
