@@ -11,11 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmitm.replay import keys
 from llmitm.replay.capture import ClientRequest, see_request
 from llmitm.replay.keys import KeyOptions, match_key
 from llmitm.replay.memo import RequestMemo
-from llmitm.wire import growing
+from llmitm.wire import growing, spliced
 from llmitm.wire.bytes_lru import ENTRY
 from llmitm.wire.depth import MAX_DEPTH
 from llmitm.wire.redact import PLACEHOLDER, redact_body
@@ -231,7 +230,7 @@ def test_a_key_spliced_from_item_texts_is_the_whole_one_at_its_edges() -> None:
     memo = RequestMemo()
     for body in (
         {"model": "m", "input": [], "instructions": "x"},
-        {"model": "m", "input": [{"role": "user", "content": "hi"}], "include": [keys._SLOT]},
+        {"model": "m", "input": [{"role": "user", "content": "hi"}], "include": [spliced.SLOT]},
     ):
         content = orjson.dumps(body)
         whole = see_request(request(content), KeyOptions(), None)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, get_args
@@ -35,6 +34,7 @@ from llmitm.wire import depth
 from llmitm.wire.paths import classify_path
 from llmitm.wire.prefix_hash import PrefixHasher
 from llmitm.wire.redact import redact_body, redact_json
+from llmitm.wire.spliced import spliced
 
 MATCH_KEY_VERSION = 1
 
@@ -299,10 +299,6 @@ _TEXT = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
 _ITEM_LINE = b"\n" + b" " * 6
 """A line break inside an item of the body's conversation array, which the text indents three
 levels deep (the fields, ``body``, the array)."""
-_ITEM_SEPARATOR = b"," + _ITEM_LINE
-_SLOT = "\x00llmitm-items-" + secrets.token_hex(8)
-"""Stands in for the conversation array while the fields around it are spelt."""
-_SLOT_TEXT = orjson.dumps(_SLOT)
 
 
 class ItemTexts(NamedTuple):
@@ -326,22 +322,20 @@ def _spelt(fields: dict[str, Any], items: ItemTexts | None) -> bytes:
     """The key's text of ``fields``: the conversation array spliced in from its items' texts
     (a resent item's is kept with its part in the memo: spelling the whole history again
     each turn re-encoded every string of it)."""
-    body = fields["body"]
-    array = None if items is None else body.get(items.name)
-    if items is None or type(array) is not list or len(array) != len(items.texts):
-        return orjson.dumps(fields, option=_TEXT)
-    text = orjson.dumps({**fields, "body": {**body, items.name: _SLOT}}, option=_TEXT)
-    at = text.find(_SLOT_TEXT)
-    if at < 0 or text.find(_SLOT_TEXT, at + 1) >= 0:  # the slot's text sent by the client
-        return orjson.dumps(fields, option=_TEXT)
-    if not items.texts:
-        return b"".join((text[:at], b"[]", text[at + len(_SLOT_TEXT) :]))
-    # One join for the whole text: a history's bytes are copied once, into one fresh buffer.
-    pieces = [text[:at] + b"[" + _ITEM_LINE]
-    for item in items.texts:
-        pieces += (item, _ITEM_SEPARATOR)
-    pieces[-1] = b"\n    ]" + text[at + len(_SLOT_TEXT) :]
-    return b"".join(pieces)
+    array = None if items is None else fields["body"].get(items.name)
+    if items is not None and type(array) is list and len(array) == len(items.texts):
+        text = spliced(
+            fields,
+            ("body", items.name),
+            items.texts,
+            option=_TEXT,
+            separator=b"," + _ITEM_LINE,
+            opening=b"[" + _ITEM_LINE,
+            closing=b"\n    ]",
+        )
+        if text is not None:
+            return text
+    return orjson.dumps(fields, option=_TEXT)
 
 
 def match_key(

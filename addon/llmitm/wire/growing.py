@@ -27,7 +27,8 @@ a caller that may change them in place asks for ``checked`` bodies, whose old it
 compared, by their serialisation (one of the whole list), with what they were when first
 parsed, and whose other fields are fresh copies; a caller that never changes what it reads
 takes them as they are. A caller may attach one value per item (:meth:`Grown.attach`),
-handed back beside the same items of the next body that extends this one.
+handed back beside the same items of the next body that extends this one, and carry one
+value made of the whole body (:meth:`Grown.carry`), handed back with the next body.
 
 Bounded: :data:`BUDGET` bytes of kept bodies and their parse, the least recently used
 forgotten; a body under :data:`SMALLEST` bytes is parsed whole and not kept. One lock: the
@@ -77,6 +78,7 @@ class _Kept:
     """Each item's ``orjson.dumps`` when first parsed (``checked`` bodies only)."""
     proven: bool
     attached: list[Any] | None = None
+    carried: Any = None
 
 
 @dataclass(slots=True)
@@ -92,6 +94,8 @@ class Grown:
     """What was attached to the kept body's items (its first ``reused`` are theirs)."""
     item_bytes: list[bytes] | None = None
     """Each item's ``orjson.dumps`` (``checked`` bodies)."""
+    carried: Any = None
+    """What was carried from the kept body (valid for its first ``reused`` items)."""
     _kept: _Kept | None = field(default=None, repr=False)
     _owner: GrowingBodies | None = field(default=None, repr=False)
 
@@ -100,6 +104,11 @@ class Grown:
         (``None``: nothing)."""
         if self._kept is not None:
             self._kept.attached = values
+
+    def carry(self, value: Any) -> None:
+        """Keep ``value``, made of this body, for the next turn's (its :attr:`carried`)."""
+        if self._kept is not None:
+            self._kept.carried = value
 
     def forget(self) -> None:
         """Do not keep this body (it may hold what must not stay in memory)."""
@@ -184,7 +193,9 @@ class GrowingBodies:
             # The fields around the array are the caller's to change: fresh copies.
             others = {name: value for name, value in fields.items() if name != kept.name}
             body.update(orjson.loads(orjson.dumps(others)))
-        return Grown(body, kept.name, len(items), kept.attached, item_bytes, following, self)
+        return Grown(
+            body, kept.name, len(items), kept.attached, item_bytes, kept.carried, following, self
+        )
 
     # -- a body parsed whole --------------------------------------------------------------
 
@@ -227,7 +238,7 @@ class GrowingBodies:
             )
         with self._lock:
             self._kept.keep(kept)
-        return Grown(body, name, 0, None, item_bytes, kept, self)
+        return Grown(body, name, 0, None, item_bytes, None, kept, self)
 
     def _handed(self, items: list[Any], item_bytes: list[bytes] | None) -> list[Any]:
         """The items for the caller: a copy of the list, and of each item of a type the
