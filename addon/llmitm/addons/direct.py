@@ -24,6 +24,7 @@ from llmitm.routing.plan import Plan
 from llmitm.routing.wait import SlotTaker, over_cap_error, take_slot
 from llmitm.translate.context import TranslateOptions
 from llmitm.wire.errors import ApiError, openai_error_body
+from llmitm.wire.growing import Grown
 from llmitm.wire.sized import right_sized
 
 logger = logging.getLogger(__name__)
@@ -49,13 +50,16 @@ def prepare_direct(
     model: str,
     route: Route,
     options: TranslateOptions,
+    grown: Grown | None = None,
 ) -> tuple[Plan, PreparedRequest]:
     """What ``endpoint`` is sent for this flow (its ids and clock from the flow's mint when it
-    is recorded or replayed)."""
+    is recorded or replayed; ``grown``: the growing parse ``body`` is, unchanged since)."""
     mint = flow_mint(flow)
     if mint is not None:
         options = replace(options, ids=mint.id, clock=mint.now)
-    plan, prepared = prepare_for_endpoint(endpoint, api, route, content, body, model, options)
+    plan, prepared = prepare_for_endpoint(
+        endpoint, api, route, content, body, model, options, grown=grown
+    )
     for warning in prepared.warnings:
         logger.warning("llmitm: %s → %s: %s", model, endpoint.name, warning)
     return plan, prepared

@@ -231,7 +231,10 @@ class LlmResponsesApi:
         # The router plans with this object rather than parse and validate the bytes again
         # (a changed body is validated again: what was inlined was never checked).
         content = flow.request.get_content(strict=False) or b""
-        keep_parsed(flow, content, body, None if changed else "responses")
+        if changed:
+            keep_parsed(flow, content, body, None)
+        else:  # its items as parsed: the router may go on from last turn's translation
+            keep_parsed(flow, content, body, "responses", grown)
         flow.metadata[RESPONSES_CREATE_KEY] = create
 
     # -- state calls ----------------------------------------------------------------------

@@ -137,7 +137,7 @@ class LlmRouter:
     ) -> Awaitable[None] | None:
         content = flow.request.get_content(strict=False) or b""
         parsed = take_parsed(flow, content)  # LlmResponsesApi's, when it read these bytes
-        body, validated = parsed if parsed is not None else (parse_body(content), None)
+        body, validated, grown = parsed if parsed is not None else (parse_body(content), None, None)
         model = client_model(body, deployment)
         route = match_route(self.settings.config, model, flow.request.pretty_host)
         if route is None:
@@ -158,7 +158,7 @@ class LlmRouter:
         def prepare(name: str) -> tuple[Plan, PreparedRequest]:
             endpoint = self.settings.config.endpoints[name]
             options = self.settings.translate_options(endpoint)
-            return prepare_direct(flow, endpoint, api, content, body, model, route, options)
+            return prepare_direct(flow, endpoint, api, content, body, model, route, options, grown)
 
         relay = self.relay.listening() if self.relay is not None else None
         routing = self.routing

@@ -21,13 +21,16 @@ import orjson
 
 from llmitm.routing.config import Endpoint, Route
 from llmitm.routing.plan import Plan, plan_for_endpoint
-from llmitm.translate.context import TranslateOptions, TranslationContext
+from llmitm.translate.chat_resume import ChatResume
+from llmitm.translate.context import MappedRequest, TranslateOptions, TranslationContext
 from llmitm.translate.errors import TranslationError
 from llmitm.translate.request_to_chat import responses_request_to_chat
 from llmitm.translate.request_to_responses import chat_request_to_responses
 from llmitm.translate.responses_compat import needs_rewrite, responses_request_for_compatible
 from llmitm.translate.stateless import stateless_request
+from llmitm.wire.growing import Grown
 from llmitm.wire.paths import ApiName
+from llmitm.wire.spliced import spliced
 
 
 @dataclass(slots=True)
@@ -82,12 +85,15 @@ def prepare_request(
     options: TranslateOptions,
     *,
     ask_usage: bool = False,
+    grown: Grown | None = None,
 ) -> PreparedRequest:
     """The body to send upstream and the context its response translation needs.
 
     ``ask_usage``: a chat stream relayed to a chat upstream asks for the trailing usage chunk
     (``stream_options.include_usage``) even when the client did not, so its tokens can be
-    accounted; ``strip_usage`` then tells the stream to drop that chunk."""
+    accounted; ``strip_usage`` then tells the stream to drop that chunk. ``grown``: ``body``
+    is this growing parse's, unchanged since (a translation to chat goes on from where the
+    last turn's stood, :mod:`llmitm.translate.chat_resume`)."""
     stream = body.get("stream") is True
     rebuilt = False
     if plan.client_api == "responses" == plan.upstream_api and plan.endpoint.emulates_state:
@@ -98,7 +104,11 @@ def prepare_request(
     if plan.client_api == "chat" and plan.upstream_api == "responses":
         mapped = chat_request_to_responses(dict(body, model=model), options)
     elif plan.client_api == "responses" and plan.upstream_api == "chat":
-        mapped = responses_request_to_chat(dict(body, model=model), options)
+        mapped = responses_request_to_chat(
+            dict(body, model=model), options, resume=_resume(grown), resumable=grown is not None
+        )
+        if grown is not None and mapped.resume is not None:
+            grown.carry(mapped.resume)
     elif (
         plan.client_api == "responses"
         and plan.endpoint.kind == "compatible"
@@ -122,7 +132,26 @@ def prepare_request(
         return PreparedRequest(orjson.dumps(rewritten), context, stream)
     mapped.body["model"] = plan.upstream_model
     mapped.context.model = model  # translated output names the model the client asked for
-    return PreparedRequest(orjson.dumps(mapped.body), mapped.context, stream, mapped.warnings)
+    return PreparedRequest(_spelt(mapped), mapped.context, stream, mapped.warnings)
+
+
+def _resume(grown: Grown | None) -> ChatResume | None:
+    """Where the last turn's translation stood, when this body resends all its items."""
+    carried = grown.carried if grown is not None else None
+    if not isinstance(carried, ChatResume) or grown is None or grown.name != "input":
+        return None
+    return carried if carried.count <= grown.reused else None
+
+
+def _spelt(mapped: MappedRequest) -> bytes:
+    """The translated body's JSON (its messages' spliced in where the translator spelt
+    them: a resent history's are the last turn's bytes)."""
+    texts = mapped.message_texts
+    if texts is not None:
+        spelt = spliced(mapped.body, ("messages",), texts)
+        if spelt is not None:
+            return spelt
+    return orjson.dumps(mapped.body)
 
 
 def prepare_for_endpoint(
@@ -133,12 +162,17 @@ def prepare_for_endpoint(
     body: dict[str, Any],
     model: str,
     options: TranslateOptions,
+    *,
+    grown: Grown | None = None,
 ) -> tuple[Plan, PreparedRequest]:
     """The plan and the request for sending a call of ``api`` on ``route`` to ``endpoint``
-    (the route's alias, if any, is the model sent)."""
+    (the route's alias, if any, is the model sent; ``grown``: as for
+    :func:`prepare_request`)."""
     plan = plan_for_endpoint(endpoint, cast(ApiName, api), route.model or model)
     plan = replace(plan, route=route.label)
-    prepared = prepare_request(content, body, model, plan, options, ask_usage=endpoint.stream_usage)
+    prepared = prepare_request(
+        content, body, model, plan, options, ask_usage=endpoint.stream_usage, grown=grown
+    )
     return plan, prepared
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from llmitm.translate.chat_resume import ChatResume
 from llmitm.wire.ids import Clock, IdFactory, random_id, system_clock
 from llmitm.wire.modes import REASONING_MODES, ReasoningMode
 
@@ -89,3 +90,8 @@ class MappedRequest:
     context: TranslationContext
     warnings: list[str] = field(default_factory=list)
     """Human-readable notes on what was dropped or approximated (the proxy logs them)."""
+    message_texts: list[bytes] | None = None
+    """Each of ``body["messages"]``'s JSON, when the translator spelt them (a resumable
+    translation, :mod:`llmitm.translate.chat_resume`)."""
+    resume: ChatResume | None = None
+    """Where the translation stood after the input items, for the next turn's body."""

@@ -49,12 +49,15 @@ other field
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
+from llmitm.translate.chat_resume import ChatResume
 from llmitm.translate.content_parts import (
     BLOCK_SEPARATOR,
     STREAM_SEPARATOR,
@@ -128,11 +131,18 @@ def responses_request_to_chat(
     options: TranslateOptions,
     *,
     history: list[dict[str, Any]] | None = None,
+    resume: ChatResume | None = None,
+    resumable: bool = False,
 ) -> MappedRequest:
     """Translate a Responses request body into a Chat Completions request body.
 
     ``history`` holds the items of the ancestor responses, already resolved by the store
     (Responses item shape); without it a request continuing a stored conversation is refused.
+
+    ``resume``: where an earlier body's translation stood after its first ``resume.count``
+    input items, which the caller proved the same bytes as this body's first ones; ignored
+    where it does not apply. ``resumable``: the result carries where this body's stood
+    (:attr:`MappedRequest.resume`) and its messages' JSON (:attr:`MappedRequest.message_texts`).
     """
     model = require_model(body, "Responses")
     _require_history(body, history)
@@ -141,9 +151,13 @@ def responses_request_to_chat(
     context.echo = {key: body[key] for key in ECHOED_REQUEST_FIELDS if key in body}
     warnings: list[str] = []
 
-    config = read_input_config(_located_items(body, history))
+    resumable = resumable and history is None and type(body.get("input")) is list
+    start = resume if resumable and _goes_on_from(resume, body) else None
+    located = list(_located_items(body, history, start))
+    config = read_input_config(located)
     tools = responses_tools_to_chat(body.get("tools"), context, warnings, config.tools)
-    chat: dict[str, Any] = {"model": model, "messages": _messages(body, history, warnings)}
+    builder = _messages(body, history, warnings, start, resumable)
+    chat: dict[str, Any] = {"model": model, "messages": builder.messages}
     _map_tools(body, tools, chat, context, warnings)
     _map_text(body.get("text"), chat)
     _map_sampling(body, chat)
@@ -165,18 +179,51 @@ def responses_request_to_chat(
     for key in body:
         if key not in _CONSUMED_FIELDS and key not in ("prompt", "context_management"):
             warnings.append(f"ignored {key}: the Chat Completions API has no equivalent")
-    return MappedRequest(body=chat, context=context, warnings=warnings)
+    mapped = MappedRequest(body=chat, context=context, warnings=warnings)
+    if builder.paused is not None:
+        texts = _message_texts(builder, start)
+        mapped.message_texts = texts
+        paused = builder.paused
+        mapped.resume = replace(
+            paused, texts=tuple(texts[: len(paused.messages)]), config=tuple(located)
+        )
+    return mapped
+
+
+def _goes_on_from(resume: ChatResume | None, body: dict[str, Any]) -> bool:
+    """Whether this body's translation can go on from ``resume`` (its items proven by the
+    caller): the same instructions before them, and at least as many items."""
+    if resume is None:
+        return False
+    instructions = body.get("instructions")
+    return (
+        type(instructions) is type(resume.instructions)
+        and instructions == resume.instructions
+        and len(body["input"]) >= resume.count
+    )
+
+
+def _message_texts(builder: _MessageBuilder, start: ChatResume | None) -> list[bytes]:
+    """Each message's JSON: a resent one's as spelt before, a new one's now."""
+    shared = builder.shared
+    texts = list(start.texts[:shared]) if start is not None else []
+    texts += [orjson.dumps(message) for message in builder.messages[shared:]]
+    return texts
 
 
 def _located_items(
-    body: dict[str, Any], history: list[dict[str, Any]] | None
+    body: dict[str, Any], history: list[dict[str, Any]] | None, start: ChatResume | None
 ) -> Iterator[tuple[str, Any]]:
     """The conversation's configuring items with where each is, history first (only they
     are read for their configuration: an agent's history has thousands of items, each
-    spelt out here for nothing)."""
+    spelt out here for nothing); from ``start`` on, those it found in the resent items."""
+    if start is not None:
+        yield from start.config
     for name, items in (("history", history), ("input", body.get("input"))):
         if isinstance(items, list):
-            for index, item in enumerate(items):
+            first = start.count if start is not None and name == "input" else 0
+            for index in range(first, len(items)):
+                item = items[index]
                 if is_config_item(item):
                     yield f"{name}[{index}]", item
 
@@ -203,9 +250,14 @@ def _require_history(body: dict[str, Any], history: list[dict[str, Any]] | None)
 
 
 def _messages(
-    body: dict[str, Any], history: list[dict[str, Any]] | None, warnings: list[str]
-) -> list[dict[str, Any]]:
-    builder = _MessageBuilder(warnings)
+    body: dict[str, Any],
+    history: list[dict[str, Any]] | None,
+    warnings: list[str],
+    start: ChatResume | None,
+    resumable: bool,
+) -> _MessageBuilder:
+    """The builder, finished: its messages, and where it stood after the input items when
+    ``resumable`` (going on from ``start`` when given)."""
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise TranslationError(
@@ -213,17 +265,24 @@ def _messages(
             param="instructions",
             code="invalid_type",
         )
-    # Only this request's instructions count: a previous response's are never carried over.
-    if instructions:
-        builder.messages.append({"role": "system", "content": instructions})
+    mark = len(warnings)
+    if start is not None:
+        builder = _MessageBuilder.resumed(start, warnings)
+    else:
+        builder = _MessageBuilder(warnings)
+        # Only this request's instructions count: a previous response's are never carried.
+        if instructions:
+            builder.messages.append({"role": "system", "content": instructions})
     for index, item in enumerate(history or []):
         builder.add(item, f"history[{index}]")
     items = body.get("input")
     if isinstance(items, str):
         builder.add({"role": "user", "content": items}, "input")
     elif isinstance(items, list):
-        for index, item in enumerate(items):
-            builder.add(item, f"input[{index}]")
+        for index in range(start.count if start is not None else 0, len(items)):
+            builder.add(items[index], f"input[{index}]")
+        if resumable:
+            builder.pause(len(items), instructions, warnings[mark:])
     elif items is not None:
         raise TranslationError(
             "input must be a string or an array of input items.",
@@ -237,7 +296,7 @@ def _messages(
             param="input",
             code="missing_required_parameter",
         )
-    return builder.messages
+    return builder
 
 
 class _MessageBuilder:
@@ -250,6 +309,42 @@ class _MessageBuilder:
         self._dropped: Counter[str] = Counter()
         # Media returned by tools, held until the run of tool messages ends (see _tool_result).
         self._tool_media: list[dict[str, Any]] = []
+        self.shared = 0
+        """Leading messages that are the resumed state's own objects, unchanged."""
+        self.paused: ChatResume | None = None
+        """Where it stood after the input items (its messages' JSON not filled in)."""
+
+    @classmethod
+    def resumed(cls, start: ChatResume, warnings: list[str]) -> _MessageBuilder:
+        """A builder where ``start`` left one (``start``'s warnings added to ``warnings``)."""
+        builder = cls(warnings)
+        messages = list(start.messages)
+        builder.shared = len(messages)
+        if messages and messages[-1]["role"] == "assistant":
+            # Later items may join this turn (its text, calls and reasoning): on a copy, so
+            # that the body that made it keeps what it spelt.
+            messages[-1] = copy.deepcopy(messages[-1])
+            builder.shared -= 1
+        builder.messages = messages
+        builder._reasoning = list(start.reasoning)
+        builder._tool_media = list(start.tool_media)
+        builder._dropped = Counter(dict(start.dropped))
+        warnings.extend(start.warnings)
+        return builder
+
+    def pause(self, count: int, instructions: Any, warnings: list[str]) -> None:
+        """Note where it stands after ``count`` input items (:attr:`paused`)."""
+        self.paused = ChatResume(
+            count=count,
+            instructions=instructions,
+            messages=tuple(self.messages),
+            texts=(),
+            reasoning=tuple(self._reasoning),
+            tool_media=tuple(self._tool_media),
+            dropped=tuple(self._dropped.items()),
+            warnings=tuple(warnings),
+            config=(),
+        )
 
     def add(self, item: Any, where: str) -> None:
         if not isinstance(item, dict):
