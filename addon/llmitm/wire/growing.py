@@ -49,9 +49,10 @@ from llmitm.wire.kept_by_head import KeptByHead
 SEQUENCES = ("input", "messages")
 """The fields whose array is the conversation (the first one a body has is taken)."""
 BUDGET = 48 * 2**20
-"""Bytes kept bodies may hold, roughly: each :data:`WEIGHT` times its length (its bytes and
-its parse). A hit replaces the body it extends, so one conversation holds one body."""
-WEIGHT = 3
+"""Bytes kept bodies may hold, roughly: each :data:`WEIGHT` times its length (its bytes, its
+parse, and what a caller carries of it: a translation's messages spelt as JSON). A hit
+replaces the body it extends, so one conversation holds one body."""
+WEIGHT = 4
 SMALLEST = 8 * 1024
 """A body under this many bytes is parsed whole: nothing to gain."""
 HEAD = 512
