@@ -104,11 +104,14 @@ def prepare_request(
     if plan.client_api == "chat" and plan.upstream_api == "responses":
         mapped = chat_request_to_responses(dict(body, model=model), options)
     elif plan.client_api == "responses" and plan.upstream_api == "chat":
+        # A body kept for the next turn (one large enough to be an agent's history) carries
+        # where its translation stood; a small one is translated whole, as cheaply.
+        kept = grown if grown is not None and grown.name == "input" else None
         mapped = responses_request_to_chat(
-            dict(body, model=model), options, resume=_resume(grown), resumable=grown is not None
+            dict(body, model=model), options, resume=_resume(kept), resumable=kept is not None
         )
-        if grown is not None and mapped.resume is not None:
-            grown.carry(mapped.resume)
+        if kept is not None and mapped.resume is not None:
+            kept.carry(mapped.resume)
     elif (
         plan.client_api == "responses"
         and plan.endpoint.kind == "compatible"
@@ -135,12 +138,12 @@ def prepare_request(
     return PreparedRequest(_spelt(mapped), mapped.context, stream, mapped.warnings)
 
 
-def _resume(grown: Grown | None) -> ChatResume | None:
+def _resume(kept: Grown | None) -> ChatResume | None:
     """Where the last turn's translation stood, when this body resends all its items."""
-    carried = grown.carried if grown is not None else None
-    if not isinstance(carried, ChatResume) or grown is None or grown.name != "input":
+    carried = kept.carried if kept is not None else None
+    if not isinstance(carried, ChatResume) or kept is None:
         return None
-    return carried if carried.count <= grown.reused else None
+    return carried if carried.count <= kept.reused else None
 
 
 def _spelt(mapped: MappedRequest) -> bytes:
