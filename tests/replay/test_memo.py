@@ -100,7 +100,12 @@ def conversations(draw: st.DrawFn) -> list[bytes]:
     """Bodies of one conversation: each turn resends the last turn's items and adds a few;
     now and then another field, or an earlier item, changes."""
     sequence = draw(st.sampled_from(["input", "messages"]))
-    top = {
+    top: dict[str, object] = {}
+    if draw(st.booleans()):
+        # Bodies that start alike for longer than a growing parse's head, as an agent's do:
+        # each is parsed from the last, and the canonical walk goes on from the last's.
+        top["metadata"] = {"note": "x" * 600, "id": draw(TEXTS)}
+    top |= {
         "model": "gpt-4.1",
         "instructions": draw(TEXTS),
         sequence: [],
@@ -236,3 +241,25 @@ def test_a_key_spliced_from_item_texts_is_the_whole_one_at_its_edges() -> None:
         whole = see_request(request(content), KeyOptions(), None)
         reused = see_request(request(content), KeyOptions(), None, memo)
         assert reused.key == whole.key
+
+
+def test_a_walk_goes_on_only_from_the_same_parts() -> None:
+    """The canonical walk of a body goes on from the last one's only where its parts are
+    the very objects that walk reached through, under the same options."""
+    memo = RequestMemo()
+    pad = {"note": "x" * 9000}  # past the size a growing parse keeps bodies from
+    history = [{"role": "user", "content": f"turn {n} call_{n:012d}"} for n in range(3)]
+    memo.see(orjson.dumps({"metadata": pad, "model": "m", "input": history}), KeyOptions())
+    grown = memo._bodies.parse(
+        orjson.dumps({"metadata": pad, "model": "m", "input": [*history, {"role": "user"}]})
+    )
+    reached = grown.carried
+    assert reached is not None and len(reached.items) == 3
+    before, items = list(reached.before), [*reached.items, reached.items[0]]
+    assert reached.goes_on(KeyOptions(), before, items)
+    assert not reached.goes_on(KeyOptions(profile="strict"), before, items)
+    assert not reached.goes_on(KeyOptions(), before, items[:2])
+    other = memo._part("input", True, {"role": "user", "content": "other"})
+    assert not reached.goes_on(KeyOptions(), before, [other, *items[1:]])
+    assert not reached.goes_on(KeyOptions(), [other, *before[1:]], items)
+    assert not reached.goes_on(KeyOptions(), [*before, other], items)

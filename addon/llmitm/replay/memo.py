@@ -33,6 +33,7 @@ runs inline.
 
 from __future__ import annotations
 
+import operator
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,9 +175,12 @@ class RequestMemo:
                 else _redacted(*value)
                 for name, value in layout
             }
-            canonical, texts = (
-                (None, None) if options is None else self._canonical(layout, sequence, options)
-            )
+            canonical, texts = None, None
+            if options is not None:
+                canonical, texts, reached = self._canonical(
+                    layout, sequence, options, grown.carried
+                )
+                grown.carry(reached)
             self._parts.trim()
         changed = any(part.changed for part in parts)
         named = any(part.named for part in parts)
@@ -229,23 +233,49 @@ class RequestMemo:
         return part
 
     def _canonical(
-        self, layout: list[tuple[str, Any]], sequence: str, options: KeyOptions
-    ) -> tuple[dict[str, Any], ItemTexts]:
+        self,
+        layout: list[tuple[str, Any]],
+        sequence: str,
+        options: KeyOptions,
+        earlier: Any,
+    ) -> tuple[dict[str, Any], ItemTexts, _Reached]:
+        """The canonical body, its items' texts, and how far the walk reached, going on
+        from where ``earlier`` (the last turn's) reached when this body starts as it did."""
         numbering = Numbering()
         out: dict[str, Any] = {}
-        texts: list[bytes] = []
+        before: list[_Part] = []
+        reached: _Reached | None = None
         for name, value in layout:
-            if isinstance(value, list):
-                forms = out[name] = []
-                for item, part in value:
-                    form = self._form(item, part, sequence, True, options, numbering)
-                    forms.append(form)
-                    texts.append(self._text(part, sequence, options, form))
-            else:
+            if not isinstance(value, list):
                 form = self._form(*value, name, False, options, numbering)
                 if form is not _DROPPED:
                     out[name] = form
-        return out, ItemTexts(sequence, texts)
+                if reached is None:
+                    before.append(value[1])
+                continue
+            parts = [part for _, part in value]
+            forms: list[Any] = []
+            texts: list[bytes] = []
+            if isinstance(earlier, _Reached) and earlier.goes_on(options, before, parts):
+                numbering = earlier.numbering()
+                forms += earlier.forms
+                texts += earlier.texts
+            for item, part in value[len(forms) :]:
+                form = self._form(item, part, sequence, True, options, numbering)
+                forms.append(form)
+                texts.append(self._text(part, sequence, options, form))
+            out[name] = forms
+            reached = _Reached(
+                options,
+                tuple(before),
+                tuple(parts),
+                tuple(forms),
+                tuple(texts),
+                dict(numbering.seen),
+                dict(numbering.counts),
+            )
+        assert reached is not None  # the layout holds the sequence
+        return out, ItemTexts(sequence, texts), reached
 
     def _text(self, part: _Part, name: str, options: KeyOptions, form: Any) -> bytes:
         """The text of an item's form (``part.keyed[options]``'s, just made or reused)."""
@@ -294,6 +324,40 @@ class RequestMemo:
         if part.redacted is _AS_IS:  # a kept part
             self._parts.charge((name, item), part.data, part.forms_cost())
         return form
+
+
+@dataclass(frozen=True, slots=True)
+class _Reached:
+    """How far a body's canonical walk reached under ``options``: through the parts of the
+    fields before its conversation array and those of its items, with the forms and texts
+    they came to and the numbering after them. A part's form depends only on its bytes and
+    the numbering it meets, so a body whose parts start with these same objects comes to
+    the same forms and numbering there (none of it is changed: the next walk copies the
+    numbering)."""
+
+    options: KeyOptions
+    before: tuple[_Part, ...]
+    items: tuple[_Part, ...]
+    forms: tuple[Any, ...]
+    texts: tuple[bytes, ...]
+    seen: dict[tuple[str, str], int]
+    counts: dict[str, int]
+
+    def goes_on(self, options: KeyOptions, before: list[_Part], items: list[_Part]) -> bool:
+        """Whether a walk under ``options`` whose parts start with ``before`` (the fields
+        before the array) and ``items`` reaches this far as this one did."""
+        count = len(self.items)
+        return (
+            options == self.options
+            and len(before) == len(self.before)
+            and all(map(operator.is_, before, self.before))
+            and len(items) >= count
+            and all(map(operator.is_, items[:count], self.items))
+        )
+
+    def numbering(self) -> Numbering:
+        """The numbering after the items, to go on with."""
+        return Numbering(dict(self.seen), dict(self.counts))
 
 
 def _redacted(value: Any, part: _Part) -> Any:
