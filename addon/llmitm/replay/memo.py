@@ -23,6 +23,10 @@ body, so a part's canonical form depends on the parts before it. A part keeps th
 it numbered, in order, with the numbers they got. Replayed into this body's numbering (the
 calls a walk would make, in its order) they get numbers again; when those are the numbers
 it had, the form kept is the form a walk would make, and otherwise the part is walked again.
+A body that starts with the very parts the last turn's walk went through (its growing parse
+hands them back) goes on from where that walk reached instead: its forms, its items' texts
+in the key and the numbering after them (:class:`_Reached`), so a resent history is not
+replayed item by item either.
 
 Bounded (:class:`~llmitm.wire.bytes_lru.BytesLru`): the least recently used parts are
 forgotten past :data:`BUDGET` bytes of JSON. A part redaction changes is never kept (its
