@@ -20,6 +20,11 @@ and each figure is the median over runs.
     python scripts/bench_conversation.py [--turns 50] [--new-bytes 4096] [--runs 1]
                                          [--before ../other-checkout] [--every 5]
                                          [--store-only] [--profile DIR] [--threads]
+                                         [--client-metadata]
+
+``--client-metadata`` ends each request with fields of its own after the input (a turn id
+and a timestamp), as Codex's default requests do: the bytes after the history differ on
+every turn.
 
 ``--threads`` also prints, per llmitm process, each thread's CPU per turn (means of turns
 2–11 and of the last ten; threads numbered in the order they started, 1 the event loop):
@@ -93,6 +98,16 @@ def text(rng: random.Random, size: int) -> str:
         words.append(word)
         length += len(word) + 1
     return " ".join(words)[:size]
+
+
+def client_metadata(rng: random.Random, turn: int) -> dict[str, str]:
+    """Per-request metadata after the input, new on every request, as Codex sends it in its
+    default configuration (a turn id, the request's start in milliseconds)."""
+    return {
+        "turn_id": f"{rng.getrandbits(128):032x}",
+        "x-codex-ws-stream-request-start-ms": str(1_796_015_878_385 + turn * 1_337),
+        "session_id": "01a22ae3-70d4-76d0-bb81-cfef345a4728",
+    }
 
 
 def post(port: int, body: bytes) -> dict:
@@ -184,14 +199,15 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
         sizes: list[int] = []
         for turn in range(1, args.turns + 1):
             history.append({"role": "user", "content": text(rng, args.new_bytes)})
-            body = orjson.dumps(
-                {
-                    "model": "echo",
-                    "instructions": INSTRUCTIONS,
-                    "input": history,
-                    "tools": TOOLS,
-                }
-            )
+            fields = {
+                "model": "echo",
+                "instructions": INSTRUCTIONS,
+                "input": history,
+                "tools": TOOLS,
+            }
+            if args.client_metadata:
+                fields["client_metadata"] = client_metadata(rng, turn)
+            body = orjson.dumps(fields)
             sizes.append(len(body))
             order = list(proxies) if turn % 2 else list(reversed(proxies))
             answers = {}
@@ -327,6 +343,11 @@ def main() -> int:
         "--store-only",
         action="store_true",
         help="no proxies: write the turns straight into this schema's store and schema 7's",
+    )
+    parser.add_argument(
+        "--client-metadata",
+        action="store_true",
+        help="each request ends with metadata of its own after the input, as Codex's do",
     )
     parser.add_argument("--profile", metavar="DIR", help="run llmitm under cProfile into DIR")
     parser.add_argument(

@@ -35,6 +35,8 @@ import httpx2 as httpx
 import orjson
 import pytest
 
+from llmitm.wire.growing import GrowingBodies
+
 from .conftest import CodexResult, codex_env
 from .processes import LLMITM, Upstream, fake_upstream
 
@@ -198,6 +200,20 @@ def assert_codex_default_shapes(call: dict[str, Any]) -> str:
     return updates[-1]["reasoning"]["effort"] if updates else body["reasoning"]["effort"]
 
 
+def assert_each_turn_extends_the_last(calls: list[dict[str, Any]]) -> None:
+    """Each turn's body, as Codex sent it, is parsed from the last one's: the resent history
+    is not parsed, keyed and translated whole again. Codex's ``client_metadata`` after
+    ``input`` differs from request to request (a timestamp over its socket, its keys' order
+    over HTTPS)."""
+    bodies = GrowingBodies()
+    sent = [call["client_req"]["body"]["json"] for call in calls]
+    assert list(sent[0])[-1] == "client_metadata", list(sent[0])
+    for turn, body in enumerate(sent):
+        grown = bodies.parse(orjson.dumps(body))
+        assert grown.body == body
+        assert grown.reused == (len(sent[turn - 1]["input"]) if turn else 0), turn
+
+
 def completed_text(call: dict[str, Any]) -> str:
     """The output text of the ``response.completed`` event the client received."""
     raw = "".join(chunk["raw"] for chunk in call["client_resp"]["chunks"])
@@ -245,6 +261,7 @@ def test_default_codex_runs_a_command_over_a_chat_upstream_and_resumes(
     first, second = (request["body"] for request in sent)
     calls = recorded_calls(tmp_path)
     assert len(calls) == 2
+    assert_each_turn_extends_the_last(calls)
     effort = assert_codex_default_shapes(calls[0])
     for body in (first, second):
         # The tools of the additional_tools item arrived as chat functions, namespaces

@@ -98,7 +98,8 @@ def spell(body: dict[str, object], spelling: str) -> bytes:
 @st.composite
 def conversations(draw: st.DrawFn) -> list[bytes]:
     """Bodies of one conversation: each turn resends the last turn's items and adds a few;
-    now and then another field, or an earlier item, changes."""
+    now and then another field, or an earlier item, changes; the metadata after the array
+    may change every turn."""
     sequence = draw(st.sampled_from(["input", "messages"]))
     top: dict[str, object] = {}
     if draw(st.booleans()):
@@ -121,6 +122,13 @@ def conversations(draw: st.DrawFn) -> list[bytes]:
             top[sequence][at] = draw(ITEMS)
         if draw(st.integers(0, 4)) == 0:
             top["temperature"] = draw(st.sampled_from([1, 1.0, True, 0.5]))
+        if draw(st.booleans()):
+            # Per-request metadata after the array, as Codex sends: new on every turn, now
+            # and then holding a credential.
+            top["client_metadata"] = {
+                "turn_id": draw(TEXTS),
+                "token": draw(st.sampled_from(["", KEY])),
+            }
         bodies.append(spell(top, draw(SPELLINGS)))
     return bodies
 

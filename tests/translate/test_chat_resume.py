@@ -85,7 +85,8 @@ ITEMS = st.one_of(
 @st.composite
 def conversations(draw: st.DrawFn) -> list[bytes]:
     """One conversation's bodies: each turn resends the last one's items and adds a few; now
-    and then the instructions change, or the history is sent whole as another."""
+    and then the instructions change, or the history is sent whole as another; the fields
+    after the items (instructions, tools, metadata) differ from turn to turn."""
     instructions = draw(st.sampled_from([None, "Be brief.", ""]))
     items: list[Any] = []
     bodies = []
@@ -100,6 +101,9 @@ def conversations(draw: st.DrawFn) -> list[bytes]:
             body["tools"] = [{"type": "function", "name": "shell"}]
         if draw(st.booleans()):
             body["stream"] = True
+        if draw(st.booleans()):
+            # Per-request metadata after the items, as Codex sends: new on every turn.
+            body["client_metadata"] = {"turn_id": draw(st.uuids()).hex}
         bodies.append(orjson.dumps(body))
     return bodies
 

@@ -48,6 +48,73 @@ def test_a_growing_conversation_reuses_the_last_turns_items(checked: bool) -> No
             assert grown.previous == [turn - 1] * (2 * turn)
 
 
+@pytest.mark.parametrize("checked", [False, True])
+def test_fields_after_the_array_may_change_every_turn(checked: bool) -> None:
+    """Codex sends per-request metadata after its ``input``: a turn is still the last one's
+    items and its own, and the next turn extends it in turn."""
+    bodies = GrowingBodies(checked=checked)
+    items: list[Any] = []
+    for turn in range(12):
+        items += [item(2 * turn), item(2 * turn + 1)]
+        metadata = {"turn_id": f"t{turn}", "started_ms": 1796015878385 + turn * 977}
+        content = body(items, client_metadata=metadata, **({"store": False} if turn % 3 else {}))
+        grown = bodies.parse(content)
+        assert same(grown, content) and list(grown.body) == list(orjson.loads(content))
+        assert grown.reused == (0 if turn == 0 else 2 * turn)
+        grown.attach([turn] * len(items))
+        if turn:
+            assert grown.previous == [turn - 1] * (2 * turn)
+        if checked:
+            grown.body["client_metadata"]["turn_id"] = "changed by the caller"
+
+
+def test_a_field_repeated_after_the_array_is_not_carried_to_the_next_turn() -> None:
+    bodies = GrowingBodies()
+    items = [item(n) for n in range(20)]
+    first = body(items)
+    bodies.parse(first)
+    close = len(first) - len(b'],"tools":[{"type":"function"}]}')
+    second = first[:close] + b',{"a":1}],"model":"other"}'
+    assert bodies.parse(second).body["model"] == "other"
+    third = second[: -len(b'],"model":"other"}')] + b',{"b":2}],"tools":[3]}'
+    grown = bodies.parse(third)
+    assert same(grown, third) and grown.body["model"] == "m"
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        # A repeated array key after it: the whole parse takes the later one.
+        b',{"a":1}],"input":[0,{"b":2}],"tools":[1]}',
+        b'],"input":[{"a":1}],"tools":[1]}',
+        # A field before the array repeated after it: the later value wins.
+        b',{"a":1}],"model":"other"}',
+        b',{"a":1}],"tools":[1],"tools":[2]}',
+        b'],"tools":[1]',  # not closed
+        b',{"a":1}]}',
+        b',{"a":1}] , "tools" : 1 }',  # spaced: parsed whole
+        b'],"tools":1}trailing',
+        # Spelt otherwise than orjson does, 3 bytes shorter: as long as the last item.
+        b',{"a":1},{}],"t":1E3}',
+    ],
+)
+def test_new_fields_after_the_array_are_taken_only_where_they_are(rest: bytes) -> None:
+    bodies = GrowingBodies()
+    items = [item(n) for n in range(20)]
+    kept = body(items)
+    bodies.parse(kept)
+    content = kept[: -len(b'],"tools":[{"type":"function"}]}')] + rest
+    try:
+        expected = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        with pytest.raises(orjson.JSONDecodeError):
+            bodies.parse(content)
+        return
+    grown = bodies.parse(content)
+    assert orjson.dumps(grown.body) == orjson.dumps(expected)
+    assert list(grown.body) == list(expected)
+
+
 def test_a_caller_that_changed_an_item_gets_a_whole_parse_next_turn() -> None:
     bodies = GrowingBodies(checked=True)
     items = [item(n) for n in range(20)]
@@ -167,7 +234,16 @@ items_st = st.dictionaries(
 
 @settings(max_examples=150, deadline=None)
 @given(
-    turns=st.lists(st.lists(items_st, min_size=0, max_size=3), min_size=1, max_size=6),
+    turns=st.lists(
+        st.tuples(
+            st.lists(items_st, min_size=0, max_size=3),
+            # Fields after the array that change from turn to turn (a client's metadata),
+            # some of them repeating a field before it.
+            st.dictionaries(st.sampled_from(["client_metadata", "model", "z"]), values, max_size=2),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
     around=st.dictionaries(
         st.sampled_from(["tools", "store", "metadata", "input"]), values, max_size=3
     ),
@@ -175,13 +251,17 @@ items_st = st.dictionaries(
     checked=st.booleans(),
 )
 def test_random_growing_conversations_parse_as_orjson_does(
-    turns: list[list[dict[str, Any]]], around: dict[str, Any], spaced: bool, checked: bool
+    turns: list[tuple[list[dict[str, Any]], dict[str, Any]]],
+    around: dict[str, Any],
+    spaced: bool,
+    checked: bool,
 ) -> None:
     bodies = GrowingBodies(checked=checked)
     history: list[Any] = [{"content": FILLER * 2}]
-    for added in turns:
+    for added, trailing in turns:
         history += added
         fields = {"model": "m", **around, "input": history, "tools": around.get("tools")}
+        fields.update(trailing)
         content = (
             json.dumps(fields, separators=(", ", ": ")).encode() if spaced else orjson.dumps(fields)
         )

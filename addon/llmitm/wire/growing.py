@@ -2,7 +2,7 @@
 
 An agent resends its whole history on every turn: the body of turn N is turn N−1's bytes
 with a few items appended to its conversation array (a Responses call's ``input``, a chat
-call's ``messages``) and everything around that array the same. ``orjson.loads`` of such a
+call's ``messages``) and everything before that array the same. ``orjson.loads`` of such a
 body costs 1–2 ms a MB, every turn. :class:`GrowingBodies` keeps a recent body's bytes
 and its parse; a body that starts with the kept bytes up to the array's last item and ends
 with the kept bytes from the array's closing bracket on is the kept one plus what lies
@@ -21,6 +21,11 @@ it has in the body). The result is ``orjson.loads(content)``'s, value for value:
   outer one: had it closed the array, the outer one would hold more or fail to parse; it
   did not, so the bytes after it parse as they did before.
 - The split lies on an ASCII byte, so UTF-8 is checked where orjson checks it.
+- The fields after the array may differ from the kept body's (Codex sends per-request
+  metadata there): what follows the kept items is then parsed as the rest of an object whose
+  first field is the array, and those fields, spelt as orjson does, must be how the body
+  ends — where the array closes, proven by the parse of what lies between. A field there
+  that repeats one before the array is left to the whole parse.
 
 What a caller gets shares the kept body's objects (old items, the fields around the array):
 a caller that may change them in place asks for ``checked`` bodies, whose old items are
@@ -149,12 +154,16 @@ class GrowingBodies:
     # -- a body that extends a kept one ---------------------------------------------------
 
     def _extend(self, kept: _Kept, content: bytes) -> Grown | None:
-        tail = kept.tail
-        end = len(content) - len(tail)
-        if end < kept.close or not content.endswith(tail):
-            return None
         if not content.startswith(memoryview(kept.data)[: kept.close]):
             return None
+        tail, after = kept.tail, None
+        if not content.endswith(tail) or len(content) - len(tail) < kept.close:
+            # The fields after the array changed (a client's per-request metadata).
+            found = _new_tail(kept, content)
+            if found is None:
+                return None
+            tail, after = found
+        end = len(content) - len(tail)
         if not kept.proven:
             if not _proven(kept):
                 self._kept.drop(kept)
@@ -182,9 +191,7 @@ class GrowingBodies:
             # The kept bytes themselves: their hashes are cached (a memo looks them up).
             item_bytes = [*(kept.item_bytes or ()), *(orjson.dumps(item) for item in added)]
         whole = items + added
-        fields = {
-            name: whole if name == kept.name else value for name, value in kept.fields.items()
-        }
+        fields = _fields(kept, whole, after)
         following = _Kept(content, end, tail, fields, kept.name, whole, item_bytes, True)
         self._kept.drop(kept)
         self._kept.keep(following)
@@ -214,11 +221,7 @@ class GrowingBodies:
         # guess, proven before it is used (``_proven``).
         following = list(body)[list(body).index(name) + 1 :]
         try:
-            tail = (
-                b"]"
-                + b"".join(b"," + orjson.dumps(k) + b":" + orjson.dumps(body[k]) for k in following)
-                + b"}"
-            )
+            tail = _tail({k: body[k] for k in following})
         except orjson.JSONEncodeError:
             return Grown(body)
         if not content.endswith(tail):
@@ -253,6 +256,59 @@ class GrowingBodies:
             orjson.loads(data) if type(kind := item.get("type")) is str and kind in copied else item
             for item, data in zip(items, item_bytes, strict=True)
         ]
+
+
+def _new_tail(kept: _Kept, content: bytes) -> tuple[bytes, dict[str, Any]] | None:
+    """The end of ``content`` from its array's closing bracket on, and the fields spelt
+    there, when they are not the kept body's: what follows the kept items is parsed as the
+    rest of an object whose first field is the array, and the fields after it spelt as
+    orjson does must be how ``content`` ends (proving, with the caller's parse of what lies
+    between, that the array closes there). ``None`` when they are not, or when a field
+    after the array repeats one before it (a duplicate key: the whole parse decides)."""
+    try:
+        rest = orjson.loads(b"".join((b'{"', kept.name.encode(), b'":[0', content[kept.close :])))
+    except orjson.JSONDecodeError:
+        return None
+    if type(rest) is not dict or next(iter(rest)) != kept.name:
+        return None
+    del rest[kept.name]
+    before = list(kept.fields)
+    before = before[: before.index(kept.name) + 1]
+    if any(name in rest for name in before):
+        return None
+    try:
+        tail = _tail(rest)
+    except orjson.JSONEncodeError:
+        return None
+    if not content.endswith(tail) or len(content) - len(tail) < kept.close:
+        return None
+    return tail, rest
+
+
+def _tail(after: dict[str, Any]) -> bytes:
+    """How a body ends from its array's closing bracket on, with ``after`` the fields that
+    follow the array, in orjson's spelling (a compact client's)."""
+    return (
+        b"]"
+        + b"".join(b"," + orjson.dumps(k) + b":" + orjson.dumps(v) for k, v in after.items())
+        + b"}"
+    )
+
+
+def _fields(kept: _Kept, whole: list[Any], after: dict[str, Any] | None) -> dict[str, Any]:
+    """The fields of a body that extends ``kept`` with ``whole`` its array, and ``after``
+    the fields after it when they are new (``None``: the kept body's)."""
+    name = kept.name
+    if after is None:
+        return {key: whole if key == name else value for key, value in kept.fields.items()}
+    fields: dict[str, Any] = {}
+    for key, value in kept.fields.items():
+        if key == name:
+            break
+        fields[key] = value
+    fields[name] = whole
+    fields.update(after)
+    return fields
 
 
 def _unchanged(items: list[Any], item_bytes: list[bytes], group: int = GROUP) -> bool:
