@@ -20,11 +20,13 @@ and each figure is the median over runs.
     python scripts/bench_conversation.py [--turns 50] [--new-bytes 4096] [--runs 1]
                                          [--before ../other-checkout] [--every 5]
                                          [--store-only] [--profile DIR] [--threads]
-                                         [--client-metadata]
+                                         [--client-metadata] [--websocket]
 
 ``--client-metadata`` ends each request with fields of its own after the input (a turn id
 and a timestamp), as Codex's default requests do: the bytes after the history differ on
-every turn.
+every turn. ``--websocket`` plays each llmitm over one Responses WebSocket for the whole
+conversation (``response.create`` messages, streamed answers), as Codex does by default;
+plain mitmdump is still played over HTTP, its growth given for scale.
 
 ``--threads`` also prints, per llmitm process, each thread's CPU per turn (means of turns
 2–11 and of the last ten; threads numbered in the order they started, 1 the event loop):
@@ -52,6 +54,7 @@ import time
 from pathlib import Path
 
 import orjson
+from websockets.sync.client import ClientConnection, connect
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_proxy", ROOT / "scripts" / "bench_proxy.py")
@@ -108,6 +111,18 @@ def client_metadata(rng: random.Random, turn: int) -> dict[str, str]:
         "x-codex-ws-stream-request-start-ms": str(1_796_015_878_385 + turn * 1_337),
         "session_id": "01a22ae3-70d4-76d0-bb81-cfef345a4728",
     }
+
+
+def socket_call(socket: ClientConnection, fields: dict) -> dict:
+    """One turn over a Responses WebSocket (a ``response.create`` of ``fields``, streamed as
+    the socket always is): the completed response."""
+    socket.send(orjson.dumps({"type": "response.create", **fields}).decode())
+    while True:
+        event = orjson.loads(socket.recv(timeout=120))
+        if event.get("type") in ("response.completed", "response.failed", "error"):
+            if event["type"] != "response.completed":
+                raise RuntimeError(f"socket: {str(event)[:300]}")
+            return event["response"]
 
 
 def post(port: int, body: bytes) -> dict:
@@ -191,6 +206,18 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
                 procs, chat, config, code=args.before, name="llmitm-before"
             )
             proxies["llmitm-before"] = (port, pid, tmp / "llmitm-before.db")
+        # Over ``--websocket`` each llmitm plays the conversation over one socket, as Codex
+        # keeps one a session; plain mitmdump over HTTP still (its own growth, for scale).
+        sockets = {
+            name: connect(
+                f"ws://127.0.0.1:{port}/v1/responses",
+                additional_headers={"authorization": "Bearer sk-bench"},
+                max_size=None,
+                open_timeout=30,
+            )
+            for name, (port, _, db) in proxies.items()
+            if args.websocket and db is not None
+        }
         rng = random.Random(run)
         history: list[dict] = []
         figures: dict[str, list[tuple[float, int]]] = {name: [] for name in proxies}
@@ -215,7 +242,8 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
                 port, pid, db = proxies[name]
                 threads = thread_cpu(pid) if args.threads and db else {}
                 before = bench.cpu_seconds(pid)
-                answers[name] = post(port, body)
+                socket = sockets.get(name)
+                answers[name] = socket_call(socket, fields) if socket else post(port, body)
                 time.sleep(SETTLE_S)
                 cpu = bench.cpu_seconds(pid) - before - SETTLE_S * 0  # idle settle costs ~0
                 figures[name].append((cpu, store_bytes(db) if db else 0))
@@ -229,6 +257,8 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
             if turn % args.every == 0 or turn == 1:
                 bench.progress(f"run {run + 1} turn {turn}: request {len(body) / 1024:.0f} KiB")
         figures["_request"] = [(0.0, size) for size in sizes]
+        for socket in sockets.values():
+            socket.close()
         return figures
     finally:
         procs.stop_all()
@@ -348,6 +378,11 @@ def main() -> int:
         "--client-metadata",
         action="store_true",
         help="each request ends with metadata of its own after the input, as Codex's do",
+    )
+    parser.add_argument(
+        "--websocket",
+        action="store_true",
+        help="play each llmitm over one Responses WebSocket, as Codex does by default",
     )
     parser.add_argument("--profile", metavar="DIR", help="run llmitm under cProfile into DIR")
     parser.add_argument(
