@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from mitmproxy import exceptions, http
+from mitmproxy import exceptions, http, tcp
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
@@ -164,3 +164,28 @@ def test_a_bad_policy_is_refused_at_configure() -> None:
     socket = LlmWebSocket(LlmRelay())
     with taddons.context(socket) as tctx, pytest.raises(exceptions.OptionsError):
         tctx.configure(socket, llmitm_websocket="sometimes")
+
+
+async def test_the_tunnel_keeps_only_the_last_chunk_it_relayed() -> None:
+    """A session resends its whole history every turn: the tunnel's flow must not hold all of
+    it while the socket stays open (each call's flow has its own)."""
+    relay = LlmRelay()
+    socket = LlmWebSocket(relay)
+    with taddons.context(Proxyserver(), relay, socket):
+        await relay.running()
+        try:
+            server = relay.listening()
+            assert server is not None
+            tunnel, other = tflow.ttcpflow(), tflow.ttcpflow()
+            tunnel.server_conn.address = server.address
+            other.server_conn.address = ("example.com", 443)
+            for flow in (tunnel, other):
+                flow.messages = []
+                socket.tcp_start(flow)
+                for turn in range(3):
+                    flow.messages.append(tcp.TCPMessage(turn % 2 == 0, b"history %d" % turn))
+                    socket.tcp_message(flow)
+        finally:
+            relay.done()
+    assert [m.content for m in tunnel.messages] == [b"history 2"]  # what is being relayed
+    assert len(other.messages) == 3  # any other TCP flow is mitmproxy's as it was

@@ -6,7 +6,9 @@ openai-python's ``responses.connect()``).
   own listener as an ordinary streamed ``POST``; this addon, first in line, checks that call's
   token and restores the HTTPS target the socket was opened to, so every other addon sees a
   plain Responses call. The socket itself is tunnelled as raw TCP between the client and the
-  relay.
+  relay, and the tunnel's flow keeps only the last chunk it relayed: a client resends its
+  whole history on every turn, so the chunks of a long session would add up to every history
+  it ever sent, held for as long as the socket stays open, when each call's flow has its own.
 - ``refuse``: the upgrade is answered ``426``, which makes Codex use HTTPS at once.
 - ``pass``: the socket goes to its host untouched (not routed, not recorded).
 
@@ -21,7 +23,7 @@ import secrets
 from dataclasses import dataclass
 
 import orjson
-from mitmproxy import ctx, exceptions, http
+from mitmproxy import ctx, exceptions, http, tcp
 from mitmproxy.addonmanager import Loader
 
 from llmitm.addons.relay import LlmRelay
@@ -36,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 CALL_HEADER = "x-llmitm-socket"
 """Marks a call a socket job sends back through the proxy; its value is the socket's token."""
+TUNNEL_KEY = "llmitm_socket_tunnel"
+"""Marks the raw TCP flow that carries a served socket between its client and the relay."""
 POLICIES = ("serve", "refuse", "pass")
 _LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 
@@ -125,6 +129,16 @@ class LlmWebSocket:
             # there), so its frames go through as a raw tunnel; without raw TCP, mitmproxy
             # would close the connection instead.
             flow.websocket = None
+
+    def tcp_start(self, flow: tcp.TCPFlow) -> None:
+        server = self.relay.listening()
+        if server is not None and flow.server_conn.address == server.address:
+            flow.metadata[TUNNEL_KEY] = True
+
+    def tcp_message(self, flow: tcp.TCPFlow) -> None:
+        # mitmproxy relays the chunk after this hook, from its own reference to it.
+        if flow.metadata.get(TUNNEL_KEY):
+            del flow.messages[:-1]
 
     def error(self, flow: http.HTTPFlow) -> None:
         token = flow.metadata.get(SOCKET_KEY)
