@@ -130,6 +130,13 @@ def test_a_warm_up_is_answered_here_and_continued_from() -> None:
     echoed = sent(answer(session, call, "resp_2"))
     assert echoed[0]["response"]["previous_response_id"] == warm_id
     assert echoed[-1]["response"]["previous_response_id"] == warm_id
+    # What holds no Response object goes as it came, unparsed (spaced as it came too).
+    (call,) = started(
+        session.receive_text(create(store=False, previous_response_id="resp_2", input=more))
+    )
+    delta = b'{"type": "response.output_text.delta", "sequence_number": 1, "delta": "hi"}'
+    [sent_delta] = session.call_event(call, "response.output_text.delta", delta)
+    assert isinstance(sent_delta, Send) and sent_delta.data == delta
 
 
 def test_store_false_turns_expand_into_the_whole_conversation() -> None:

@@ -153,7 +153,10 @@ class ResponsesSocket:
             return self._failed_after_error(call, data)
         if call.ended or data == b"[DONE]":
             return []
-        if name is None or call.echo_previous is not None or name in TERMINAL:
+        if name is None or name in TERMINAL:
+            return self._parsed_event(call, data)
+        if call.echo_previous is not None and name in _ECHOING:
+            # Only a Response object is patched: a text delta goes as it came, unparsed.
             return self._parsed_event(call, data)
         if call.lane is not None:
             data = _with_stream_id(data, call.lane)
