@@ -20,13 +20,16 @@ and each figure is the median over runs.
     python scripts/bench_conversation.py [--turns 50] [--new-bytes 4096] [--runs 1]
                                          [--before ../other-checkout] [--every 5]
                                          [--store-only] [--profile DIR] [--threads]
-                                         [--client-metadata] [--websocket]
+                                         [--client-metadata] [--websocket {codex,full}]
 
 ``--client-metadata`` ends each request with fields of its own after the input (a turn id
 and a timestamp), as Codex's default requests do: the bytes after the history differ on
 every turn. ``--websocket`` plays each llmitm over one Responses WebSocket for the whole
-conversation (``response.create`` messages, streamed answers), as Codex does by default;
-plain mitmdump is still played over HTTP, its growth given for scale.
+conversation (``response.create`` messages, streamed answers): ``codex`` as Codex does by
+default (after the first turn, only the items after the last response, with its id and
+``store: false``, which the socket expands into the whole history), ``full`` resending the
+whole history every turn. Plain mitmdump is still played over HTTP, its growth given for
+scale. Each process's peak RSS is printed at the end.
 
 ``--threads`` also prints, per llmitm process, each thread's CPU per turn (means of turns
 2–11 and of the last ten; threads numbered in the order they started, 1 the event loop):
@@ -113,12 +116,50 @@ def client_metadata(rng: random.Random, turn: int) -> dict[str, str]:
     }
 
 
-def socket_call(socket: ClientConnection, fields: dict) -> dict:
-    """One turn over a Responses WebSocket (a ``response.create`` of ``fields``, streamed as
-    the socket always is): the completed response."""
-    socket.send(orjson.dumps({"type": "response.create", **fields}).decode())
+class Socket:
+    """One Responses WebSocket a conversation is played over."""
+
+    def __init__(self, port: int) -> None:
+        self.connection: ClientConnection = connect(
+            f"ws://127.0.0.1:{port}/v1/responses",
+            additional_headers={"authorization": "Bearer sk-bench"},
+            max_size=None,
+            open_timeout=30,
+        )
+        self.sent: dict = {}
+        """The fields of this turn's ``response.create``."""
+        self.last: tuple[str, int] | None = None
+        """The last response's id, and the history's length with its output."""
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def incremental(socket: Socket, fields: dict) -> dict:
+    """What Codex sends over its socket: after the first turn, only the items after the last
+    response's output, with that response's id (``store: false``: the socket keeps it)."""
+    fields = dict(fields, store=False)
+    if socket.last is not None:
+        previous, seen = socket.last
+        fields.update(previous_response_id=previous, input=fields["input"][seen:])
+    return fields
+
+
+def peak_rss(pid: int) -> int:
+    """The process's peak resident set, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def socket_call(socket: Socket) -> dict:
+    """One turn over a Responses WebSocket (a ``response.create`` of what the socket is to
+    send, streamed as the socket always is): the completed response."""
+    connection = socket.connection
+    connection.send(orjson.dumps({"type": "response.create", **socket.sent}).decode())
     while True:
-        event = orjson.loads(socket.recv(timeout=120))
+        event = orjson.loads(connection.recv(timeout=120))
         if event.get("type") in ("response.completed", "response.failed", "error"):
             if event["type"] != "response.completed":
                 raise RuntimeError(f"socket: {str(event)[:300]}")
@@ -209,12 +250,7 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
         # Over ``--websocket`` each llmitm plays the conversation over one socket, as Codex
         # keeps one a session; plain mitmdump over HTTP still (its own growth, for scale).
         sockets = {
-            name: connect(
-                f"ws://127.0.0.1:{port}/v1/responses",
-                additional_headers={"authorization": "Bearer sk-bench"},
-                max_size=None,
-                open_timeout=30,
-            )
+            name: Socket(port)
             for name, (port, _, db) in proxies.items()
             if args.websocket and db is not None
         }
@@ -235,6 +271,8 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
             if args.client_metadata:
                 fields["client_metadata"] = client_metadata(rng, turn)
             body = orjson.dumps(fields)
+            for socket in sockets.values():
+                socket.sent = incremental(socket, fields) if args.websocket == "codex" else fields
             sizes.append(len(body))
             order = list(proxies) if turn % 2 else list(reversed(proxies))
             answers = {}
@@ -243,7 +281,7 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
                 threads = thread_cpu(pid) if args.threads and db else {}
                 before = bench.cpu_seconds(pid)
                 socket = sockets.get(name)
-                answers[name] = socket_call(socket, fields) if socket else post(port, body)
+                answers[name] = socket_call(socket) if socket else post(port, body)
                 time.sleep(SETTLE_S)
                 cpu = bench.cpu_seconds(pid) - before - SETTLE_S * 0  # idle settle costs ~0
                 figures[name].append((cpu, store_bytes(db) if db else 0))
@@ -254,9 +292,13 @@ def play(args: argparse.Namespace, run: int) -> dict[str, list[tuple[float, int]
                         runs.append([])
                     runs[-1].append({tid: after[tid] - threads.get(tid, 0.0) for tid in after})
             history.extend(answers["llmitm"]["output"])
+            for name, socket in sockets.items():
+                socket.last = (answers[name]["id"], len(history))
             if turn % args.every == 0 or turn == 1:
                 bench.progress(f"run {run + 1} turn {turn}: request {len(body) / 1024:.0f} KiB")
         figures["_request"] = [(0.0, size) for size in sizes]
+        for name, (_, pid, _) in proxies.items():
+            figures[f"_peak:{name}"] = [(0.0, peak_rss(pid))]
         for socket in sockets.values():
             socket.close()
         return figures
@@ -381,8 +423,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--websocket",
-        action="store_true",
-        help="play each llmitm over one Responses WebSocket, as Codex does by default",
+        choices=["codex", "full"],
+        help="play each llmitm over one Responses WebSocket: as Codex does by default (new "
+        "items after the last response, store false) or resending the whole history",
     )
     parser.add_argument("--profile", metavar="DIR", help="run llmitm under cProfile into DIR")
     parser.add_argument(
@@ -431,6 +474,8 @@ def main() -> int:
         if n != "mitmdump":
             size = median(n, args.turns - 1, 1) - median(f"_empty:{n}", 0, 1)
             line += f"; store grew {size / 2**20:.2f} MiB = {size / new:.2f}× the new content"
+        if f"_peak:{n}" in runs[0]:
+            line += f"; peak RSS {median(f'_peak:{n}', 0, 1) / 2**20:.0f} MiB"
         print(line)
     for line in thread_report():
         print(line)
