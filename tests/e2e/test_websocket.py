@@ -16,6 +16,9 @@ import httpx2 as httpx
 import openai
 import orjson
 import pytest
+from mitmproxy import io
+from mitmproxy.http import HTTPFlow
+from mitmproxy.tcp import TCPFlow
 
 from llmitm.store.folder import read_folder
 
@@ -229,3 +232,38 @@ def test_a_refused_socket_sends_codex_to_https_at_once(tmp_path: Path) -> None:
     # 426 is the answer Codex falls back on without its retry budget.
     assert "Reconnecting" not in result.stderr, output
     assert len(sent) == 1
+
+
+def test_the_tunnel_keeps_only_the_chunk_it_relays(tmp_path: Path) -> None:
+    """A client without ``previous_response_id`` resends its history on every message: the
+    socket's raw tunnel flow (here as mitmproxy saves it) holds one chunk, not every history
+    the session sent, while each call's flow has its whole body."""
+    flows_file = tmp_path / "flows.mitm"
+    history: list[dict] = []
+    with (
+        fake_upstream(tmp_path, "chat") as chat,
+        llmitm_proxy(
+            tmp_path,
+            config=CONFIG.format(chat=chat.url),
+            modes=("reverse:https://api.openai.com",),
+            extra=["--set", f"save_stream_file={flows_file}"],
+        ) as proxy,
+    ):
+        client = openai.OpenAI(base_url=proxy.base_url(), api_key="sk-socket", max_retries=0)
+        with client.responses.connect() as connection:
+            for turn in range(3):
+                history.append({"role": "user", "content": f"question {turn} " + "x" * 20_000})
+                connection.response.create(model="echo", input=history, store=False)
+                events = until_terminal(connection)
+                assert events[-1].type == "response.completed"
+                history += [
+                    item.model_dump(exclude_none=True) for item in events[-1].response.output
+                ]
+        time.sleep(0.5)  # the tunnel ends, and is saved, when the socket closes
+    with flows_file.open("rb") as file:
+        flows = list(io.FlowReader(file).stream())
+    [tunnel] = [flow for flow in flows if isinstance(flow, TCPFlow)]
+    assert len(tunnel.messages) == 1
+    calls = [f for f in flows if isinstance(f, HTTPFlow) and f.request.method == "POST"]
+    assert len(calls) == 3
+    assert len(orjson.loads(calls[-1].request.content)["input"]) == len(history) - 1
