@@ -376,3 +376,22 @@ def test_the_response_failed_after_a_stream_error_still_reaches_the_client() -> 
     assert last["type"] == "response.failed"
     assert session.call_event(call, "response.failed", failed) == []  # once
     assert sent(session.call_ended(call)) == []
+
+
+def test_a_resent_history_is_parsed_from_the_last_message_and_shared() -> None:
+    """A client without ``previous_response_id`` resends its whole history: each message is
+    parsed where it is new, the body is the whole message's, and the turns the socket
+    remembers share the items they resend rather than hold a copy each."""
+    session = socket()
+    history: list[Any] = [{"role": "user", "content": "a long task " * 1000}]
+    calls = []
+    for turn in range(3):
+        message = create(input=history, client_metadata={"turn": turn})
+        (call,) = started(session.receive_text(message.decode()))
+        expected = {k: v for k, v in orjson.loads(message).items() if k != "type"}
+        assert orjson.loads(call.body) == dict(expected, stream=True)
+        answer(session, call, f"resp_{turn}")
+        calls.append(call)
+        history = [*history, _message(f"answer {turn}"), {"role": "user", "content": f"{turn}"}]
+    assert calls[2].input[0] is calls[1].input[0] is calls[0].input[0]
+    assert calls[2].input[1] is calls[1].input[1]

@@ -18,6 +18,10 @@ store holds — is expanded here into the whole input (that response's input and
 the new items), as OpenAI's socket does for ``store: false`` turns; other ids go on to the
 store or the upstream like any HTTP request.
 
+A client that resends its whole history on every message (no ``previous_response_id``) has
+each message parsed where it differs from its last one (:mod:`llmitm.wire.growing`), so the
+turns a connection remembers share the items they resend.
+
 Bad input gets an ``error`` message with an HTTP ``status`` (the shape Codex maps to an HTTP
 error) and the connection stays open.
 """
@@ -34,12 +38,15 @@ import orjson
 
 from llmitm.errors import InputError
 from llmitm.wire.errors import ApiError, normalise_error
+from llmitm.wire.growing import GrowingBodies
 from llmitm.wire.ids import random_id
 from llmitm.wire.objects import response_object
 from llmitm.wire.usage import chat_usage_to_responses
 
 HISTORY = 16
 """Responses a connection remembers for ``previous_response_id`` (Codex uses the last)."""
+MESSAGES_BUDGET = 16 * 2**20
+"""Bytes of a connection's last messages kept with their parse (one a conversation)."""
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 # Events whose Response object echoes ``previous_response_id``: patched when this connection
@@ -115,14 +122,18 @@ class ResponsesSocket:
         self._lanes: dict[str | None, deque[Call]] = {}
         """Per lane, its running call first, then the queued ones."""
         self._history: OrderedDict[str, _Remembered] = OrderedDict()
+        self._messages = GrowingBodies(MESSAGES_BUDGET)
+        """The last message of each conversation, parsed: a client that resends its history
+        (no ``previous_response_id``) has only its new items parsed, and the turns this
+        socket remembers share the items they resend."""
 
     # -- from the client ------------------------------------------------------------------
 
     def receive_text(self, data: bytes | str) -> list[Action]:
         """One whole text message from the client."""
         try:
-            message = orjson.loads(data)
-        except orjson.JSONDecodeError:
+            message = self._messages.parse(data.encode() if isinstance(data, str) else data).body
+        except (orjson.JSONDecodeError, UnicodeEncodeError):
             return [self._error(400, "The message is not valid JSON.", "invalid_json")]
         if not isinstance(message, dict):
             return [self._error(400, "A message must be a JSON object.", "invalid_json")]
