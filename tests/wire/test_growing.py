@@ -29,6 +29,28 @@ def same(grown: Any, content: bytes) -> bool:
     return orjson.dumps(grown.body) == orjson.dumps(orjson.loads(content))
 
 
+def twenty_items_kept() -> tuple[GrowingBodies, bytes]:
+    """Bodies that keep one of twenty items, and that body's bytes."""
+    bodies = GrowingBodies()
+    kept = body([item(n) for n in range(20)])
+    bodies.parse(kept)
+    return bodies, kept
+
+
+def parses_as_orjson(bodies: GrowingBodies, content: bytes) -> None:
+    """``bodies.parse(content)`` gives what ``orjson.loads`` does, keys in its order, or
+    refuses what it refuses."""
+    try:
+        expected = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        with pytest.raises(orjson.JSONDecodeError):
+            bodies.parse(content)
+        return
+    grown = bodies.parse(content)
+    assert orjson.dumps(grown.body) == orjson.dumps(expected)
+    assert list(grown.body) == list(expected)
+
+
 @pytest.mark.parametrize("checked", [False, True])
 def test_a_growing_conversation_reuses_the_last_turns_items(checked: bool) -> None:
     bodies = GrowingBodies(checked=checked)
@@ -99,20 +121,8 @@ def test_a_field_repeated_after_the_array_is_not_carried_to_the_next_turn() -> N
     ],
 )
 def test_new_fields_after_the_array_are_taken_only_where_they_are(rest: bytes) -> None:
-    bodies = GrowingBodies()
-    items = [item(n) for n in range(20)]
-    kept = body(items)
-    bodies.parse(kept)
-    content = kept[: -len(b'],"tools":[{"type":"function"}]}')] + rest
-    try:
-        expected = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        with pytest.raises(orjson.JSONDecodeError):
-            bodies.parse(content)
-        return
-    grown = bodies.parse(content)
-    assert orjson.dumps(grown.body) == orjson.dumps(expected)
-    assert list(grown.body) == list(expected)
+    bodies, kept = twenty_items_kept()
+    parses_as_orjson(bodies, kept[: -len(b'],"tools":[{"type":"function"}]}')] + rest)
 
 
 def test_a_caller_that_changed_an_item_gets_a_whole_parse_next_turn() -> None:
@@ -163,21 +173,10 @@ def test_items_of_any_type_are_handed_out_copied_by_their_type() -> None:
     ],
 )
 def test_what_lies_between_is_parsed_where_it_lies(between: bytes) -> None:
-    bodies = GrowingBodies()
-    items = [item(n) for n in range(20)]
-    kept = body(items)
-    bodies.parse(kept)
+    bodies, kept = twenty_items_kept()
     tail = b'],"tools":[{"type":"function"}]}'
     assert kept.endswith(tail)
-    content = kept[: -len(tail)] + between + tail
-    try:
-        expected = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        with pytest.raises(orjson.JSONDecodeError):
-            bodies.parse(content)
-        return
-    grown = bodies.parse(content)
-    assert orjson.dumps(grown.body) == orjson.dumps(expected)
+    parses_as_orjson(bodies, kept[: -len(tail)] + between + tail)
 
 
 def test_a_split_that_is_not_the_arrays_end_is_never_used() -> None:
