@@ -101,7 +101,10 @@ class ResponsesSocketJob:
             self.closed()
 
     async def _read_messages(self, reader: asyncio.StreamReader) -> None:
-        text: list[str] = []
+        # A message's pieces as UTF-8 (wsproto hands them over decoded, never splitting a
+        # character): joined as bytes, a whole history is not copied once more as a string
+        # of up to four bytes a character before the protocol encodes it back for its parse.
+        text: list[bytes] = []
         size = 0
         while True:
             try:
@@ -117,13 +120,14 @@ class ResponsesSocketJob:
                 self._ws.receive_data(data)
                 for event in self._ws.events():
                     if isinstance(event, TextMessage):
-                        text.append(event.data)
-                        size += len(event.data)
+                        piece = event.data.encode()
+                        text.append(piece)
+                        size += len(piece)
                         if size > MAX_MESSAGE:
                             self._close(1009, "message too large")
                             return
                         if event.message_finished:
-                            message, text, size = "".join(text), [], 0
+                            message, text, size = b"".join(text), [], 0
                             self._act(self._socket.receive_text(message))
                     elif isinstance(event, BytesMessage):
                         if event.message_finished:
