@@ -186,6 +186,7 @@ def test_codex_default_configuration_talks_to_a_chat_upstream_over_the_socket(
             "--record", str(folder),
             "--set", "llmitm_allow_record_in_ci=true",  # this test records on purpose
             "--set", f"llmitm_store={tmp_path / 'live.db'}",
+            "--set", f"save_stream_file={tmp_path / 'flows.mitm'}",
             config=CODEX_CONFIG.format(chat=chat.url), home=home, work=work,
         )  # fmt: skip
         sent = upstream_requests(chat)
@@ -199,6 +200,10 @@ def test_codex_default_configuration_talks_to_a_chat_upstream_over_the_socket(
     calls = [i for i in read_folder(folder) if i.route == "responses"]
     assert len(calls) == 1, [i.route for i in read_folder(folder)]
     assert calls[0].method == "POST" and calls[0].model == "gpt-6.2-sol"
+    # The socket's tunnel (TLS, through HTTPS_PROXY) held only the chunk it was relaying.
+    with (tmp_path / "flows.mitm").open("rb") as file:
+        tunnels = [flow for flow in io.FlowReader(file).stream() if isinstance(flow, TCPFlow)]
+    assert tunnels and all(len(flow.messages) <= 1 for flow in tunnels)
 
     # Offline: the same session replays from the folder over the socket, with no upstream.
     with tripwire() as wire:
